@@ -1,0 +1,26 @@
+"""Hecate's engine: reverse- and forward-mode AD of NumPy code with Enzyme's activities.
+
+>>> from tape import autodiff, Reverse, Active
+>>> autodiff(Reverse, lambda x: x**2, Active, Active(3.0))
+((6.0,),)
+"""
+from .activities import (Active, Annotation, Const, Duplicated, DuplicatedNoNeed, Forward,
+                         ForwardWithPrimal, Mode, Reverse, ReverseWithPrimal)
+from .api import autodiff, make_zero
+from .backend import array_module
+from .core import Primitive, RuleConfig, Tracer, primal
+from .errors import (ActivityError, EscapedTracerError, HecateError, NonDifferentiableError,
+                     OnceDifferentiableError, PytreeError)
+from .pytree import register_pytree, tree_map
+from .rules import custom_rule, inactive
+
+# The engine never imports a rule; importing the package registers the NumPy ops.
+import ops  # noqa: E402,F401
+
+__all__ = [
+    "Active", "Annotation", "Const", "Duplicated", "DuplicatedNoNeed", "Forward",
+    "ForwardWithPrimal", "Mode", "Reverse", "ReverseWithPrimal", "autodiff", "make_zero",
+    "array_module", "Primitive", "RuleConfig", "Tracer", "primal", "ActivityError",
+    "EscapedTracerError", "HecateError", "NonDifferentiableError", "OnceDifferentiableError",
+    "PytreeError", "register_pytree", "tree_map", "custom_rule", "inactive",
+]

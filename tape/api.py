@@ -1,0 +1,378 @@
+"""`autodiff` and its helpers: Enzyme.jl's calling convention on top of the traces."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
+                         DuplicatedNoNeed, Mode)
+from .backend import array_module, module_name
+from .core import ForwardTrace, ReverseTrace, Tracer
+from .errors import ActivityError
+from .pytree import flatten, flatten_with_paths, format_path, set_at, unflatten
+from . import tracer as _surface  # noqa: F401  (installs the ndarray surface on tracers)
+
+
+def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
+    """Differentiate `f` at the annotated arguments (Enzyme.jl's `autodiff`).
+
+    ``autodiff(mode, f, [ReturnActivity], *annotated_args)``. Reverse modes return
+    ``(derivs,)`` or ``(derivs, primal)`` where ``derivs`` has one entry per argument (the
+    derivative for Active arguments, None otherwise); Duplicated shadows are updated in place.
+    Forward modes return ``(tangent,)`` or ``(tangent, primal)``.
+
+    >>> autodiff(Reverse, lambda x: x**2, Active, Active(3.0))
+    ((6.0,),)
+    >>> autodiff(ForwardWithPrimal, lambda x: x**2, Duplicated(3.0, 1.0))
+    (6.0, 9.0)
+    """
+    if not isinstance(mode, Mode):
+        raise ActivityError(f"the first argument of autodiff must be a mode such as Reverse or "
+                            f"Forward, got {mode!r}")
+    if not callable(f):
+        raise ActivityError(f"autodiff needs a callable function to differentiate, got "
+                            f"{type(f).__name__} {f!r}")
+    ret_activity = None
+    if args and isinstance(args[0], type):
+        ret_activity, args = args[0], args[1:]
+        if ret_activity not in ACTIVITY_TYPES:
+            raise ActivityError(f"return activity must be one of Const, Active, Duplicated, "
+                                f"DuplicatedNoNeed; got {ret_activity.__name__}")
+    names = _argument_names(f, len(args))
+    annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
+    if mode.kind == "reverse":
+        return _reverse(mode, f, ret_activity, annotated, names)
+    return _forward(mode, f, ret_activity, annotated, names)
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments
+
+
+def _argument_names(f, n):
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(n):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            names.append(f"argument {i} (`{params[i].name}`)")
+        else:
+            names.append(f"argument {i}")
+    return names
+
+
+def _is_float(x) -> bool:
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return isinstance(x, (float, complex)) or (
+            isinstance(x, Tracer) and np.issubdtype(x.dtype, np.inexact))
+    return np.issubdtype(dt, np.inexact)
+
+
+class _Leaves:
+    """The differentiable leaves of one annotated argument, with their tracers."""
+
+    __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
+                 "first_slots")
+
+    def __init__(self, annotation, name):
+        self.annotation = annotation
+        self.name = name
+        self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val)
+        kind = type(annotation).__name__
+        if not self.leaves or not any(_is_float(x) for x in self.leaves):
+            raise ActivityError(
+                f"{name} is marked {kind} but holds no floating-point value "
+                f"({_describe(annotation.val)}); integer and boolean values have no derivative. "
+                "Mark it Const, or convert it with .astype(float)")
+        self.tracers = []
+        self.shadows = None
+        self.first_slots = []
+
+    def path(self, i):
+        return format_path(self.paths[i], self.name)
+
+
+def _describe(x):
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return f"{type(x).__name__} of dtype {x.dtype} and shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
+def _check_shadow(arg: _Leaves):
+    ann = arg.annotation
+    shadow_leaves, shadow_td = flatten(ann.dval)
+    if shadow_td != arg.treedef or len(shadow_leaves) != len(arg.leaves):
+        raise ActivityError(
+            f"the shadow of {arg.name} does not have the structure of its primal: the primal is "
+            f"{_describe(ann.val)} with {len(arg.leaves)} leaves, the shadow "
+            f"{_describe(ann.dval)} with {len(shadow_leaves)} leaves. make_zero(x) builds a "
+            "matching shadow")
+    for i, (x, dx) in enumerate(zip(arg.leaves, shadow_leaves)):
+        if not _is_float(x):
+            continue
+        where = arg.path(i)
+        if np.shape(x) != np.shape(dx):
+            raise ActivityError(f"shadow of {where} has shape {np.shape(dx)} but the primal has "
+                                f"shape {np.shape(x)}")
+        if hasattr(x, "dtype") and getattr(dx, "dtype", None) != x.dtype and np.ndim(x) > 0:
+            raise ActivityError(f"shadow of {where} has dtype {getattr(dx, 'dtype', type(dx))} "
+                                f"but the primal has dtype {x.dtype}")
+        if module_name(x) != module_name(dx):
+            raise ActivityError(f"shadow of {where} is a {module_name(dx)} array but the primal "
+                                f"is a {module_name(x)} array")
+    arg.shadows = shadow_leaves
+
+
+# --------------------------------------------------------------------------------------------
+# Reverse mode
+
+
+def _reverse(mode, f, ret_activity, annotated, names):
+    if ret_activity in (Duplicated, DuplicatedNoNeed):
+        raise ActivityError(
+            "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
+            "write the result into a Duplicated argument whose shadow is the seed")
+    with ReverseTrace() as trace:
+        call_args, groups = [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                call_args.append(ann.val)
+                continue
+            if not isinstance(ann, (Active, Duplicated)):
+                raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
+            arg = _Leaves(ann, name)
+            if isinstance(ann, Duplicated):
+                _check_shadow(arg)
+                if not arg.paths[0] and not _is_mutable_leaf(ann.val):
+                    raise ActivityError(
+                        f"{name} is Duplicated but is an immutable scalar "
+                        f"({type(ann.val).__name__}); its shadow could not be updated. "
+                        "Mark it Active to get its derivative returned")
+            for x in arg.leaves:
+                if _is_float(x):
+                    t = trace.new_leaf(x)
+                    t.owned = False   # the user's array: copy before the first write
+                    arg.tracers.append(t)
+                    arg.first_slots.append(t.slot)
+                else:
+                    arg.tracers.append(x)
+                    arg.first_slots.append(None)
+            groups.append(arg)
+            call_args.append(unflatten(arg.treedef, arg.tracers))
+        out = f(*call_args)
+
+        seeds = {}
+        if ret_activity is None:
+            ret_activity = Active if out is not None and _is_float(out) else Const
+        if ret_activity is Active:
+            _seed_return(out, trace, seeds)
+        for arg in groups:
+            _write_back_reverse(arg, trace, seeds)
+        keep = [s for arg in groups for s in arg.first_slots if s is not None]
+        cts = trace.backward(seeds, keep) if seeds else {}
+
+    derivs = []
+    for ann in annotated:
+        if type(ann) is Const:
+            derivs.append(None)
+            continue
+        arg = groups.pop(0)
+        if isinstance(ann, Duplicated):
+            _accumulate_shadows(arg, cts)
+            derivs.append(None)
+        else:
+            derivs.append(_active_result(arg, cts))
+    result = (tuple(derivs),)
+    if mode.with_primal:
+        result += (_strip(out, trace),)
+    return result
+
+
+def _is_mutable_leaf(x):
+    return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)
+
+
+def _seed_return(out, trace, seeds):
+    value = out.value if isinstance(out, Tracer) and out.level is trace else out
+    if out is None or np.ndim(value) != 0 or not _is_float(value) or np.iscomplexobj(value):
+        raise ActivityError(
+            f"reverse mode with an Active return needs a real scalar result, but the function "
+            f"returned {_describe(value)}. Reduce it to a scalar (e.g. .sum()), or pass a seed "
+            "by writing the result into a Duplicated argument whose shadow holds the seed")
+    if isinstance(out, Tracer) and out.level is trace:
+        seeds[out.slot] = _ones_like(value)
+
+
+def _ones_like(value):
+    xp = array_module(value)
+    dt = getattr(value, "dtype", None) or np.float64
+    return xp.ones((), dtype=dt)
+
+
+def _write_back_reverse(arg, trace, seeds):
+    """Enzyme semantics for buffers the function overwrote: the primal really holds the new
+    values, and the shadow is the seed of the final value (it is zeroed after the sweep)."""
+    for i, t in enumerate(arg.tracers):
+        first = arg.first_slots[i]
+        if first is None or t.slot == first:
+            continue
+        leaf = arg.leaves[i]
+        leaf[...] = t.value
+        if arg.shadows is not None:
+            shadow = arg.shadows[i]
+            seeds[t.slot] = shadow.copy()
+            shadow[...] = 0
+
+
+def _accumulate_shadows(arg, cts):
+    for i, first in enumerate(arg.first_slots):
+        if first is None:
+            continue
+        g = cts.get(first)
+        if g is None:
+            continue
+        shadow = arg.shadows[i]
+        if _is_mutable_leaf(shadow):
+            shadow += g
+        else:
+            set_at(arg.annotation.dval, arg.paths[i], type(shadow)(shadow + g),
+                   root=f"shadow of {arg.name}")
+
+
+def _active_result(arg, cts):
+    out = []
+    for i, x in enumerate(arg.leaves):
+        first = arg.first_slots[i]
+        if first is None:
+            out.append(None)
+            continue
+        out.append(_cast_like(cts.get(first), x))
+    return unflatten(arg.treedef, out)
+
+
+def _cast_like(g, x):
+    """The derivative in the type of its primal: float in, float out; zeros for no path."""
+    if isinstance(x, Tracer):
+        return g if g is not None else x * 0
+    if g is None:
+        if isinstance(x, (float, complex)):
+            return type(x)(0)
+        return array_module(x).zeros_like(x)
+    if isinstance(g, Tracer):
+        return g
+    if isinstance(x, (float, complex)) and not isinstance(x, np.generic):
+        return type(x)(g)
+    if isinstance(x, np.generic):
+        return x.dtype.type(g)
+    if getattr(g, "dtype", None) != x.dtype or np.shape(g) != np.shape(x):
+        xp = array_module(x)
+        return xp.broadcast_to(xp.asarray(g, dtype=x.dtype), x.shape).copy()
+    return g
+
+
+def _strip(out, trace):
+    """The primal result: tracers of `trace` replaced by their values."""
+    leaves, td = flatten(out) if out is not None else ([], None)
+    if td is None:
+        return None
+    return unflatten(td, [x.value if isinstance(x, Tracer) and x.level is trace else x
+                          for x in leaves])
+
+
+# --------------------------------------------------------------------------------------------
+# Forward mode
+
+
+def _forward(mode, f, ret_activity, annotated, names):
+    if ret_activity is Active:
+        raise ActivityError("Active is not allowed in forward mode; use Duplicated")
+    with ForwardTrace() as trace:
+        call_args, groups = [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                call_args.append(ann.val)
+                continue
+            if isinstance(ann, Active):
+                raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
+                                    "Duplicated(x, dx) with the tangent dx")
+            arg = _Leaves(ann, name)
+            _check_shadow(arg)
+            for x, dx in zip(arg.leaves, arg.shadows):
+                if _is_float(x):
+                    t = trace.new_leaf(x, dx)
+                    arg.tracers.append(t)
+                    arg.first_slots.append(True)
+                else:
+                    arg.tracers.append(x)
+                    arg.first_slots.append(None)
+            groups.append(arg)
+            call_args.append(unflatten(arg.treedef, arg.tracers))
+        out = f(*call_args)
+        for arg in groups:
+            _write_back_forward(arg)
+        primal_out = _strip(out, trace)
+        tangent_out = None
+        if ret_activity is not Const and out is not None:
+            leaves, td = flatten(out)
+            tangent_out = unflatten(td, [_tangent_of(x, trace) for x in leaves])
+    if ret_activity is Const:
+        return (primal_out,) if mode.with_primal else ()
+    if mode.with_primal and ret_activity is not DuplicatedNoNeed:
+        return (tangent_out, primal_out)
+    return (tangent_out,)
+
+
+def _tangent_of(x, trace):
+    if isinstance(x, Tracer) and x.level is trace:
+        if x.tangent is not None:
+            return x.tangent
+        x = x.value
+    if isinstance(x, (float, int)) and not isinstance(x, np.generic):
+        return 0.0
+    if isinstance(x, Tracer):
+        return x * 0
+    return array_module(x).zeros_like(x)
+
+
+def _write_back_forward(arg):
+    for i, t in enumerate(arg.tracers):
+        if arg.first_slots[i] is None or t.value is arg.leaves[i]:
+            continue   # never written
+        arg.leaves[i][...] = t.value
+        shadow = arg.shadows[i]
+        if t.tangent is None:
+            shadow[...] = 0
+        else:
+            shadow[...] = t.tangent
+
+
+# --------------------------------------------------------------------------------------------
+# Shadows
+
+
+def make_zero(x: Any) -> Any:
+    """A zero shadow congruent with `x`: same structure, shapes, dtypes and array module.
+
+    >>> make_zero({'w': np.ones(2), 'b': 1.5})
+    {'w': array([0., 0.]), 'b': 0.0}
+    """
+    leaves, td = flatten(x)
+    return unflatten(td, [_zero_leaf(v) for v in leaves])
+
+
+def _zero_leaf(v):
+    if isinstance(v, Tracer):
+        return v * 0
+    if isinstance(v, np.generic):
+        return v.dtype.type(0)
+    if isinstance(v, (bool, int)):
+        return v
+    if isinstance(v, (float, complex)):
+        return type(v)(0)
+    return array_module(v).zeros_like(v)

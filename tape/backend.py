@@ -1,0 +1,25 @@
+"""Which array module (NumPy or CuPy) a value belongs to. CuPy is never imported here."""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+import numpy as np
+
+from .core import primal
+
+
+def array_module(x) -> ModuleType:
+    """`numpy`, or `cupy` for CuPy arrays (like `cupy.get_array_module`, without importing it).
+
+    >>> array_module(np.ones(2)).__name__
+    'numpy'
+    """
+    x = primal(x)
+    if hasattr(x, "__cuda_array_interface__"):
+        return sys.modules["cupy"]
+    return np
+
+
+def module_name(x) -> str:
+    return "cupy" if hasattr(primal(x), "__cuda_array_interface__") else "numpy"

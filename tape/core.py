@@ -1,0 +1,326 @@
+"""The engine: primitives, traces (levels), the Wengert tape and its reverse sweep.
+
+A *primitive* is a function the engine knows how to differentiate. Calling one goes through
+`bind`, which finds the innermost (deepest) trace among its arguments and lets that trace handle
+the call. A trace unwraps its own tracers, calls the primitive's rule on the unwrapped values
+(which may still be tracers of outer traces, so outer levels record too) and wraps the result.
+
+This module never imports a rule: rules live next to their primitives in `ops/` and `kernels/`.
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Callable, Sequence
+
+from .errors import EscapedTracerError, OnceDifferentiableError
+
+# The stack of open traces of this thread / async task. `contextvars` keeps threads apart.
+_TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_traces", default=())
+
+
+class RuleConfig:
+    """What a rule is told about the call it serves (EnzymeRules' `config`).
+
+    `active[i]` says whether argument i carries a derivative (PyTorch's `needs_input_grad`);
+    `needs_primal` whether the caller uses the primal result; `width` the batch width;
+    `overwritten[i]` whether argument i may be overwritten after the call.
+    """
+
+    __slots__ = ("active", "needs_primal", "width", "overwritten")
+
+    def __init__(self, active: tuple, needs_primal: bool = True, width: int = 1,
+                 overwritten: tuple | None = None):
+        self.active = active
+        self.needs_primal = needs_primal
+        self.width = width
+        self.overwritten = overwritten if overwritten is not None else (False,) * len(active)
+
+    def __repr__(self) -> str:
+        return f"RuleConfig(active={self.active}, needs_primal={self.needs_primal}, width={self.width})"
+
+
+_CONFIG_CACHE: dict = {}
+
+
+def config_for(active: tuple) -> RuleConfig:
+    # Speed-up: configs are immutable, so one object per activity pattern is shared by all records.
+    cfg = _CONFIG_CACHE.get(active)
+    if cfg is None:
+        cfg = _CONFIG_CACHE[active] = RuleConfig(active)
+    return cfg
+
+
+class Primitive:
+    """A differentiable function: an implementation plus its rules.
+
+    - ``impl(*args, **params)`` computes the result on plain (or outer-level traced) arrays;
+    - ``augmented_primal(config, *args, **params) -> (out, saved)`` computes the result and the
+      residuals the reverse rule needs (JAX custom_vjp style: explicit, no hidden closures);
+    - ``reverse(config, saved, cotangent) -> tuple`` returns one cotangent per argument (None for
+      inactive arguments or symbolic zeros);
+    - ``forward(config, primals, tangents, **params) -> (out, tangent)`` is the JVP rule;
+      tangents of inactive arguments are None.
+
+    ``differentiable_rules`` says whether the rules are written with differentiable operations
+    (so higher derivatives work). When False the primitive is *once differentiable*: asking for a
+    derivative of its rules raises `OnceDifferentiableError` rather than returning a wrong number.
+    ``multiple_results`` means `impl` returns a tuple of arrays, each with its own cotangent.
+    """
+
+    __slots__ = ("name", "impl", "augmented_primal", "reverse", "forward",
+                 "differentiable_rules", "multiple_results", "__weakref__")
+
+    def __init__(self, name: str, impl: Callable, augmented_primal: Callable | None = None,
+                 reverse: Callable | None = None, forward: Callable | None = None,
+                 differentiable_rules: bool = True, multiple_results: bool = False):
+        self.name = name
+        self.impl = impl
+        self.augmented_primal = augmented_primal
+        self.reverse = reverse
+        self.forward = forward
+        self.differentiable_rules = differentiable_rules
+        self.multiple_results = multiple_results
+
+    def __call__(self, *args, **params):
+        return bind(self, args, params)
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+class Tracer:
+    """A value being differentiated at one trace (level). Subclasses add slot or tangent.
+
+    The operator and NumPy-protocol surface is attached in `tape.tracer`.
+    """
+
+    __slots__ = ("value", "level", "owned", "__weakref__")
+
+
+def bind(prim: Primitive, args: Sequence, params: dict):
+    """Call `prim` on `args`, letting the deepest trace among them record it."""
+    top = None
+    for a in args:
+        if isinstance(a, Tracer):
+            t = a.level
+            if top is None or t.depth > top.depth:
+                top = t
+    if top is None:
+        return prim.impl(*args, **params)
+    if not top.alive:
+        raise EscapedTracerError(
+            f"a traced value from a finished differentiation reached `{prim.name}`; values "
+            "created inside autodiff's function must not be used after it returns")
+    return top.process(prim, args, params)
+
+
+def primal(x: Any) -> Any:
+    """The plain value under any number of tracers."""
+    while isinstance(x, Tracer):
+        x = x.value
+    return x
+
+
+def current_traces() -> tuple:
+    return _TRACE_STACK.get()
+
+
+class Trace:
+    """One level of differentiation. Opened by `autodiff`, closed when it returns."""
+
+    kind = "trace"
+
+    def __init__(self):
+        self.depth = len(_TRACE_STACK.get()) + 1
+        self.alive = True
+        self._token = None
+
+    def __enter__(self):
+        self._token = _TRACE_STACK.set(_TRACE_STACK.get() + (self,))
+        return self
+
+    def __exit__(self, *exc):
+        _TRACE_STACK.reset(self._token)
+        self.alive = False
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Reverse mode
+
+
+class ReverseTracer(Tracer):
+    __slots__ = ("slot",)
+
+    def __init__(self, value, trace, slot):
+        self.value = value
+        self.level = trace
+        self.slot = slot
+        self.owned = False
+
+
+class Record:
+    """One entry of the Wengert tape."""
+
+    __slots__ = ("prim", "config", "saved", "in_slots", "out_slot")
+
+    def __init__(self, prim, config, saved, in_slots, out_slot):
+        self.prim = prim
+        self.config = config
+        self.saved = saved
+        self.in_slots = in_slots
+        self.out_slot = out_slot   # an int, or a tuple of ints for multiple results
+
+
+class ReverseTrace(Trace):
+    """A Wengert tape: records in execution order, which is already a topological order."""
+
+    kind = "reverse"
+    tracer_class = ReverseTracer   # replaced by the full ndarray surface in tape.tracer
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[Record] = []
+        self.n_slots = 0
+
+    def new_leaf(self, value) -> ReverseTracer:
+        slot = self.n_slots
+        self.n_slots = slot + 1
+        return self.tracer_class(value, self, slot)
+
+    def constant(self, value) -> ReverseTracer:
+        """A fresh buffer at this level that carries no derivative yet (np.zeros_like)."""
+        t = self.new_leaf(value)
+        t.owned = True
+        return t
+
+    def process(self, prim: Primitive, args: Sequence, params: dict):
+        vals = list(args)
+        in_slots = []
+        for i, a in enumerate(args):
+            if isinstance(a, Tracer) and a.level is self:
+                vals[i] = a.value
+                in_slots.append(a.slot)
+                a.owned = False
+            else:
+                in_slots.append(None)
+        in_slots = tuple(in_slots)
+        cfg = config_for(tuple(s is not None for s in in_slots))
+        if prim.augmented_primal is None:
+            raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
+        if not prim.differentiable_rules and _has_tracer(vals):
+            # An outer level differentiates this call too: let it record the primitive, and
+            # refuse the derivative of the (opaque) reverse rule if it is ever asked for.
+            out, saved = bind(prim, vals, params), _OUTER_TRACED
+        else:
+            out, saved = prim.augmented_primal(cfg, *vals, **params)
+        if prim.multiple_results:
+            base = self.n_slots
+            outs = tuple(self.tracer_class(o, self, base + k) for k, o in enumerate(out))
+            self.n_slots = base + len(outs)
+            self.records.append(Record(prim, cfg, saved, in_slots, tuple(range(base, base + len(outs)))))
+            return outs
+        slot = self.n_slots
+        self.n_slots = slot + 1
+        self.records.append(Record(prim, cfg, saved, in_slots, slot))
+        return self.tracer_class(out, self, slot)
+
+    def backward(self, seeds: dict, keep: Sequence[int], nan_check: bool = False) -> dict:
+        """The reverse sweep. `seeds` maps slots to cotangents; returns cotangents of `keep`.
+
+        Cotangents are freed as soon as the sweep has passed their slot; records are released
+        as they are consumed, so saved arrays die during the sweep, not after it.
+        """
+        ct: list = [None] * self.n_slots
+        for s, g in seeds.items():
+            ct[s] = g if ct[s] is None else ct[s] + g
+        keep_set = set(keep)
+        records = self.records
+        self.records = []
+        while records:
+            rec = records.pop()
+            out_slot = rec.out_slot
+            if type(out_slot) is int:
+                g = ct[out_slot]
+                if g is None:
+                    continue
+                if out_slot not in keep_set:
+                    ct[out_slot] = None
+            else:
+                g = tuple(ct[s] for s in out_slot)
+                if all(x is None for x in g):
+                    continue
+                for s in out_slot:
+                    if s not in keep_set:
+                        ct[s] = None
+            saved = rec.saved
+            if saved is _OUTER_TRACED:
+                raise OnceDifferentiableError(rec.prim.name)
+            cts = rec.prim.reverse(rec.config, saved, g)
+            for s, c in zip(rec.in_slots, cts):
+                if s is not None and c is not None:
+                    prev = ct[s]
+                    ct[s] = c if prev is None else prev + c
+        return {s: ct[s] for s in keep}
+
+
+# Residuals of a once-differentiable rule whose inputs an outer level is differentiating.
+_OUTER_TRACED = object()
+
+
+def _has_tracer(vals) -> bool:
+    return any(isinstance(v, Tracer) for v in vals)
+
+
+# --------------------------------------------------------------------------------------------
+# Forward mode
+
+
+class DualTracer(Tracer):
+    __slots__ = ("tangent",)
+
+    def __init__(self, value, trace, tangent):
+        self.value = value
+        self.level = trace
+        self.tangent = tangent
+        self.owned = False
+
+
+class ForwardTrace(Trace):
+    """Dual numbers: each value carries its tangent; JVP rules push tangents forward."""
+
+    kind = "forward"
+    tracer_class = DualTracer   # replaced by the full ndarray surface in tape.tracer
+
+    def new_leaf(self, value, tangent) -> DualTracer:
+        return self.tracer_class(value, self, tangent)
+
+    def constant(self, value) -> DualTracer:
+        """A fresh buffer at this level that carries no derivative yet (np.zeros_like)."""
+        t = self.tracer_class(value, self, None)
+        t.owned = True
+        return t
+
+    def process(self, prim: Primitive, args: Sequence, params: dict):
+        vals = list(args)
+        tans = [None] * len(args)
+        any_tangent = False
+        for i, a in enumerate(args):
+            if isinstance(a, Tracer) and a.level is self:
+                vals[i] = a.value
+                t = a.tangent
+                tans[i] = t
+                a.owned = False
+                if t is not None:
+                    any_tangent = True
+        if not any_tangent:
+            return bind(prim, vals, params)
+        if prim.forward is None:
+            raise NotImplementedError(f"`{prim.name}` has no forward-mode (JVP) rule")
+        if not prim.differentiable_rules and (_has_tracer(vals) or _has_tracer(tans)):
+            raise OnceDifferentiableError(prim.name)
+        cfg = config_for(tuple(t is not None for t in tans))
+        out, tangent = prim.forward(cfg, vals, tans, **params)
+        if prim.multiple_results:
+            return tuple(self.tracer_class(o, self, t) for o, t in zip(out, tangent))
+        return self.tracer_class(out, self, tangent)

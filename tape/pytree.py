@@ -1,0 +1,220 @@
+"""Pytrees: nested containers whose leaves are arrays and numbers.
+
+Known containers: tuple, list, dict, namedtuple, dataclass, None, plus classes registered with
+`register_pytree`. A leaf is an array (NumPy, CuPy), a NumPy scalar or a Python number; strings,
+bools and None are *static* leaves (carried along, never differentiated).
+
+Every leaf has a path, written as the user would reach it (`model.proj.w_k`, `params['b'][0]`),
+so errors can say exactly which leaf is at fault.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from numbers import Number
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from .core import Tracer
+from .errors import PytreeError
+
+
+class PathEntry(NamedTuple):
+    kind: str   # "attr", "item" (mutable container), "index" (immutable container)
+    key: Any
+
+
+class TreeDef:
+    __slots__ = ("kind", "aux", "children")
+
+    def __init__(self, kind, aux=None, children=()):
+        self.kind = kind
+        self.aux = aux
+        self.children = children
+
+    def __eq__(self, other):
+        return (isinstance(other, TreeDef) and self.kind == other.kind
+                and _aux_key(self) == _aux_key(other) and self.children == other.children)
+
+    def __repr__(self):
+        return f"TreeDef({self.kind}, {len(self.children)} children)"
+
+
+def _aux_key(td):
+    if td.kind in ("dataclass", "fields"):
+        return td.aux[0], td.aux[1]
+    if td.kind == "custom":
+        return td.aux[0]
+    return td.aux
+
+
+_REGISTRY: dict[type, tuple] = {}
+
+
+def register_pytree(cls: type, flatten: Callable | None = None, unflatten: Callable | None = None,
+                    *, fields: Sequence[str] | None = None) -> type:
+    """Teach the engine to traverse a user class.
+
+    Either give ``fields`` (attribute names; paths read ``obj.name`` and float attributes of a
+    shadow are accumulated in place), or ``flatten(obj) -> (children, aux)`` and
+    ``unflatten(aux, children) -> obj``.
+
+    >>> class Linear:
+    ...     def __init__(self, w, b): self.w, self.b = w, b
+    >>> _ = register_pytree(Linear, fields=("w", "b"))
+    >>> leaves, _ = flatten(Linear(np.ones(2), 0.5)); len(leaves)
+    2
+    """
+    if fields is not None:
+        _REGISTRY[cls] = ("fields", tuple(fields))
+    elif flatten is not None and unflatten is not None:
+        _REGISTRY[cls] = ("custom", (flatten, unflatten))
+    else:
+        raise TypeError("register_pytree needs either fields=... or both flatten and unflatten")
+    return cls
+
+
+def is_array(x) -> bool:
+    return isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
+
+
+def is_leaf(x) -> bool:
+    return (isinstance(x, (Tracer, np.ndarray, np.generic, Number))
+            or hasattr(x, "__cuda_array_interface__"))
+
+
+_STATIC = (str, bytes, type(None), bool, type(Ellipsis))
+
+
+def flatten(tree) -> tuple[list, TreeDef]:
+    """Leaves in a fixed order and the structure to rebuild the tree from them."""
+    leaves: list = []
+    td = _flatten(tree, leaves, None)
+    return leaves, td
+
+
+def flatten_with_paths(tree) -> tuple[list, list, TreeDef]:
+    leaves: list = []
+    paths: list = []
+    td = _flatten(tree, leaves, paths, ())
+    return leaves, paths, td
+
+
+def _flatten(x, leaves, paths, path=()):
+    if is_leaf(x) and not isinstance(x, bool):
+        leaves.append(x)
+        if paths is not None:
+            paths.append(path)
+        return _LEAF
+    if isinstance(x, _STATIC):
+        return TreeDef("static", x)
+    t = type(x)
+    reg = _REGISTRY.get(t)
+    if reg is not None:
+        kind, spec = reg
+        if kind == "fields":
+            kids = [_flatten(getattr(x, f), leaves, paths, path + (PathEntry("attr", f),))
+                    for f in spec]
+            return TreeDef("fields", (t, spec, x), tuple(kids))
+        children, aux = spec[0](x)
+        kids = [_flatten(c, leaves, paths, path + (PathEntry("index", i),))
+                for i, c in enumerate(children)]
+        return TreeDef("custom", (t, aux), tuple(kids))
+    if t is tuple:
+        return TreeDef("tuple", len(x), tuple(
+            _flatten(c, leaves, paths, path + (PathEntry("index", i),)) for i, c in enumerate(x)))
+    if t is list:
+        return TreeDef("list", len(x), tuple(
+            _flatten(c, leaves, paths, path + (PathEntry("item", i),)) for i, c in enumerate(x)))
+    if t is dict:
+        keys = tuple(x.keys())
+        return TreeDef("dict", keys, tuple(
+            _flatten(x[k], leaves, paths, path + (PathEntry("item", k),)) for k in keys))
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return TreeDef("namedtuple", t, tuple(
+            _flatten(getattr(x, f), leaves, paths, path + (PathEntry("attr", f),))
+            for f in t._fields))
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        kids = [_flatten(getattr(x, f), leaves, paths, path + (PathEntry("attr", f),))
+                for f in names]
+        return TreeDef("dataclass", (t, names, x), tuple(kids))
+    raise PytreeError(
+        f"cannot differentiate through an object of type {t.__module__}.{t.__qualname__} at "
+        f"{format_path(path, 'argument')}: make it a dataclass, or register it with "
+        "tape.register_pytree(cls, fields=(...)) or register_pytree(cls, flatten, unflatten)")
+
+
+_LEAF = TreeDef("leaf")
+
+
+def unflatten(td: TreeDef, leaves: Sequence) -> Any:
+    it = iter(leaves)
+    out = _unflatten(td, it)
+    return out
+
+
+def _unflatten(td, it):
+    kind = td.kind
+    if kind == "leaf":
+        return next(it)
+    if kind == "static":
+        return td.aux
+    kids = [_unflatten(c, it) for c in td.children]
+    if kind == "tuple":
+        return tuple(kids)
+    if kind == "list":
+        return kids
+    if kind == "dict":
+        return dict(zip(td.aux, kids))
+    if kind == "namedtuple":
+        return td.aux(*kids)
+    if kind in ("dataclass", "fields"):
+        cls, names, original = td.aux
+        obj = copy.copy(original)
+        for name, value in zip(names, kids):
+            object.__setattr__(obj, name, value)
+        return obj
+    if kind == "custom":
+        cls, aux = td.aux
+        return _REGISTRY[cls][1][1](aux, kids)
+    raise AssertionError(kind)
+
+
+def tree_map(fn: Callable, tree, *rest) -> Any:
+    """Apply `fn` leaf by leaf to trees of the same structure."""
+    leaves, td = flatten(tree)
+    others = [flatten(r)[0] for r in rest]
+    return unflatten(td, [fn(*xs) for xs in zip(leaves, *others)])
+
+
+def format_path(path: Sequence[PathEntry], root: str) -> str:
+    out = root
+    for entry in path:
+        if entry.kind == "attr":
+            out += f".{entry.key}"
+        else:
+            out += f"[{entry.key!r}]"
+    return out
+
+
+def get_at(tree, path: Sequence[PathEntry]):
+    for entry in path:
+        tree = getattr(tree, entry.key) if entry.kind == "attr" else tree[entry.key]
+    return tree
+
+
+def set_at(tree, path: Sequence[PathEntry], value, root: str = "argument") -> None:
+    """Replace the leaf at `path` (used to accumulate float leaves of mutable containers)."""
+    parent = get_at(tree, path[:-1])
+    last = path[-1]
+    if last.kind == "index" or isinstance(parent, tuple):
+        raise PytreeError(
+            f"cannot accumulate into the immutable leaf {format_path(path, root)}: a number inside "
+            "a tuple cannot be updated in place. Use a list, a dict or a dataclass for the "
+            "shadow, or mark the argument Active")
+    if last.kind == "attr":
+        object.__setattr__(parent, last.key, value)
+    else:
+        parent[last.key] = value

@@ -1,0 +1,279 @@
+"""The ndarray surface of a tracer, so that unmodified NumPy code is differentiated.
+
+Operators and methods look their primitive up in three plain dicts that `ops/` fills in:
+`UFUNC_RULES` (keyed by NumPy ufunc), `FUNCTION_RULES` (keyed by NumPy function, reached through
+`__array_function__`) and `METHOD_RULES` (keyed by name, for what has no NumPy function:
+`__getitem__`, `__setitem__`, `astype`, `copy`). The engine never imports a rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, primal
+from .errors import NonDifferentiableError
+
+UFUNC_RULES: dict = {}
+FUNCTION_RULES: dict = {}
+METHOD_RULES: dict = {}
+
+
+def _missing(what: str):
+    return NotImplementedError(
+        f"hecate has no derivative rule for {what}; it cannot be applied to a traced value. "
+        "Register one with tape.custom_rule, or mark it tape.inactive if it has no derivative.")
+
+
+def _ufunc(ufunc):
+    def call(*args, **kw):
+        rule = UFUNC_RULES.get(ufunc)
+        if rule is None:
+            raise _missing(f"numpy.{ufunc.__name__}")
+        return rule(*args, **kw)
+    return call
+
+
+def _function(func):
+    def call(*args, **kw):
+        rule = FUNCTION_RULES.get(func)
+        if rule is None:
+            raise _missing(f"numpy.{func.__name__}")
+        return rule(*args, **kw)
+    return call
+
+
+def _method(name):
+    def call(*args, **kw):
+        rule = METHOD_RULES.get(name)
+        if rule is None:
+            raise _missing(f"ndarray.{name}")
+        return rule(*args, **kw)
+    return call
+
+
+def _binary(ufunc):
+    call = _ufunc(ufunc)
+    return (lambda self, other: call(self, other)), (lambda self, other: call(other, self))
+
+
+def _inplace(ufunc):
+    call = _ufunc(ufunc)
+
+    def iop(self, other):
+        result = call(self, other)
+        return self._write(result)
+    return iop
+
+
+def _refuse(kind):
+    def refuse(self, *args):
+        raise NonDifferentiableError(
+            f"converting a traced value to {kind} would drop its derivative. Keep it as an "
+            "array (use np.zeros_like(x) for buffers you write into), or take "
+            "tape.primal(x) if you really want the plain value without derivative.")
+    return refuse
+
+
+class _Surface:
+    """Mixed into both tracer kinds: the ndarray protocol and operator surface."""
+
+    __slots__ = ()
+    __array_priority__ = 1000.0
+
+    # -- NumPy protocols ------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        if method == "__call__":
+            result = _ufunc(ufunc)(*inputs, **kwargs)
+        elif method == "reduce" and ufunc in _REDUCE_AS:
+            result = _function(_REDUCE_AS[ufunc])(*inputs, **kwargs)
+        elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
+            result = _function(_ACCUMULATE_AS[ufunc])(*inputs, **kwargs)
+        else:
+            raise _missing(f"numpy.{ufunc.__name__}.{method}")
+        if out is None:
+            return result
+        return _write_out(out, result, ufunc.__name__)
+
+    def __array_function__(self, func, types, args, kwargs):
+        rule = FUNCTION_RULES.get(func)
+        if rule is None:
+            raise _missing(f"numpy.{getattr(func, '__name__', func)}")
+        return rule(*args, **kwargs)
+
+    __array__ = _refuse("a plain NumPy array")
+    __float__ = _refuse("a Python float")
+    __int__ = _refuse("a Python int")
+    __complex__ = _refuse("a Python complex")
+    item = _refuse("a Python scalar (.item())")
+    tolist = _refuse("a Python list (.tolist())")
+
+    def __bool__(self):
+        # Control flow on a value is allowed (its derivative is not needed to branch).
+        return bool(primal(self))
+
+    __hash__ = object.__hash__
+
+    # -- attributes -----------------------------------------------------------------------
+    shape = property(lambda self: np.shape(primal(self)))
+    ndim = property(lambda self: np.ndim(primal(self)))
+    size = property(lambda self: np.size(primal(self)))
+    dtype = property(lambda self: _dtype_of(primal(self)))
+    T = property(lambda self: _function(np.transpose)(self))
+    mT = property(lambda self: _function(np.swapaxes)(self, -1, -2))
+    real = property(lambda self: _function(np.real)(self))
+    imag = property(lambda self: _function(np.imag)(self))
+
+    def __len__(self):
+        return len(primal(self))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        return f"{type(self).__name__}(level={self.level.depth}, {primal(self)!r})"
+
+    # -- operators ------------------------------------------------------------------------
+    __add__, __radd__ = _binary(np.add)
+    __sub__, __rsub__ = _binary(np.subtract)
+    __mul__, __rmul__ = _binary(np.multiply)
+    __truediv__, __rtruediv__ = _binary(np.true_divide)
+    __floordiv__, __rfloordiv__ = _binary(np.floor_divide)
+    __mod__, __rmod__ = _binary(np.remainder)
+    __pow__, __rpow__ = _binary(np.power)
+    __matmul__, __rmatmul__ = _binary(np.matmul)
+    __lt__ = lambda self, other: _ufunc(np.less)(self, other)
+    __le__ = lambda self, other: _ufunc(np.less_equal)(self, other)
+    __gt__ = lambda self, other: _ufunc(np.greater)(self, other)
+    __ge__ = lambda self, other: _ufunc(np.greater_equal)(self, other)
+    __eq__ = lambda self, other: _ufunc(np.equal)(self, other)
+    __ne__ = lambda self, other: _ufunc(np.not_equal)(self, other)
+    __neg__ = lambda self: _ufunc(np.negative)(self)
+    __pos__ = lambda self: _ufunc(np.positive)(self)
+    __abs__ = lambda self: _ufunc(np.absolute)(self)
+    __iadd__ = _inplace(np.add)
+    __isub__ = _inplace(np.subtract)
+    __imul__ = _inplace(np.multiply)
+    __itruediv__ = _inplace(np.true_divide)
+    __ipow__ = _inplace(np.power)
+    __imatmul__ = _inplace(np.matmul)
+
+    def __getitem__(self, index):
+        return _method("__getitem__")(self, index)
+
+    def __setitem__(self, index, value):
+        new = _method("__setitem__")(self, index, value, inplace=self.owned)
+        self._become(new)
+
+    def _write(self, result):
+        """Make this tracer hold `result`, NumPy style: arrays are updated in place, while
+        0-d values behave like Python numbers (the name is simply rebound)."""
+        if np.ndim(primal(self)) == 0 and not isinstance(primal(self), np.ndarray):
+            return result
+        self[...] = result
+        return self
+
+    # -- methods --------------------------------------------------------------------------
+    def sum(self, *a, **k): return _function(np.sum)(self, *a, **k)
+    def mean(self, *a, **k): return _function(np.mean)(self, *a, **k)
+    def prod(self, *a, **k): return _function(np.prod)(self, *a, **k)
+    def max(self, *a, **k): return _function(np.max)(self, *a, **k)
+    def min(self, *a, **k): return _function(np.min)(self, *a, **k)
+    def var(self, *a, **k): return _function(np.var)(self, *a, **k)
+    def std(self, *a, **k): return _function(np.std)(self, *a, **k)
+    def ptp(self, *a, **k): return _function(np.ptp)(self, *a, **k)
+    def cumsum(self, *a, **k): return _function(np.cumsum)(self, *a, **k)
+    def cumprod(self, *a, **k): return _function(np.cumprod)(self, *a, **k)
+    def dot(self, other): return _function(np.dot)(self, other)
+    def clip(self, *a, **k): return _function(np.clip)(self, *a, **k)
+    def round(self, *a, **k): return _function(np.round)(self, *a, **k)
+    def conj(self): return _ufunc(np.conjugate)(self)
+    conjugate = conj
+    def squeeze(self, *a, **k): return _function(np.squeeze)(self, *a, **k)
+    def swapaxes(self, a1, a2): return _function(np.swapaxes)(self, a1, a2)
+    def repeat(self, *a, **k): return _function(np.repeat)(self, *a, **k)
+    def take(self, *a, **k): return _function(np.take)(self, *a, **k)
+    def diagonal(self, *a, **k): return _function(np.diagonal)(self, *a, **k)
+    def trace(self, *a, **k): return _function(np.trace)(self, *a, **k)
+    def ravel(self, *a, **k): return _function(np.ravel)(self, *a, **k)
+    def flatten(self): return _function(np.ravel)(self).copy()
+    def argmax(self, *a, **k): return np.argmax(primal(self), *a, **k)
+    def argmin(self, *a, **k): return np.argmin(primal(self), *a, **k)
+    def argsort(self, *a, **k): return np.argsort(primal(self), *a, **k)
+    def nonzero(self): return np.nonzero(primal(self))
+    def all(self, *a, **k): return np.all(primal(self), *a, **k)
+    def any(self, *a, **k): return np.any(primal(self), *a, **k)
+    def astype(self, dtype, *a, **k): return _method("astype")(self, dtype)
+    def copy(self, *a, **k): return _method("copy")(self)
+
+    def reshape(self, *shape, **k):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = shape[0]
+        return _function(np.reshape)(self, shape, **k)
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and not isinstance(axes[0], int):
+            axes = axes[0]
+        return _function(np.transpose)(self, axes or None)
+
+    def fill(self, value):
+        self[...] = value
+
+
+def _dtype_of(x):
+    dt = getattr(x, "dtype", None)
+    return dt if dt is not None else np.result_type(x)
+
+
+def _write_out(out, result, name):
+    target = out[0] if isinstance(out, tuple) else out
+    if isinstance(target, Tracer):
+        target[...] = result
+        return target
+    if isinstance(result, Tracer):
+        raise NonDifferentiableError(
+            f"numpy.{name}(..., out=...) would write a traced value into a plain array, which "
+            "cannot carry a derivative; allocate the output with np.zeros_like(x) instead")
+    target[...] = result
+    return target
+
+
+# ufunc.reduce / ufunc.accumulate spelled as the functions that have rules.
+_REDUCE_AS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min}
+_ACCUMULATE_AS = {np.add: np.cumsum, np.multiply: np.cumprod}
+
+
+class ReverseTracerArray(_Surface, ReverseTracer):
+    """A value on a reverse-mode tape."""
+
+    __slots__ = ()
+
+    def _become(self, new):
+        if not (isinstance(new, ReverseTracer) and new.level is self.level):
+            raise _leak_error()
+        self.value, self.slot, self.owned = new.value, new.slot, True
+
+
+class DualTracerArray(_Surface, DualTracer):
+    """A value carrying a forward-mode tangent."""
+
+    __slots__ = ()
+
+    def _become(self, new):
+        if isinstance(new, DualTracer) and new.level is self.level:
+            self.value, self.tangent = new.value, new.tangent
+        elif isinstance(new, Tracer) and new.level.depth > self.level.depth:
+            raise _leak_error()
+        else:  # the written value carries no tangent at this level
+            self.value, self.tangent = new, None
+        self.owned = True
+
+
+def _leak_error():
+    return NonDifferentiableError(
+        "a value of an inner autodiff was written into a buffer of an outer one; return it "
+        "from the inner function instead")
+
+
+ReverseTrace.tracer_class = ReverseTracerArray
+ForwardTrace.tracer_class = DualTracerArray
