@@ -138,3 +138,39 @@ def _power_d_exponent(x, y, ans):
 
 
 power = binary(np.power, _power_d_base, _power_d_exponent)
+
+
+# -- where: a selection, differentiable in both branches -----------------------------------------
+def _where_augmented(cfg, x, y, condition):
+    return np.where(condition, x, y), (condition, shape_of(x), shape_of(y))
+
+
+def _where_reverse(cfg, saved, g):
+    condition, sx, sy = saved
+    zero = np.zeros_like(g)
+    gx = unbroadcast(np.where(condition, g, zero), sx) if cfg.active[0] else None
+    gy = unbroadcast(np.where(condition, zero, g), sy) if cfg.active[1] else None
+    return gx, gy
+
+
+def _where_forward(cfg, primals, tangents, condition):
+    x, y = primals
+    ans = np.where(condition, x, y)
+    tx, ty = (t if t is not None else np.zeros_like(p) for t, p in zip(tangents, primals))
+    return ans, np.where(condition, tx, ty) + np.zeros_like(ans)
+
+
+where = defprimitive("where", lambda x, y, condition: np.where(condition, x, y),
+                     _where_augmented, _where_reverse, _where_forward)
+
+
+def _where(condition, x=None, y=None):
+    from tape.core import primal
+    if x is None and y is None:
+        return np.nonzero(primal(condition))
+    return where(x, y, condition=primal(condition))
+
+
+from tape.rules import register_function  # noqa: E402
+
+register_function(np.where, _where)

@@ -1,0 +1,1 @@
+"""contractions (to be written)."""

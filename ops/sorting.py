@@ -1,0 +1,1 @@
+"""sorting (to be written)."""
