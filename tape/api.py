@@ -60,9 +60,9 @@ def _argument_names(f, n):
     for i in range(n):
         if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
                                                   params[i].POSITIONAL_OR_KEYWORD):
-            names.append(f"argument {i} (`{params[i].name}`)")
+            names.append((f"argument {i} (`{params[i].name}`)", params[i].name))
         else:
-            names.append(f"argument {i}")
+            names.append((f"argument {i}", f"args[{i}]"))
     return names
 
 
@@ -77,12 +77,12 @@ def _is_float(x) -> bool:
 class _Leaves:
     """The differentiable leaves of one annotated argument, with their tracers."""
 
-    __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
-                 "first_slots")
+    __slots__ = ("annotation", "name", "root", "leaves", "paths", "treedef", "tracers",
+                 "shadows", "first_slots")
 
     def __init__(self, annotation, name):
         self.annotation = annotation
-        self.name = name
+        self.name, self.root = name
         self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val)
         kind = type(annotation).__name__
         if not self.leaves or not any(_is_float(x) for x in self.leaves):
@@ -95,7 +95,10 @@ class _Leaves:
         self.first_slots = []
 
     def path(self, i):
-        return format_path(self.paths[i], self.name)
+        """`model.proj.w_k (argument 0)`: the leaf as the user reaches it."""
+        if not self.paths[i]:
+            return self.name
+        return f"{format_path(self.paths[i], self.root)} ({self.name.split(' (')[0]})"
 
 
 def _describe(x):
@@ -145,13 +148,13 @@ def _reverse(mode, f, ret_activity, annotated, names):
                 call_args.append(ann.val)
                 continue
             if not isinstance(ann, (Active, Duplicated)):
-                raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
+                raise ActivityError(f"{name[0]}: {type(ann).__name__} is not supported in reverse mode")
             arg = _Leaves(ann, name)
             if isinstance(ann, Duplicated):
                 _check_shadow(arg)
                 if not arg.paths[0] and not _is_mutable_leaf(ann.val):
                     raise ActivityError(
-                        f"{name} is Duplicated but is an immutable scalar "
+                        f"{name[0]} is Duplicated but is an immutable scalar "
                         f"({type(ann.val).__name__}); its shadow could not be updated. "
                         "Mark it Active to get its derivative returned")
             for x in arg.leaves:
@@ -176,6 +179,9 @@ def _reverse(mode, f, ret_activity, annotated, names):
             _write_back_reverse(arg, trace, seeds)
         keep = [s for arg in groups for s in arg.first_slots if s is not None]
         cts = trace.backward(seeds, keep) if seeds else {}
+        # Only now: records may have saved the caller's own arrays, which this overwrites.
+        for arg in groups:
+            _write_primals(arg)
 
     derivs = []
     for ann in annotated:
@@ -222,12 +228,17 @@ def _write_back_reverse(arg, trace, seeds):
         first = arg.first_slots[i]
         if first is None or t.slot == first:
             continue
-        leaf = arg.leaves[i]
-        leaf[...] = t.value
         if arg.shadows is not None:
             shadow = arg.shadows[i]
             seeds[t.slot] = shadow.copy()
             shadow[...] = 0
+
+
+def _write_primals(arg):
+    for i, t in enumerate(arg.tracers):
+        first = arg.first_slots[i]
+        if first is not None and t.slot != first:
+            arg.leaves[i][...] = t.value
 
 
 def _accumulate_shadows(arg, cts):
@@ -242,7 +253,7 @@ def _accumulate_shadows(arg, cts):
             shadow += g
         else:
             set_at(arg.annotation.dval, arg.paths[i], type(shadow)(shadow + g),
-                   root=f"shadow of {arg.name}")
+                   root=f"shadow of {arg.root}")
 
 
 def _active_result(arg, cts):
@@ -299,7 +310,7 @@ def _forward(mode, f, ret_activity, annotated, names):
                 call_args.append(ann.val)
                 continue
             if isinstance(ann, Active):
-                raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
+                raise ActivityError(f"{name[0]}: Active is not allowed in forward mode; use "
                                     "Duplicated(x, dx) with the tangent dx")
             arg = _Leaves(ann, name)
             _check_shadow(arg)
