@@ -10,7 +10,7 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
                          DuplicatedNoNeed, Mode)
 from .backend import array_module, module_name
 from .core import ForwardTrace, ReverseTrace, Tracer
-from .errors import ActivityError
+from .errors import ActivityError, PytreeError
 from .pytree import flatten, flatten_with_paths, format_path, set_at, unflatten
 from . import tracer as _surface  # noqa: F401  (installs the ndarray surface on tracers)
 
@@ -152,6 +152,7 @@ def _reverse(mode, f, ret_activity, annotated, names):
             arg = _Leaves(ann, name)
             if isinstance(ann, Duplicated):
                 _check_shadow(arg)
+                _check_shadow_writable(arg)
                 if not arg.paths[0] and not _is_mutable_leaf(ann.val):
                     raise ActivityError(
                         f"{name[0]} is Duplicated but is an immutable scalar "
@@ -198,6 +199,18 @@ def _reverse(mode, f, ret_activity, annotated, names):
     if mode.with_primal:
         result += (_strip(out, trace),)
     return result
+
+
+def _check_shadow_writable(arg):
+    """Reverse mode adds into shadows in place: refuse, before running f, a float shadow leaf
+    that sits in a tuple (it could not be updated)."""
+    for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
+        if (_is_float(x) and arg.paths[i] and not _is_mutable_leaf(dx)
+                and arg.paths[i][-1].kind == "index"):
+            raise PytreeError(
+                f"cannot accumulate into the immutable leaf {arg.path(i)} of the shadow: a "
+                "number inside a tuple cannot be updated in place. Use a list, a dict or a "
+                "dataclass for the shadow, or mark the argument Active")
 
 
 def _is_mutable_leaf(x):

@@ -39,7 +39,6 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     """
     prim = Primitive(name or getattr(fn, "__name__", "custom_rule"), fn, augmented_primal,
                      _checked_reverse(fn, reverse), forward, differentiable, multiple_results)
-    functools.update_wrapper(prim, fn, assigned=("__doc__",), updated=())
     return prim
 
 
