@@ -51,19 +51,36 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
 # Arguments
 
 
+class _ArgumentName:
+    """`argument 1 (`model`)` for error messages, looked up only when an error needs it
+    (speed-up: inspect.signature costs more than a small differentiation)."""
+
+    __slots__ = ("f", "i")
+
+    def __init__(self, f, i):
+        self.f, self.i = f, i
+
+    def parameter(self):
+        try:
+            params = list(inspect.signature(self.f).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if self.i < len(params) and params[self.i].kind in (
+                params[self.i].POSITIONAL_ONLY, params[self.i].POSITIONAL_OR_KEYWORD):
+            return params[self.i].name
+        return None
+
+    def __str__(self):
+        name = self.parameter()
+        return f"argument {self.i}" + (f" (`{name}`)" if name else "")
+
+    @property
+    def root(self):
+        return self.parameter() or f"args[{self.i}]"
+
+
 def _argument_names(f, n):
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = []
-    for i in range(n):
-        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
-                                                  params[i].POSITIONAL_OR_KEYWORD):
-            names.append((f"argument {i} (`{params[i].name}`)", params[i].name))
-        else:
-            names.append((f"argument {i}", f"args[{i}]"))
-    return names
+    return [_ArgumentName(f, i) for i in range(n)]
 
 
 def _is_float(x) -> bool:
@@ -77,12 +94,12 @@ def _is_float(x) -> bool:
 class _Leaves:
     """The differentiable leaves of one annotated argument, with their tracers."""
 
-    __slots__ = ("annotation", "name", "root", "leaves", "paths", "treedef", "tracers",
-                 "shadows", "first_slots")
+    __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
+                 "first_slots")
 
     def __init__(self, annotation, name):
         self.annotation = annotation
-        self.name, self.root = name
+        self.name = name
         self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val)
         kind = type(annotation).__name__
         if not self.leaves or not any(_is_float(x) for x in self.leaves):
@@ -97,8 +114,8 @@ class _Leaves:
     def path(self, i):
         """`model.proj.w_k (argument 0)`: the leaf as the user reaches it."""
         if not self.paths[i]:
-            return self.name
-        return f"{format_path(self.paths[i], self.root)} ({self.name.split(' (')[0]})"
+            return str(self.name)
+        return f"{format_path(self.paths[i], self.name.root)} (argument {self.name.i})"
 
 
 def _describe(x):
@@ -148,14 +165,14 @@ def _reverse(mode, f, ret_activity, annotated, names):
                 call_args.append(ann.val)
                 continue
             if not isinstance(ann, (Active, Duplicated)):
-                raise ActivityError(f"{name[0]}: {type(ann).__name__} is not supported in reverse mode")
+                raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
             arg = _Leaves(ann, name)
             if isinstance(ann, Duplicated):
                 _check_shadow(arg)
                 _check_shadow_writable(arg)
                 if not arg.paths[0] and not _is_mutable_leaf(ann.val):
                     raise ActivityError(
-                        f"{name[0]} is Duplicated but is an immutable scalar "
+                        f"{name} is Duplicated but is an immutable scalar "
                         f"({type(ann.val).__name__}); its shadow could not be updated. "
                         "Mark it Active to get its derivative returned")
             for x in arg.leaves:
@@ -266,7 +283,7 @@ def _accumulate_shadows(arg, cts):
             shadow += g
         else:
             set_at(arg.annotation.dval, arg.paths[i], type(shadow)(shadow + g),
-                   root=f"shadow of {arg.root}")
+                   root=f"shadow of {arg.name.root}")
 
 
 def _active_result(arg, cts):
@@ -323,7 +340,7 @@ def _forward(mode, f, ret_activity, annotated, names):
                 call_args.append(ann.val)
                 continue
             if isinstance(ann, Active):
-                raise ActivityError(f"{name[0]}: Active is not allowed in forward mode; use "
+                raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
                                     "Duplicated(x, dx) with the tangent dx")
             arg = _Leaves(ann, name)
             _check_shadow(arg)

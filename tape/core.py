@@ -50,6 +50,12 @@ def config_for(active: tuple) -> RuleConfig:
     return cfg
 
 
+_ACTIVE_1 = config_for((True,))
+_ACTIVE_11 = config_for((True, True))
+_ACTIVE_10 = config_for((True, False))
+_ACTIVE_01 = config_for((False, True))
+
+
 class Primitive:
     """A differentiable function: an implementation plus its rules.
 
@@ -82,7 +88,18 @@ class Primitive:
         self.multiple_results = multiple_results
 
     def __call__(self, *args, **params):
-        return bind(self, args, params)
+        # Speed-up: `bind` inlined, as this is the entry of every recorded operation.
+        top = None
+        for a in args:
+            if isinstance(a, Tracer):
+                t = a.level
+                if top is None or t.depth > top.depth:
+                    top = t
+        if top is None:
+            return self.impl(*args, **params)
+        if not top.alive:
+            raise _escaped(self)
+        return top.process(self, args, params)
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -108,10 +125,14 @@ def bind(prim: Primitive, args: Sequence, params: dict):
     if top is None:
         return prim.impl(*args, **params)
     if not top.alive:
-        raise EscapedTracerError(
-            f"a traced value from a finished differentiation reached `{prim.name}`; values "
-            "created inside autodiff's function must not be used after it returns")
+        raise _escaped(prim)
     return top.process(prim, args, params)
+
+
+def _escaped(prim):
+    return EscapedTracerError(
+        f"a traced value from a finished differentiation reached `{prim.name}`; values "
+        "created inside autodiff's function must not be used after it returns")
 
 
 def primal(x: Any) -> Any:
@@ -159,28 +180,20 @@ class ReverseTracer(Tracer):
         self.owned = False
 
 
-class Record:
-    """One entry of the Wengert tape."""
-
-    __slots__ = ("prim", "config", "saved", "in_slots", "out_slot")
-
-    def __init__(self, prim, config, saved, in_slots, out_slot):
-        self.prim = prim
-        self.config = config
-        self.saved = saved
-        self.in_slots = in_slots
-        self.out_slot = out_slot   # an int, or a tuple of ints for multiple results
-
-
 class ReverseTrace(Trace):
-    """A Wengert tape: records in execution order, which is already a topological order."""
+    """A Wengert tape: records in execution order, which is already a topological order.
+
+    A record is the tuple ``(prim, config, saved, in_slots, out_slot)``: ``in_slots[i]`` is the
+    slot of argument i (None for a constant) and ``out_slot`` an int, or a tuple of ints for a
+    primitive with several results. (Speed-up: plain tuples, not objects, on the hot path.)
+    """
 
     kind = "reverse"
     tracer_class = ReverseTracer   # replaced by the full ndarray surface in tape.tracer
 
     def __init__(self):
         super().__init__()
-        self.records: list[Record] = []
+        self.records: list[tuple] = []
         self.n_slots = 0
 
     def new_leaf(self, value) -> ReverseTracer:
@@ -195,37 +208,55 @@ class ReverseTrace(Trace):
         return t
 
     def process(self, prim: Primitive, args: Sequence, params: dict):
-        vals = list(args)
-        in_slots = []
-        for i, a in enumerate(args):
+        # Speed-up: the one- and two-argument cases avoid building lists.
+        n = len(args)
+        if n == 1:
+            a = args[0]                   # bind chose this trace, so `a` is one of ours
+            a.owned = False
+            vals, in_slots, cfg = (a.value,), (a.slot,), _ACTIVE_1
+        elif n == 2:
+            a, b = args
             if isinstance(a, Tracer) and a.level is self:
-                vals[i] = a.value
-                in_slots.append(a.slot)
                 a.owned = False
+                if isinstance(b, Tracer) and b.level is self:
+                    b.owned = False
+                    vals, in_slots, cfg = (a.value, b.value), (a.slot, b.slot), _ACTIVE_11
+                else:
+                    vals, in_slots, cfg = (a.value, b), (a.slot, None), _ACTIVE_10
             else:
-                in_slots.append(None)
-        in_slots = tuple(in_slots)
-        cfg = config_for(tuple(s is not None for s in in_slots))
-        if prim.augmented_primal is None:
-            raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
+                b.owned = False
+                vals, in_slots, cfg = (a, b.value), (None, b.slot), _ACTIVE_01
+        else:
+            vals, slots = [], []
+            for a in args:
+                if isinstance(a, Tracer) and a.level is self:
+                    a.owned = False
+                    vals.append(a.value)
+                    slots.append(a.slot)
+                else:
+                    vals.append(a)
+                    slots.append(None)
+            in_slots = tuple(slots)
+            cfg = config_for(tuple(s is not None for s in slots))
         if not prim.differentiable_rules and _has_tracer(vals):
             # An outer level differentiates this call too: let it record the primitive, and
             # refuse the derivative of the (opaque) reverse rule if it is ever asked for.
             out, saved = bind(prim, vals, params), _OUTER_TRACED
         else:
-            out, saved = prim.augmented_primal(cfg, *vals, **params)
-        if prim.multiple_results:
-            base = self.n_slots
-            outs = tuple(self.tracer_class(o, self, base + k) for k, o in enumerate(out))
-            self.n_slots = base + len(outs)
-            self.records.append(Record(prim, cfg, saved, in_slots, tuple(range(base, base + len(outs)))))
-            return outs
+            augmented = prim.augmented_primal
+            if augmented is None:
+                raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
+            out, saved = augmented(cfg, *vals, **params)
         slot = self.n_slots
+        if prim.multiple_results:
+            self.n_slots = slot + len(out)
+            self.records.append((prim, cfg, saved, in_slots, tuple(range(slot, slot + len(out)))))
+            return tuple(self.tracer_class(o, self, slot + k) for k, o in enumerate(out))
         self.n_slots = slot + 1
-        self.records.append(Record(prim, cfg, saved, in_slots, slot))
+        self.records.append((prim, cfg, saved, in_slots, slot))
         return self.tracer_class(out, self, slot)
 
-    def backward(self, seeds: dict, keep: Sequence[int], nan_check: bool = False) -> dict:
+    def backward(self, seeds: dict, keep: Sequence[int]) -> dict:
         """The reverse sweep. `seeds` maps slots to cotangents; returns cotangents of `keep`.
 
         Cotangents are freed as soon as the sweep has passed their slot; records are released
@@ -238,8 +269,7 @@ class ReverseTrace(Trace):
         records = self.records
         self.records = []
         while records:
-            rec = records.pop()
-            out_slot = rec.out_slot
+            prim, cfg, saved, in_slots, out_slot = records.pop()
             if type(out_slot) is int:
                 g = ct[out_slot]
                 if g is None:
@@ -253,11 +283,10 @@ class ReverseTrace(Trace):
                 for s in out_slot:
                     if s not in keep_set:
                         ct[s] = None
-            saved = rec.saved
             if saved is _OUTER_TRACED:
-                raise OnceDifferentiableError(rec.prim.name)
-            cts = rec.prim.reverse(rec.config, saved, g)
-            for s, c in zip(rec.in_slots, cts):
+                raise OnceDifferentiableError(prim.name)
+            cts = prim.reverse(cfg, saved, g)
+            for s, c in zip(in_slots, cts):
                 if s is not None and c is not None:
                     prev = ct[s]
                     ct[s] = c if prev is None else prev + c

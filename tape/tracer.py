@@ -51,8 +51,21 @@ def _method(name):
 
 
 def _binary(ufunc):
-    call = _ufunc(ufunc)
-    return (lambda self, other: call(self, other)), (lambda self, other: call(other, self))
+    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol.
+    def op(self, other):
+        try:
+            rule = UFUNC_RULES[ufunc]
+        except KeyError:
+            raise _missing(f"numpy.{ufunc.__name__}") from None
+        return rule(self, other)
+
+    def reflected(self, other):
+        try:
+            rule = UFUNC_RULES[ufunc]
+        except KeyError:
+            raise _missing(f"numpy.{ufunc.__name__}") from None
+        return rule(other, self)
+    return op, reflected
 
 
 def _inplace(ufunc):
@@ -83,10 +96,16 @@ class _Surface:
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.pop("out", None)
         if method == "__call__":
-            result = _ufunc(ufunc)(*inputs, **kwargs)
+            rule = UFUNC_RULES.get(ufunc)
+            if rule is None:
+                raise _missing(f"numpy.{ufunc.__name__}")
+            result = rule(*inputs, **kwargs)
         elif method == "reduce" and ufunc in _REDUCE_AS:
+            # ufunc.reduce defaults to axis=0, the functions it maps to to axis=None.
+            kwargs.setdefault("axis", 0)
             result = _function(_REDUCE_AS[ufunc])(*inputs, **kwargs)
         elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
+            kwargs.setdefault("axis", 0)
             result = _function(_ACCUMULATE_AS[ufunc])(*inputs, **kwargs)
         else:
             raise _missing(f"numpy.{ufunc.__name__}.{method}")
