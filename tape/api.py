@@ -9,6 +9,7 @@ import numpy as np
 from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
                          DuplicatedNoNeed, Mode)
 from .backend import array_module, module_name
+from .constbuffer import as_const
 from .core import ForwardTrace, ReverseTrace, Tracer
 from .errors import ActivityError, PytreeError
 from .pytree import flatten, flatten_with_paths, format_path, set_at, unflatten
@@ -162,7 +163,7 @@ def _reverse(mode, f, ret_activity, annotated, names):
         call_args, groups = [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
-                call_args.append(ann.val)
+                call_args.append(as_const(ann.val, name))
                 continue
             if not isinstance(ann, (Active, Duplicated)):
                 raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
@@ -337,7 +338,7 @@ def _forward(mode, f, ret_activity, annotated, names):
         call_args, groups = [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
-                call_args.append(ann.val)
+                call_args.append(as_const(ann.val, name))
                 continue
             if isinstance(ann, Active):
                 raise ActivityError(f"{name}: Active is not allowed in forward mode; use "

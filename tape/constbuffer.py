@@ -1,0 +1,65 @@
+"""Const array arguments are passed to the function as `ConstBuffer` views.
+
+A view shares memory with the user's array, so non-active writes land in it as usual; writing an
+*active* value into it would silently drop the derivative, so it is refused with an error that
+names the argument. Everything else behaves as a plain ndarray (results are plain ndarrays).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import Tracer
+from .errors import ActivityError
+
+
+def _has_tracer(x) -> bool:
+    if isinstance(x, Tracer):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_has_tracer(v) for v in x)
+    return False
+
+
+def _plain(x):
+    if isinstance(x, ConstBuffer):
+        return x.view(np.ndarray)
+    if type(x) in (list, tuple):
+        return type(x)(_plain(v) for v in x)
+    return x
+
+
+class ConstBuffer(np.ndarray):
+    """An ndarray view that refuses traced writes, naming the Const argument."""
+
+    def __array_finalize__(self, obj):
+        self._argument = getattr(obj, "_argument", "a Const argument")
+
+    def _refuse(self):
+        raise ActivityError(
+            f"{self._argument} is Const, but an active (differentiated) value was written into "
+            "it; its derivative would be lost. Mark the argument Duplicated(x, dx) instead")
+
+    def __setitem__(self, index, value):
+        if _has_tracer(value):
+            self._refuse()
+        self.view(np.ndarray)[index] = _plain(value)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out")
+        if out is not None:
+            if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):
+                self._refuse()
+            kwargs["out"] = tuple(_plain(o) for o in out)
+        return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+
+
+def as_const(value, name):
+    """`value` as seen by the differentiated function when annotated Const."""
+    if type(value) is np.ndarray and value.ndim > 0:
+        view = value.view(ConstBuffer)
+        view._argument = str(name)
+        return view
+    return value
