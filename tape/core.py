@@ -111,7 +111,7 @@ class Tracer:
     The operator and NumPy-protocol surface is attached in `tape.tracer`.
     """
 
-    __slots__ = ("value", "level", "owned", "__weakref__")
+    __slots__ = ("value", "level", "owned", "view_of", "__weakref__")
 
 
 def bind(prim: Primitive, args: Sequence, params: dict):
@@ -178,6 +178,7 @@ class ReverseTracer(Tracer):
         self.level = trace
         self.slot = slot
         self.owned = False
+        self.view_of = None
 
 
 class ReverseTrace(Trace):
@@ -313,6 +314,7 @@ class DualTracer(Tracer):
         self.level = trace
         self.tangent = tangent
         self.owned = False
+        self.view_of = None
 
 
 class ForwardTrace(Trace):

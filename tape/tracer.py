@@ -178,11 +178,17 @@ class _Surface:
     __imatmul__ = _inplace(np.matmul)
 
     def __getitem__(self, index):
-        return _method("__getitem__")(self, index)
+        out = _method("__getitem__")(self, index)
+        if _is_basic_index(index) and isinstance(out, Tracer) and out.level is self.level:
+            out.view_of = (self, index)   # NumPy returns a view: writes into it reach `self`
+        return out
 
     def __setitem__(self, index, value):
         new = _method("__setitem__")(self, index, value, inplace=self.owned)
         self._become(new)
+        if self.view_of is not None:
+            base, base_index = self.view_of
+            base[base_index] = self
 
     def _write(self, result):
         """Make this tracer hold `result`, NumPy style: arrays are updated in place, while
@@ -237,6 +243,13 @@ class _Surface:
 
     def fill(self, value):
         self[...] = value
+
+
+def _is_basic_index(index) -> bool:
+    """Basic indexing (ints, slices, None, Ellipsis) gives a view in NumPy."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
+               for i in items)
 
 
 def _dtype_of(x):

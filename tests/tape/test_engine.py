@@ -6,7 +6,8 @@ import weakref
 import numpy as np
 import pytest
 
-from tape import Active, Duplicated, EscapedTracerError, Reverse, autodiff, primal
+from tape import (Active, Duplicated, EscapedTracerError, Reverse, ReverseWithPrimal, autodiff,
+                  primal)
 from tape.core import ReverseTrace
 
 
@@ -141,3 +142,30 @@ def test_scalar_augmented_assignment_rebinds_like_python():
         return x * y
     (g,), = autodiff(Reverse, f, Active, Active(2.0))
     assert g == pytest.approx(2 * 2.0 + 1.0)
+
+
+def test_writes_through_a_basic_view_reach_the_base_array():
+    def f(x):
+        out = np.zeros((2, 3)) * x[0]       # a traced buffer
+        row = out[1]                        # a view, as in NumPy
+        row[:] = x * 2.0
+        row[0] += x[1]
+        for r in out:                       # iteration yields views too
+            r[2] = r[2] * 3.0
+        return np.sum(out * out)
+    x = np.array([0.5, -1.0, 2.0])
+    (g,), = autodiff(Reverse, f, Active, Active(x))
+
+    def plain(x):
+        out = np.zeros((2, 3)) * x[0]
+        row = out[1]
+        row[:] = x * 2.0
+        row[0] += x[1]
+        for r in out:
+            r[2] = r[2] * 3.0
+        return np.sum(out * out)
+    eps = 1e-6
+    numeric = [(plain(x + eps * e) - plain(x - eps * e)) / (2 * eps) for e in np.eye(3)]
+    np.testing.assert_allclose(g, numeric, rtol=1e-6)
+    primal_value = autodiff(ReverseWithPrimal, f, Active, Active(x))[1]
+    assert primal_value == pytest.approx(plain(x))
