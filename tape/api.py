@@ -87,9 +87,8 @@ def _argument_names(f, n):
 def _is_float(x) -> bool:
     dt = getattr(x, "dtype", None)
     if dt is None:
-        return isinstance(x, (float, complex)) or (
-            isinstance(x, Tracer) and np.issubdtype(x.dtype, np.inexact))
-    return np.issubdtype(dt, np.inexact)
+        return isinstance(x, (float, complex))
+    return dt.kind in "fc" if isinstance(dt, np.dtype) else np.issubdtype(dt, np.inexact)
 
 
 class _Leaves:
@@ -137,17 +136,21 @@ def _check_shadow(arg: _Leaves):
     for i, (x, dx) in enumerate(zip(arg.leaves, shadow_leaves)):
         if not _is_float(x):
             continue
-        where = arg.path(i)
-        if np.shape(x) != np.shape(dx):
-            raise ActivityError(f"shadow of {where} has shape {np.shape(dx)} but the primal has "
-                                f"shape {np.shape(x)}")
-        if hasattr(x, "dtype") and getattr(dx, "dtype", None) != x.dtype and np.ndim(x) > 0:
-            raise ActivityError(f"shadow of {where} has dtype {getattr(dx, 'dtype', type(dx))} "
-                                f"but the primal has dtype {x.dtype}")
-        if module_name(x) != module_name(dx):
-            raise ActivityError(f"shadow of {where} is a {module_name(dx)} array but the primal "
-                                f"is a {module_name(x)} array")
+        problem = _shadow_mismatch(x, dx)
+        if problem:
+            raise ActivityError(f"shadow of {arg.path(i)} {problem}")
     arg.shadows = shadow_leaves
+
+
+def _shadow_mismatch(x, dx) -> str | None:
+    if np.shape(x) != np.shape(dx):
+        return f"has shape {np.shape(dx)} but the primal has shape {np.shape(x)}"
+    if hasattr(x, "dtype") and getattr(dx, "dtype", None) != x.dtype and np.ndim(x) > 0:
+        return (f"has dtype {getattr(dx, 'dtype', type(dx).__name__)} but the primal has dtype "
+                f"{x.dtype}")
+    if module_name(x) != module_name(dx):
+        return f"is a {module_name(dx)} array but the primal is a {module_name(x)} array"
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,8 +73,7 @@ class Primitive:
     ``multiple_results`` means `impl` returns a tuple of arrays, each with its own cotangent.
     """
 
-    __slots__ = ("name", "impl", "augmented_primal", "reverse", "forward",
-                 "differentiable_rules", "multiple_results", "__weakref__")
+    # No __slots__: a primitive is made once per function, and users may set its __doc__.
 
     def __init__(self, name: str, impl: Callable, augmented_primal: Callable | None = None,
                  reverse: Callable | None = None, forward: Callable | None = None,
@@ -266,7 +265,8 @@ class ReverseTrace(Trace):
         ct: list = [None] * self.n_slots
         for s, g in seeds.items():
             ct[s] = g if ct[s] is None else ct[s] + g
-        keep_set = set(keep)
+        # `keep` holds leaf slots, which are never the output of a record, so freeing each
+        # record's output cotangent below never drops one of them.
         records = self.records
         self.records = []
         while records:
@@ -275,15 +275,13 @@ class ReverseTrace(Trace):
                 g = ct[out_slot]
                 if g is None:
                     continue
-                if out_slot not in keep_set:
-                    ct[out_slot] = None
+                ct[out_slot] = None
             else:
                 g = tuple(ct[s] for s in out_slot)
                 if all(x is None for x in g):
                     continue
                 for s in out_slot:
-                    if s not in keep_set:
-                        ct[s] = None
+                    ct[s] = None
             if saved is _OUTER_TRACED:
                 raise OnceDifferentiableError(prim.name)
             cts = prim.reverse(cfg, saved, g)

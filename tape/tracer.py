@@ -94,6 +94,10 @@ class _Surface:
 
     # -- NumPy protocols ------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method == "__call__" and not kwargs:   # speed-up: the common case
+            rule = UFUNC_RULES.get(ufunc)
+            if rule is not None:
+                return rule(*inputs)
         out = kwargs.pop("out", None)
         if method == "__call__":
             rule = UFUNC_RULES.get(ufunc)
