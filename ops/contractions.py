@@ -1,1 +1,403 @@
-"""contractions (to be written)."""
+"""Contractions: matmul (and `@`), dot, vdot, inner, outer, tensordot, einsum, kron.
+
+Three primitives carry the derivatives; the other functions are written in terms of them.
+
+- ``matmul(x, y)``: the reverse rule is two matmuls with the last two axes swapped, summed over
+  broadcast batch dimensions (1-D operands are promoted as NumPy does and demoted again).
+- ``tensordot(a, b, axes=(a_axes, b_axes))``: the reverse rule is a tensordot of the cotangent
+  with the other operand, transposed back into the operand's axis order.
+- ``einsum(*operands, subscripts=(inputs, output))``: subscripts are normalised once (explicit
+  output, ellipses and size-1 broadcasting spelled as letters). The cotangent of operand k is
+  the einsum of the output cotangent with the other operands into k's subscripts:
+
+  * a letter of k that is neither in the output nor in another operand was summed inside k
+    alone, so the cotangent is constant along it and is broadcast back (a view, not a copy);
+  * a letter repeated in k (``'ii->i'``) took a diagonal, so the cotangent is placed on that
+    diagonal by an einsum with an identity (delta) tensor.
+
+Every rule is built from these primitives and other differentiable NumPy calls, so derivatives of
+any order work. Complex operands follow the holomorphic (transpose, not adjoint) convention of the
+other rules; `vdot` conjugates its first argument through `np.conjugate`.
+"""
+from __future__ import annotations
+
+import functools
+import string
+
+import numpy as np
+
+from tape.backend import array_module
+from tape.rules import register_function, register_ufunc
+
+from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+
+_LETTERS = string.ascii_letters
+
+
+def _dtype(x):
+    dt = getattr(x, "dtype", None)
+    return dt if dt is not None else np.result_type(x)
+
+
+def _swap_last(x):
+    """x with its last two axes exchanged (a batched transpose)."""
+    nd = len(shape_of(x))
+    return np.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+# -- matmul ---------------------------------------------------------------------------------------
+def _matmul_augmented(cfg, x, y):
+    # d(x@y)/dx needs y and d(x@y)/dy needs x: keep an operand only if the other side is active.
+    saved = (x if cfg.active[1] else None, y if cfg.active[0] else None,
+             shape_of(x), shape_of(y))
+    return np.matmul(x, y), saved
+
+
+def _matmul_reverse(cfg, saved, g):
+    x, y, sx, sy = saved
+    nx, ny = len(sx), len(sy)
+    if nx == 1 and ny == 1:          # an inner product: g is a scalar
+        return (g * y if cfg.active[0] else None), (g * x if cfg.active[1] else None)
+    # Promote 1-D operands as NumPy does ((k,) -> (1, k) on the left, (k, 1) on the right).
+    gs = shape_of(g)
+    if ny == 1:
+        gs = gs + (1,)
+    if nx == 1:
+        gs = gs[:-1] + (1,) + gs[-1:]
+    g2 = np.reshape(g, gs) if gs != shape_of(g) else g
+    gx = gy = None
+    if cfg.active[0]:
+        y_t = np.reshape(y, (1, sy[0])) if ny == 1 else _swap_last(y)
+        gx = matmul(g2, y_t)
+        gx = np.reshape(unbroadcast(gx, (1, sx[0])), sx) if nx == 1 else unbroadcast(gx, sx)
+    if cfg.active[1] and ny == 2 and nx > 2:
+        # A stack times one matrix (x @ W): fold the batch into the rows, so the batch sum
+        # happens inside a single matmul instead of on a (batch, k, m) intermediate.
+        k = sx[-1]
+        gy = matmul(_swap_last(np.reshape(x, (-1, k))), np.reshape(g, (-1, sy[-1])))
+    elif cfg.active[1]:
+        x_t = np.reshape(x, (sx[0], 1)) if nx == 1 else _swap_last(x)
+        gy = matmul(x_t, g2)
+        gy = np.reshape(unbroadcast(gy, (sy[0], 1)), sy) if ny == 1 else unbroadcast(gy, sy)
+    return gx, gy
+
+
+def _matmul_forward(cfg, primals, tangents):
+    x, y = primals
+    tx, ty = tangents
+    return (matmul(x, y), add_tangents(None if tx is None else matmul(tx, y),
+                                       None if ty is None else matmul(x, ty)))
+
+
+matmul = defprimitive("matmul", np.matmul, _matmul_augmented, _matmul_reverse, _matmul_forward)
+
+
+def _matmul(x1, x2, /, **kwargs):
+    """np.matmul(x1, x2) and `x1 @ x2` on traced values (1-D operands, broadcast stacks)."""
+    if any(v is not None for v in kwargs.values()):
+        raise NotImplementedError(f"np.matmul with {sorted(kwargs)} is not supported on traced "
+                                  "values")
+    return matmul(x1, x2)
+
+
+register_ufunc(np.matmul, _matmul)
+
+
+# -- tensordot ------------------------------------------------------------------------------------
+def _tensordot_augmented(cfg, a, b, axes):
+    saved = (a if cfg.active[1] else None, b if cfg.active[0] else None,
+             len(shape_of(a)), len(shape_of(b)), axes)
+    return np.tensordot(a, b, axes=axes), saved
+
+
+def _tensordot_reverse(cfg, saved, g):
+    a, b, na, nb, (a_axes, b_axes) = saved
+    free_a = [i for i in range(na) if i not in a_axes]
+    free_b = [i for i in range(nb) if i not in b_axes]
+    ga = gb = None
+    if cfg.active[0]:
+        # Contract g's trailing (b-free) axes with b's free axes; what is left is a's free axes,
+        # then b's contracted axes in b's order, each standing for its paired axis of a.
+        g_axes = tuple(range(len(free_a), len(free_a) + len(free_b)))
+        ga = tensordot(g, b, axes=(g_axes, tuple(free_b)))
+        order = free_a + [a_axes[b_axes.index(j)] for j in sorted(b_axes)]
+        ga = _transpose_to(ga, order)
+    if cfg.active[1]:
+        gb = tensordot(a, g, axes=(tuple(free_a), tuple(range(len(free_a)))))
+        order = [b_axes[a_axes.index(i)] for i in sorted(a_axes)] + free_b
+        gb = _transpose_to(gb, order)
+    return ga, gb
+
+
+def _transpose_to(x, order):
+    """x, whose axis i stands for axis order[i], in natural axis order."""
+    perm = tuple(int(p) for p in np.argsort(order))
+    return x if perm == tuple(range(len(perm))) else np.transpose(x, perm)
+
+
+def _tensordot_forward(cfg, primals, tangents, axes):
+    a, b = primals
+    ta, tb = tangents
+    return (tensordot(a, b, axes=axes),
+            add_tangents(None if ta is None else tensordot(ta, b, axes=axes),
+                         None if tb is None else tensordot(a, tb, axes=axes)))
+
+
+tensordot = defprimitive("tensordot", lambda a, b, axes: np.tensordot(a, b, axes=axes),
+                         _tensordot_augmented, _tensordot_reverse, _tensordot_forward)
+
+
+def _tensordot(a, b, axes=2):
+    """np.tensordot with `axes` an int N (last N of a with first N of b) or a pair of axis
+    sequences (or ints); negative axes allowed."""
+    na, nb = len(shape_of(a)), len(shape_of(b))
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        a_axes, b_axes = tuple(range(na - n, na)), tuple(range(n))
+    else:
+        a_axes, b_axes = axes
+        a_axes = (a_axes,) if isinstance(a_axes, (int, np.integer)) else tuple(a_axes)
+        b_axes = (b_axes,) if isinstance(b_axes, (int, np.integer)) else tuple(b_axes)
+        if len(a_axes) != len(b_axes):
+            raise ValueError("shape-mismatch for sum: tensordot axes differ in length")
+        a_axes = tuple(int(i) % na for i in a_axes)
+        b_axes = tuple(int(i) % nb for i in b_axes)
+    return tensordot(a, b, axes=(a_axes, b_axes))
+
+
+register_function(np.tensordot, _tensordot)
+
+
+# -- einsum ---------------------------------------------------------------------------------------
+def _einsum_impl(*operands, subscripts, optimize=False):
+    inputs, output = subscripts
+    return np.einsum(",".join(inputs) + "->" + output, *operands, optimize=optimize)
+
+
+def _einsum_augmented(cfg, *operands, subscripts, optimize=False):
+    active = cfg.active
+    # Operand j is needed by the cotangent of every *other* active operand.
+    n_active = sum(active)
+    saved_ops = tuple(op if n_active - bool(active[j]) > 0 else None
+                      for j, op in enumerate(operands))
+    shapes = tuple(shape_of(op) for op in operands)
+    return (einsum(*operands, subscripts=subscripts, optimize=optimize),
+            (saved_ops, shapes, subscripts, optimize))
+
+
+def _einsum_reverse(cfg, saved, g):
+    operands, shapes, (inputs, output), optimize = saved
+    return tuple(_einsum_operand_ct(g, k, operands, shapes[k], inputs, output, optimize)
+                 if cfg.active[k] else None for k in range(len(inputs)))
+
+
+def _einsum_operand_ct(g, k, operands, shape, inputs, output, optimize):
+    """Cotangent of operand k: einsum(output cotangent, other operands -> k's letters)."""
+    subs = inputs[k]
+    others = [j for j in range(len(inputs)) if j != k]
+    reachable = set(output).union(*(inputs[j] for j in others))
+    letters = "".join(dict.fromkeys(c for c in subs if c in reachable))
+    if not others and letters == output:
+        reduced = g
+    else:
+        reduced = einsum(g, *(operands[j] for j in others),
+                         subscripts=((output,) + tuple(inputs[j] for j in others), letters),
+                         optimize="greedy" if optimize else False)
+    return _expand(reduced, letters, subs, shape)
+
+
+def _expand(reduced, letters, subs, shape):
+    """Spread `reduced` (indexed by the distinct `letters`) over an operand indexed by `subs`:
+    onto the diagonal of repeated letters, and broadcast along letters missing from it."""
+    if letters == subs:
+        return reduced
+    repeated = {c for c in subs if subs.count(c) > 1}
+    if repeated:
+        spare = iter(c for c in _LETTERS if c not in subs)
+        axis_letters, groups = [], {}
+        for c in subs:
+            if c in groups:
+                groups[c].append(next(spare))
+                axis_letters.append(groups[c][-1])
+            else:
+                axis_letters.append(c)
+                if c in repeated:
+                    groups[c] = [c]
+        size = {c: n for c, n in zip(subs, shape)}
+        deltas = [_delta(reduced, size[c], len(group)) for c, group in groups.items()]
+        # Axes of letters summed inside this operand alone are added by broadcasting below.
+        kept = "".join(a for a, c in zip(axis_letters, subs) if c in letters or c in repeated)
+        reduced = einsum(reduced, *deltas,
+                         subscripts=((letters,) + tuple("".join(gr) for gr in groups.values()),
+                                     kept))
+        letters = kept
+        subs = "".join(axis_letters)
+    if letters == subs:
+        return reduced
+    keep_shape = tuple(n if c in letters else 1 for c, n in zip(subs, shape))
+    return np.broadcast_to(np.reshape(reduced, keep_shape), shape)
+
+
+def _delta(like, n: int, m: int):
+    """The constant m-dimensional identity tensor of side n (1 where all indices agree)."""
+    xp = array_module(like)
+    dtype = _dtype(like)
+    if m == 2:
+        return xp.eye(n, dtype=dtype)
+    d = xp.zeros((n,) * m, dtype=dtype)
+    idx = xp.arange(n)
+    d[(idx,) * m] = 1
+    return d
+
+
+def _einsum_forward(cfg, primals, tangents, subscripts, optimize=False):
+    tangent = None
+    for k, t in enumerate(tangents):
+        if t is not None:
+            ops = list(primals)
+            ops[k] = t
+            tangent = add_tangents(tangent, einsum(*ops, subscripts=subscripts,
+                                                   optimize=optimize))
+    return einsum(*primals, subscripts=subscripts, optimize=optimize), tangent
+
+
+einsum = defprimitive("einsum", _einsum_impl, _einsum_augmented, _einsum_reverse,
+                      _einsum_forward)
+
+
+@functools.lru_cache(maxsize=1024)
+def normalize_subscripts(subscripts: str, shapes: tuple) -> tuple:
+    """`(inputs, output)` with an explicit output, ellipses replaced by letters, and size-1
+    broadcast axes given letters of their own (summed, which for size 1 is the identity).
+
+    >>> normalize_subscripts("...ij,jk", ((5, 2, 3), (3, 4)))
+    (('aij', 'jk'), 'aik')
+    """
+    s = subscripts.replace(" ", "")
+    if s.count("->") > 1:
+        raise ValueError(f"einsum subscripts {subscripts!r} contain more than one '->'")
+    lhs, explicit, out = s.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"einsum subscripts {subscripts!r} name {len(terms)} operands, "
+                         f"but {len(shapes)} were given")
+    for ch in s.replace("->", "").replace("...", "").replace(",", ""):
+        if ch not in _LETTERS:
+            raise ValueError(f"invalid character {ch!r} in einsum subscripts {subscripts!r}")
+    spare = iter(c for c in _LETTERS if c not in s)
+    counts = {}
+    for t in terms:
+        for c in t.replace("...", ""):
+            counts[c] = counts.get(c, 0) + 1
+    # Ellipses: each covers its operand's unnamed axes, aligned to the right.
+    n_ell = [len(shp) - len(t.replace("...", "")) if "..." in t else 0
+             for t, shp in zip(terms, shapes)]
+    ell = "".join(next(spare) for _ in range(max(n_ell, default=0)))
+    terms = [t.replace("...", ell[len(ell) - n:]) for t, n in zip(terms, n_ell)]
+    if not explicit:
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1))
+    elif "..." in out:
+        out = out.replace("...", ell)
+    elif ell:
+        raise ValueError("output has more dimensions than subscripts given in einstein sum, "
+                         "but no '...' ellipsis provided to broadcast the extra dimensions.")
+    size = {}
+    for t, shp in zip(terms, shapes):
+        if len(t) != len(shp):
+            raise ValueError(f"einsum subscripts {t!r} do not match an operand of shape {shp}")
+        for c, n in zip(t, shp):
+            if size.get(c, 1) not in (1, n) and n != 1:
+                raise ValueError(f"einsum: size mismatch for index {c!r} ({size[c]} vs {n})")
+            size[c] = max(size.get(c, 1), n)
+    fixed = []
+    for t, shp in zip(terms, shapes):
+        own = {c: n for c, n in zip(t, shp)}
+        if any(own[c] != n for c, n in zip(t, shp)):
+            raise ValueError(f"einsum: repeated index in {t!r} has different sizes {shp}")
+        renamed = {c: next(spare) for c in own if own[c] == 1 and size[c] > 1}
+        fixed.append("".join(renamed.get(c, c) for c in t))
+    if len(set(out)) != len(out) or any(c not in size for c in out):
+        raise ValueError(f"einsum output subscripts {out!r} must be distinct input letters")
+    return tuple(fixed), out
+
+
+def _sublist_to_str(sublist) -> str:
+    # NumPy's mapping of the operand-list form: 0-25 -> 'A'-'Z', 26-51 -> 'a'-'z'.
+    return "".join("..." if i is Ellipsis else string.ascii_uppercase[i] if i < 26
+                   else string.ascii_lowercase[i - 26] for i in sublist)
+
+
+def _einsum(*args, out=None, optimize=False, dtype=None, order="K", casting="safe"):
+    """np.einsum on traced values: any subscripts (implicit or explicit output, repeated
+    indices, '...'), and the operand-list form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``."""
+    if out is not None or dtype is not None or order != "K" or casting != "safe":
+        raise NotImplementedError("np.einsum with out=, dtype=, order= or casting= is not "
+                                  "supported on traced values")
+    if isinstance(args[0], str):
+        subscripts, operands = args[0], args[1:]
+    else:
+        output = args[-1] if len(args) % 2 else None
+        pairs = args[:-1] if len(args) % 2 else args
+        operands = pairs[0::2]
+        subscripts = ",".join(_sublist_to_str(s) for s in pairs[1::2])
+        if output is not None:
+            subscripts += "->" + _sublist_to_str(output)
+    shapes = tuple(shape_of(op) for op in operands)
+    normalized = normalize_subscripts(subscripts, shapes)
+    return einsum(*operands, subscripts=normalized, optimize=optimize)
+
+
+register_function(np.einsum, _einsum)
+
+
+# -- composites -----------------------------------------------------------------------------------
+def _dot(a, b, out=None):
+    """np.dot: a product for scalars, matmul while b has at most two axes, otherwise a
+    tensordot of a's last axis with b's second-to-last."""
+    if out is not None:
+        raise NotImplementedError("np.dot(..., out=) is not supported on traced values")
+    na, nb = len(shape_of(a)), len(shape_of(b))
+    if na == 0 or nb == 0:
+        return np.multiply(a, b)
+    if nb <= 2:
+        return matmul(a, b)
+    return tensordot(a, b, axes=((na - 1,), (nb - 2,)))
+
+
+def _vdot(a, b):
+    """np.vdot: the dot product of the flattened arrays, conjugating the first."""
+    if np.issubdtype(_dtype(a), np.complexfloating):
+        a = np.conjugate(a)
+    return matmul(np.reshape(a, (-1,)), np.reshape(b, (-1,)))
+
+
+def _inner(a, b):
+    """np.inner: contract the last axes of a and b (a product for scalars)."""
+    na, nb = len(shape_of(a)), len(shape_of(b))
+    if na == 0 or nb == 0:
+        return np.multiply(a, b)
+    return tensordot(a, b, axes=((na - 1,), (nb - 1,)))
+
+
+def _outer(a, b, out=None):
+    """np.outer: the flattened a as a column times the flattened b as a row."""
+    if out is not None:
+        raise NotImplementedError("np.outer(..., out=) is not supported on traced values")
+    return np.multiply(np.reshape(a, (-1, 1)), np.reshape(b, (1, -1)))
+
+
+def _kron(a, b):
+    """np.kron: a broadcast product of a and b with interleaved axes, then merged pairs."""
+    sa, sb = shape_of(a), shape_of(b)
+    nd = max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    a2 = np.reshape(a, tuple(d for n in sa for d in (n, 1)))
+    b2 = np.reshape(b, tuple(d for n in sb for d in (1, n)))
+    return np.reshape(np.multiply(a2, b2), tuple(m * n for m, n in zip(sa, sb)))
+
+
+register_function(np.dot, _dot)
+register_function(np.vdot, _vdot)
+register_function(np.inner, _inner)
+register_function(np.outer, _outer)
+register_function(np.kron, _kron)
