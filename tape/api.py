@@ -251,7 +251,8 @@ def _seed_return(out, trace, seeds):
 
 def _ones_like(value):
     xp = array_module(value)
-    dt = getattr(value, "dtype", None) or np.float64
+    dt = getattr(value, "dtype", None)
+    dt = np.float64 if dt is None else dt
     return xp.ones((), dtype=dt)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tape import (Active, Duplicated, EscapedTracerError, Reverse, ReverseWithPrimal, autodiff,
+                  custom_rule,
                   primal)
 from tape.core import ReverseTrace
 
@@ -169,3 +170,14 @@ def test_writes_through_a_basic_view_reach_the_base_array():
     np.testing.assert_allclose(g, numeric, rtol=1e-6)
     primal_value = autodiff(ReverseWithPrimal, f, Active, Active(x))[1]
     assert primal_value == pytest.approx(plain(x))
+
+
+def test_float32_stays_float32():
+    seen = []
+    spy = custom_rule(lambda x: x * 2.0,
+                      augmented_primal=lambda cfg, x: (x * 2.0, None),
+                      reverse=lambda cfg, s, g: (seen.append(g.dtype) or g * 2.0,))
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    (g,), = autodiff(Reverse, lambda x: np.sum(spy(x)), Active, Active(x))
+    assert g.dtype == np.float32 and seen == [np.float32]
+    np.testing.assert_array_equal(g, [2.0, 2.0])
