@@ -8,7 +8,11 @@ from tape.rules import register_function, register_ufunc
 
 
 def shape_of(x) -> tuple:
-    return np.shape(x) if not hasattr(x, "shape") else tuple(x.shape)
+    """The shape of an array, tracer or Python number."""
+    try:
+        return x.shape
+    except AttributeError:
+        return ()
 
 
 def unbroadcast(g, shape: tuple):
