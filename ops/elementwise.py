@@ -1,57 +1,171 @@
-"""Elementwise ufuncs. Each derivative is written with differentiable NumPy calls, so the rules
-can themselves be differentiated (higher order), and run on CuPy arrays unchanged.
+"""Elementwise ufuncs: arithmetic, powers, exponentials and logarithms, trigonometric and
+hyperbolic functions, and np.where. More (abs, maximum/minimum, clip, hypot, real/imag, ...) in
+`elementwise_more`.
 
-Conventions at non-smooth points: |x|' = 0 at 0; maximum/minimum send the whole cotangent to
-the first argument on ties; sign, floor, ceil, round and the comparisons have no derivative.
+Each derivative is written with differentiable NumPy calls, so the rules can themselves be
+differentiated (higher order), and run on CuPy arrays unchanged. Constants are Python floats so
+that float32 inputs keep float32 derivatives. Complex inputs follow JAX's convention: the
+cotangent of a holomorphic f is ``g * f'(z)``, with no conjugation.
+
+Ufunc keyword arguments on traced values: ``dtype=`` casts the inputs first, so that each
+cotangent goes back in its input's own dtype; ``where=`` raises NotImplementedError (the entries
+it leaves out are uninitialised, which has no derivative: use ``np.where`` instead); ``out=`` is
+handled by the tracer before the rule is called; ``casting``, ``order`` and ``subok`` are
+accepted and ignored.
+
+Conventions at singular points: x**y has derivative 0 in y where x == 0 (the limit for y > 0),
+and x**0 has derivative 0 in x everywhere, x = 0 included. Elsewhere a derivative at a
+singularity is what its formula gives (inf for sqrt at 0, nan outside a domain).
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
+
+from tape.core import Tracer, primal
+from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
                     unbroadcast)
 
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
 
-def unary(ufunc, derivative, name=None):
-    """A unary ufunc whose derivative is `derivative(x, ans)`, elementwise."""
 
-    def augmented_primal(cfg, x, **kw):
-        ans = ufunc(x, **kw)
-        return ans, (x, ans)
+# -- routing a ufunc, with its keyword arguments, to a primitive ---------------------------------
+_IGNORED_KWARGS = frozenset(("casting", "order", "subok"))
 
-    def reverse(cfg, saved, g):
-        x, ans = saved
-        return (g * derivative(x, ans),)
 
-    def forward(cfg, primals, tangents, **kw):
+def route_ufunc(ufunc, prim):
+    """Send ``ufunc(traced, ...)`` to `prim`, translating the ufunc's keyword arguments."""
+    name = ufunc.__name__
+
+    def call(*args, **kw):
+        if kw:
+            args = ufunc_inputs(name, args, kw)
+        return prim(*args)
+
+    call.__name__ = name
+    register_ufunc(ufunc, call)
+    return prim
+
+
+def ufunc_inputs(name: str, args: tuple, kw: dict) -> tuple:
+    """The inputs of ``numpy.<name>(*args, **kw)`` with its keywords applied: ``dtype=``
+    becomes a cast of each input; keywords that would leave entries uncomputed are refused."""
+    unknown = set(kw) - _IGNORED_KWARGS - {"dtype", "where", "out"}
+    if unknown:
+        raise NotImplementedError(
+            f"numpy.{name}: keyword argument(s) {sorted(unknown)} are not supported on traced "
+            "values")
+    if kw.get("where", True) is not True:
+        raise NotImplementedError(
+            f"numpy.{name}(..., where=mask) is not supported on traced values: the entries it "
+            f"skips are uninitialised. Use np.where(mask, numpy.{name}(...), other) instead")
+    if kw.get("out") is not None:
+        raise NotImplementedError(f"numpy.{name}(..., out=...) is not supported here")
+    dtype = kw.get("dtype")
+    if dtype is None:
+        return args
+    dtype = np.dtype(dtype)
+    return tuple(_cast(a, dtype) for a in args)
+
+
+def _cast(a, dtype):
+    if isinstance(a, Tracer):
+        return a if a.dtype == dtype else a.astype(dtype)
+    if hasattr(a, "astype"):
+        return a.astype(dtype, copy=False)
+    return dtype.type(a)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Number)
+
+
+# -- unary --------------------------------------------------------------------------------------
+def elementwise(name, fn, derivative, of="x"):
+    """A primitive for the elementwise function `fn`. ``derivative(v)`` is fn' written in terms
+    of the input (``of="x"``) or of the result (``of="ans"``), whichever is cheaper; only that
+    one is saved for the reverse sweep."""
+    use_ans = of == "ans"
+
+    def augmented_primal(cfg, x):
+        ans = fn(x)
+        return ans, (ans if use_ans else x)
+
+    def reverse(cfg, v, g):
+        return (g * derivative(v),)
+
+    def forward(cfg, primals, tangents):
         x, = primals
-        ans = ufunc(x, **kw)
-        return ans, tangents[0] * derivative(x, ans)
+        ans = fn(x)
+        return ans, tangents[0] * derivative(ans if use_ans else x)
 
-    return defprimitive(name or ufunc.__name__, ufunc, augmented_primal, reverse, forward,
-                        ufunc=ufunc)
-
-
-# -- unary: derivative(x, ans) ------------------------------------------------------------------
-negative = unary(np.negative, lambda x, ans: -np.ones_like(x))
-positive = unary(np.positive, lambda x, ans: np.ones_like(x))
-sin = unary(np.sin, lambda x, ans: np.cos(x))
-cos = unary(np.cos, lambda x, ans: -np.sin(x))
-tan = unary(np.tan, lambda x, ans: 1 + ans ** 2)
-exp = unary(np.exp, lambda x, ans: ans)
-log = unary(np.log, lambda x, ans: 1 / x)
-tanh = unary(np.tanh, lambda x, ans: 1 - ans ** 2)
-sqrt = unary(np.sqrt, lambda x, ans: 0.5 / ans)
-square = unary(np.square, lambda x, ans: 2 * x)
+    return defprimitive(name, fn, augmented_primal, reverse, forward)
 
 
-# -- binary ------------------------------------------------------------------------------------
-def binary(ufunc, d_first, d_second, name=None):
-    """A binary broadcasting ufunc with partials `d_first(x, y, ans)`, `d_second(x, y, ans)`."""
+def unary(ufunc, derivative, of="x"):
+    """A unary ufunc with derivative `derivative` (see `elementwise`), routed from NumPy."""
+    return route_ufunc(ufunc, elementwise(ufunc.__name__, ufunc, derivative, of))
 
-    def augmented_primal(cfg, x, y, **kw):
-        ans = ufunc(x, y, **kw)
-        return ans, (x, y, ans)
+
+def self_adjoint(ufunc):
+    """A unary ufunc that is a real-linear map equal to its own transpose (negation, scaling by a
+    constant, conjugation): both rules apply the ufunc itself, and nothing is saved."""
+    prim = defprimitive(ufunc.__name__, ufunc,
+                        lambda cfg, x: (ufunc(x), None),
+                        lambda cfg, saved, g: (ufunc(g),),
+                        lambda cfg, primals, tangents: (ufunc(primals[0]), ufunc(tangents[0])))
+    return route_ufunc(ufunc, prim)
+
+
+negative = self_adjoint(np.negative)
+positive = self_adjoint(np.positive)
+deg2rad = self_adjoint(np.deg2rad)
+radians = self_adjoint(np.radians)
+rad2deg = self_adjoint(np.rad2deg)
+degrees = self_adjoint(np.degrees)
+
+square = unary(np.square, lambda x: 2.0 * x)
+reciprocal = unary(np.reciprocal, lambda ans: -np.square(ans), of="ans")
+sqrt = unary(np.sqrt, lambda ans: 0.5 / ans, of="ans")
+cbrt = unary(np.cbrt, lambda ans: 1.0 / (3.0 * np.square(ans)), of="ans")
+
+exp = unary(np.exp, lambda ans: ans, of="ans")
+exp2 = unary(np.exp2, lambda ans: LN2 * ans, of="ans")
+expm1 = unary(np.expm1, lambda ans: ans + 1.0, of="ans")
+log = unary(np.log, lambda x: 1.0 / x)
+log2 = unary(np.log2, lambda x: 1.0 / (LN2 * x))
+log10 = unary(np.log10, lambda x: 1.0 / (LN10 * x))
+log1p = unary(np.log1p, lambda x: 1.0 / (1.0 + x))
+
+sin = unary(np.sin, lambda x: np.cos(x))
+cos = unary(np.cos, lambda x: -np.sin(x))
+tan = unary(np.tan, lambda ans: 1.0 + np.square(ans), of="ans")
+# (1 - x)(1 + x) rather than 1 - x**2: accurate near |x| = 1, where these derivatives blow up.
+arcsin = unary(np.arcsin, lambda x: 1.0 / np.sqrt((1.0 - x) * (1.0 + x)))
+arccos = unary(np.arccos, lambda x: -1.0 / np.sqrt((1.0 - x) * (1.0 + x)))
+arctan = unary(np.arctan, lambda x: 1.0 / (1.0 + np.square(x)))
+
+sinh = unary(np.sinh, lambda x: np.cosh(x))
+cosh = unary(np.cosh, lambda x: np.sinh(x))
+tanh = unary(np.tanh, lambda ans: 1.0 - np.square(ans), of="ans")
+arcsinh = unary(np.arcsinh, lambda x: 1.0 / np.sqrt(np.square(x) + 1.0))
+arccosh = unary(np.arccosh, lambda x: 1.0 / np.sqrt((x - 1.0) * (x + 1.0)))
+arctanh = unary(np.arctanh, lambda x: 1.0 / ((1.0 - x) * (1.0 + x)))
+
+
+# -- binary -------------------------------------------------------------------------------------
+def binary(ufunc, d_first, d_second, uses_ans=False):
+    """A broadcasting binary ufunc with partial derivatives ``d_first(x, y, ans)`` and
+    ``d_second(x, y, ans)``; the result `ans` is saved only when ``uses_ans``."""
+
+    def augmented_primal(cfg, x, y):
+        ans = ufunc(x, y)
+        return ans, (x, y, ans if uses_ans else None)
 
     def reverse(cfg, saved, g):
         x, y, ans = saved
@@ -59,23 +173,23 @@ def binary(ufunc, d_first, d_second, name=None):
         gy = unbroadcast(g * d_second(x, y, ans), shape_of(y)) if cfg.active[1] else None
         return gx, gy
 
-    def forward(cfg, primals, tangents, **kw):
+    def forward(cfg, primals, tangents):
         x, y = primals
-        ans = ufunc(x, y, **kw)
+        ans = ufunc(x, y)
         tx, ty = tangents
         t = add_tangents(None if tx is None else tx * d_first(x, y, ans),
                          None if ty is None else ty * d_second(x, y, ans))
         return ans, broadcast_tangent(t, shape_of(ans))
 
-    return defprimitive(name or ufunc.__name__, ufunc, augmented_primal, reverse, forward,
-                        ufunc=ufunc)
+    return route_ufunc(ufunc, defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse,
+                                           forward))
 
 
 def _linear_binary(ufunc, sign_second):
     """add and subtract: the reverse rule needs only shapes, so only shapes are saved."""
 
-    def augmented_primal(cfg, x, y, **kw):
-        return ufunc(x, y, **kw), (shape_of(x), shape_of(y))
+    def augmented_primal(cfg, x, y):
+        return ufunc(x, y), (shape_of(x), shape_of(y))
 
     def reverse(cfg, saved, g):
         sx, sy = saved
@@ -85,24 +199,25 @@ def _linear_binary(ufunc, sign_second):
             gy = unbroadcast(g if sign_second > 0 else -g, sy)
         return gx, gy
 
-    def forward(cfg, primals, tangents, **kw):
-        ans = ufunc(*primals, **kw)
+    def forward(cfg, primals, tangents):
+        ans = ufunc(*primals)
         tx, ty = tangents
         if ty is not None and sign_second < 0:
             ty = -ty
         return ans, broadcast_tangent(add_tangents(tx, ty), shape_of(ans))
 
-    return defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse, forward, ufunc=ufunc)
+    return route_ufunc(ufunc, defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse,
+                                           forward))
 
 
 add = _linear_binary(np.add, +1)
 subtract = _linear_binary(np.subtract, -1)
 
 
-def _mul_augmented(cfg, x, y, **kw):
+def _mul_augmented(cfg, x, y):
     # Keep only what the active side needs: d(xy)/dx = y, d(xy)/dy = x.
-    return np.multiply(x, y, **kw), (x if cfg.active[1] else shape_of(x),
-                                     y if cfg.active[0] else shape_of(y))
+    return np.multiply(x, y), (x if cfg.active[1] else shape_of(x),
+                               y if cfg.active[0] else shape_of(y))
 
 
 def _mul_reverse(cfg, saved, g):
@@ -112,32 +227,40 @@ def _mul_reverse(cfg, saved, g):
     return gx, gy
 
 
-def _mul_forward(cfg, primals, tangents, **kw):
+def _mul_forward(cfg, primals, tangents):
     x, y = primals
-    ans = np.multiply(x, y, **kw)
+    ans = np.multiply(x, y)
     tx, ty = tangents
     t = add_tangents(scale_tangent(tx, y), scale_tangent(ty, x))
     return ans, broadcast_tangent(t, shape_of(ans))
 
 
-multiply = defprimitive("multiply", np.multiply, _mul_augmented, _mul_reverse, _mul_forward,
-                        ufunc=np.multiply)
+multiply = route_ufunc(np.multiply, defprimitive("multiply", np.multiply, _mul_augmented,
+                                                 _mul_reverse, _mul_forward))
 
-true_divide = binary(np.true_divide, lambda x, y, ans: 1 / y, lambda x, y, ans: -ans / y)
-
-
-def _power_d_base(x, y, ans):
-    # y * x**(y-1), written so that x = 0 with integer-valued y > 0 gives no NaN.
-    return y * np.power(x, y - 1)
+true_divide = binary(np.true_divide, lambda x, y, ans: 1.0 / y, lambda x, y, ans: -ans / y,
+                     uses_ans=True)
 
 
-def _power_d_exponent(x, y, ans):
-    # ans * log(x); taken as 0 where x == 0 (the limit for y > 0) instead of 0 * -inf = nan.
-    safe = np.where(x == 0, 1.0, x)
-    return np.where(x == 0, 0.0, ans * np.log(safe))
+def _power_partials(ufunc):
+    """Partials of x**y for np.power and np.float_power, safe at x == 0 (see module doc)."""
+
+    def d_base(x, y, ans):
+        if _is_number(y):   # the common x ** c
+            return y * ufunc(x, y - 1) if y != 0 else np.zeros_like(x)
+        # Only 0**0 needs care; the inner where keeps 0**-1 (and its nan derivatives) out.
+        zero = (x == 0) & (y == 0)
+        return np.where(zero, 0.0, y * ufunc(np.where(zero, 1.0, x), y - 1))
+
+    def d_exponent(x, y, ans):
+        zero = x == 0
+        return np.where(zero, 0.0, ans * np.log(np.where(zero, 1.0, x)))
+
+    return d_base, d_exponent
 
 
-power = binary(np.power, _power_d_base, _power_d_exponent)
+power = binary(np.power, *_power_partials(np.power), uses_ans=True)
+float_power = binary(np.float_power, *_power_partials(np.float_power), uses_ans=True)
 
 
 # -- where: a selection, differentiable in both branches -----------------------------------------
@@ -147,17 +270,15 @@ def _where_augmented(cfg, x, y, condition):
 
 def _where_reverse(cfg, saved, g):
     condition, sx, sy = saved
-    zero = np.zeros_like(g)
-    gx = unbroadcast(np.where(condition, g, zero), sx) if cfg.active[0] else None
-    gy = unbroadcast(np.where(condition, zero, g), sy) if cfg.active[1] else None
+    gx = unbroadcast(np.where(condition, g, 0), sx) if cfg.active[0] else None
+    gy = unbroadcast(np.where(condition, 0, g), sy) if cfg.active[1] else None
     return gx, gy
 
 
 def _where_forward(cfg, primals, tangents, condition):
-    x, y = primals
-    ans = np.where(condition, x, y)
-    tx, ty = (t if t is not None else np.zeros_like(p) for t, p in zip(tangents, primals))
-    return ans, np.where(condition, tx, ty) + np.zeros_like(ans)
+    ans = np.where(condition, *primals)
+    tx, ty = (0 if t is None else t for t in tangents)
+    return ans, broadcast_tangent(np.where(condition, tx, ty), shape_of(ans))
 
 
 where = defprimitive("where", lambda x, y, condition: np.where(condition, x, y),
@@ -165,12 +286,11 @@ where = defprimitive("where", lambda x, y, condition: np.where(condition, x, y),
 
 
 def _where(condition, x=None, y=None):
-    from tape.core import primal
     if x is None and y is None:
         return np.nonzero(primal(condition))
     return where(x, y, condition=primal(condition))
 
 
-from tape.rules import register_function  # noqa: E402
-
 register_function(np.where, _where)
+
+from . import elementwise_more  # noqa: E402,F401  (registers the rest of the elementwise ops)

@@ -13,13 +13,16 @@ INACTIVE_FUNCTIONS = [
     np.ndim, np.shape, np.size, np.iscomplexobj, np.isrealobj, np.result_type,
     np.argmax, np.argmin, np.argsort, np.argwhere, np.nonzero, np.flatnonzero, np.count_nonzero,
     np.all, np.any, np.array_equal, np.allclose, np.isclose, np.searchsorted, np.digitize,
+    np.round, np.around, np.fix, np.isposinf, np.isneginf, np.isreal, np.iscomplex,
+    np.argpartition, np.lexsort,
 ]
 
 INACTIVE_UFUNCS = [
     np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
     np.logical_and, np.logical_or, np.logical_xor, np.logical_not,
     np.isnan, np.isinf, np.isfinite, np.signbit, np.sign, np.floor, np.ceil, np.trunc, np.rint,
-    np.floor_divide,
+    np.floor_divide, np.spacing, np.isnat, np.gcd, np.lcm, np.bitwise_and, np.bitwise_or,
+    np.bitwise_xor, np.invert, np.left_shift, np.right_shift, np.bitwise_count,
 ]
 
 for _fn in INACTIVE_FUNCTIONS:
