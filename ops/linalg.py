@@ -1,1 +1,520 @@
-"""linalg (to be written)."""
+"""np.linalg: inv, solve, det, slogdet, cholesky, eigh, svd, qr, norm, pinv, lstsq, matrix_power.
+
+Real floating-point matrices; leading dimensions are batch ("stacked" matrices) wherever NumPy
+allows them. Every rule is written with differentiable NumPy calls (matmul, solve, transpose,
+...), so second derivatives work and the same code runs on CuPy arrays.
+
+Conventions and assumptions (derivatives exist only where the factorisation is smooth):
+
+- inv, solve, det, slogdet, matrix_power(n < 0) assume an invertible matrix.
+- cholesky and eigh assume a symmetric input; NumPy reads one triangle only, while the
+  derivative is taken with respect to the symmetric matrix (the cotangent is symmetrised,
+  the tangent is symmetrised before use), as in JAX and PyTorch.
+- eigh: eigenvector derivatives divide by eigenvalue gaps, so they are undefined (inf/nan) for
+  degenerate eigenvalues. Eigenvalues alone are fine there: eigvalsh, or eigh in reverse mode
+  with only `w` used (forward mode still computes the undefined eigenvector tangent).
+- svd: the differentiable path is full_matrices=False (or a square input); U and Vh
+  derivatives assume distinct, nonzero singular values. Singular values alone (compute_uv=False,
+  svdvals, norms 2/-2/'nuc') need no such assumption for first derivatives. full_matrices=True on a non-square
+  input raises NotImplementedError (the extra columns are not unique). With hermitian=True the
+  general SVD rule is used, which is exact for symmetric perturbations.
+- qr: mode 'reduced' (or 'complete' for square input) and 'r', with m >= n and full rank.
+- pinv and the solution of lstsq: the rank must be locally constant (full rank in practice);
+  lstsq's residuals, rank and singular values are returned without derivative.
+
+Norms (norm, vector_norm, matrix_norm, cond) live in `ops.linalg_norms`.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+from collections import namedtuple
+
+import numpy as np
+
+from tape.backend import array_module
+from tape.core import Tracer, primal
+from tape.rules import inactive, register_function
+
+from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+
+EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+SVDResult = namedtuple("SVDResult", "U S Vh")
+QRResult = namedtuple("QRResult", "Q R")
+SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+
+
+# -- helpers (all differentiable, all batch-aware) ------------------------------------------------
+def _mT(x):
+    """Swap the last two axes."""
+    nd = len(shape_of(x))
+    return np.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+def _eye(n, like):
+    return array_module(like).eye(n, dtype=like.dtype)
+
+
+def _diag(x):
+    """The diagonal of each matrix of a stack."""
+    return np.sum(x * _eye(shape_of(x)[-1], x), axis=-1)
+
+
+def _diag_embed(v):
+    """Diagonal matrices with the vectors of `v` on their diagonals."""
+    return v[..., :, None] * _eye(shape_of(v)[-1], v)
+
+
+def _tril_mask(n, like, k=0):
+    xp = array_module(like)
+    return xp.tril(xp.ones((n, n), dtype=like.dtype), k)
+
+
+def _expand2(x):
+    """Append two unit axes, so that a value per matrix broadcasts against the matrices."""
+    return np.reshape(x, shape_of(x) + (1, 1))
+
+
+def _sym(x):
+    return 0.5 * (x + _mT(x))
+
+
+def _gap_inverse(w):
+    """F[..., i, j] = 1 / (w_j - w_i) off the diagonal, 0 on it."""
+    eye = _eye(shape_of(w)[-1], w)
+    return (1 - eye) / (w[..., None, :] - w[..., :, None] + eye)
+
+
+def _as_array(x):
+    return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.asarray(x)
+
+
+# -- inv ------------------------------------------------------------------------------------------
+def _inv_augmented(cfg, a):
+    ainv = inv(a)
+    return ainv, ainv
+
+
+def _inv_reverse(cfg, ainv, g):
+    ainv_t = _mT(ainv)
+    return (-(ainv_t @ g @ ainv_t),)
+
+
+def _inv_forward(cfg, primals, tangents):
+    ainv = inv(primals[0])
+    return ainv, -(ainv @ tangents[0] @ ainv)
+
+
+inv = defprimitive("inv", lambda a: np.linalg.inv(a), _inv_augmented, _inv_reverse, _inv_forward,
+                   function=np.linalg.inv)
+
+
+# -- solve: a x = b for a stack of matrices b (..., m, k); batch dimensions broadcast ------------
+def _solve_augmented(cfg, a, b):
+    x = solve(a, b)
+    return x, (a, x if cfg.active[0] else None, shape_of(a), shape_of(b))
+
+
+def _solve_reverse(cfg, saved, g):
+    a, x, a_shape, b_shape = saved
+    gb = solve(_mT(a), g)
+    ga = unbroadcast(-(gb @ _mT(x)), a_shape) if cfg.active[0] else None
+    return ga, unbroadcast(gb, b_shape) if cfg.active[1] else None
+
+
+def _solve_forward(cfg, primals, tangents):
+    a, b = primals
+    ta, tb = tangents
+    x = solve(a, b)
+    return x, solve(a, add_tangents(tb, None if ta is None else -(ta @ x)))
+
+
+solve = defprimitive("solve", lambda a, b: np.linalg.solve(a, b), _solve_augmented,
+                     _solve_reverse, _solve_forward)
+
+
+def _solve(a, b):
+    """np.linalg.solve: `b` is a vector only when it is 1-D (NumPy 2 semantics)."""
+    b = _as_array(b)
+    if len(shape_of(b)) == 1:
+        return solve(a, b[:, None])[..., 0]
+    return solve(a, b)
+
+
+register_function(np.linalg.solve, _solve)
+
+
+# -- det and slogdet: d log|det a| = tr(a^-1 da) ---------------------------------------------------
+def _logdet_tangent(a, ta):
+    return np.sum(_mT(inv(a)) * ta, axis=(-2, -1))
+
+
+def _det_augmented(cfg, a):
+    d = det(a)
+    return d, (a, d)
+
+
+def _det_reverse(cfg, saved, g):
+    a, d = saved
+    return (_expand2(g * d) * _mT(inv(a)),)
+
+
+def _det_forward(cfg, primals, tangents):
+    d = det(primals[0])
+    return d, d * _logdet_tangent(primals[0], tangents[0])
+
+
+det = defprimitive("det", lambda a: np.linalg.det(a), _det_augmented, _det_reverse, _det_forward,
+                   function=np.linalg.det)
+
+
+def _slogdet_augmented(cfg, a):
+    return slogdet(a), a
+
+
+def _slogdet_reverse(cfg, a, g):
+    g_logdet = g[1]   # the sign is piecewise constant: its cotangent is dropped
+    return (None if g_logdet is None else _expand2(g_logdet) * _mT(inv(a)),)
+
+
+def _slogdet_forward(cfg, primals, tangents):
+    out = slogdet(primals[0])
+    return out, (None, _logdet_tangent(primals[0], tangents[0]))
+
+
+slogdet = defprimitive("slogdet", lambda a: tuple(np.linalg.slogdet(a)), _slogdet_augmented,
+                       _slogdet_reverse, _slogdet_forward, multiple_results=True)
+register_function(np.linalg.slogdet, lambda a: SlogdetResult(*slogdet(a)))
+
+
+# -- cholesky (lower): dL = L phi(L^-1 dA L^-T), phi = lower triangle with halved diagonal ------
+def _phi(x):
+    n = shape_of(x)[-1]
+    return x * (_tril_mask(n, x) - 0.5 * _eye(n, x))
+
+
+def _cholesky_augmented(cfg, a):
+    chol = cholesky(a)
+    return chol, chol
+
+
+def _cholesky_reverse(cfg, chol, g):
+    chol_t = _mT(chol)
+    y = solve(chol_t, _phi(chol_t @ g))                 # L^-T phi(L^T g)
+    return (_sym(_mT(solve(chol_t, _mT(y)))),)          # sym(L^-T phi(L^T g) L^-1)
+
+
+def _cholesky_forward(cfg, primals, tangents):
+    chol = cholesky(primals[0])
+    z = solve(chol, _sym(tangents[0]))                  # L^-1 dA
+    return chol, chol @ _phi(_mT(solve(chol, _mT(z))))   # L phi(L^-1 dA L^-T)
+
+
+cholesky = defprimitive("cholesky", lambda a: np.linalg.cholesky(a), _cholesky_augmented,
+                        _cholesky_reverse, _cholesky_forward)
+
+
+def _cholesky(a, /, *, upper=False):
+    chol = cholesky(a)
+    return _mT(chol) if upper else chol
+
+
+register_function(np.linalg.cholesky, _cholesky)
+
+
+# -- eigh: a = V diag(w) V^T ---------------------------------------------------------------------
+def _eigh_augmented(cfg, a, UPLO="L"):
+    w, v = eigh(a, UPLO=UPLO)
+    return (w, v), (w, v)
+
+
+def _eigh_reverse(cfg, saved, g):
+    w, v = saved
+    gw, gv = g
+    inner = None if gw is None else _diag_embed(gw)
+    if gv is not None:
+        inner = add_tangents(inner, _gap_inverse(w) * (_mT(v) @ gv))
+    return (_sym(v @ inner @ _mT(v)),)
+
+
+def _eigh_forward(cfg, primals, tangents, UPLO="L"):
+    w, v = eigh(primals[0], UPLO=UPLO)
+    m = _mT(v) @ _sym(tangents[0]) @ v
+    return (w, v), (_diag(m), v @ (_gap_inverse(w) * m))
+
+
+eigh = defprimitive("eigh", lambda a, UPLO="L": tuple(np.linalg.eigh(a, UPLO=UPLO)),
+                    _eigh_augmented, _eigh_reverse, _eigh_forward, multiple_results=True)
+register_function(np.linalg.eigh, lambda a, UPLO="L": EighResult(*eigh(a, UPLO=UPLO)))
+
+
+# eigenvalues only: d w_i = v_i^T dA v_i, which stays defined for repeated eigenvalues.
+def _eigvalsh_augmented(cfg, a, UPLO="L"):
+    w, v = eigh(a, UPLO=UPLO)
+    return w, v
+
+
+def _eigvalsh_forward(cfg, primals, tangents, UPLO="L"):
+    w, v = eigh(primals[0], UPLO=UPLO)
+    return w, np.sum(v * (tangents[0] @ v), axis=-2)
+
+
+eigvalsh = defprimitive("eigvalsh", lambda a, UPLO="L": np.linalg.eigvalsh(a, UPLO=UPLO),
+                        _eigvalsh_augmented,
+                        lambda cfg, v, g: ((v * g[..., None, :]) @ _mT(v),),
+                        _eigvalsh_forward)
+register_function(np.linalg.eigvalsh, lambda a, UPLO="L": eigvalsh(a, UPLO=UPLO))
+
+
+# -- svd (reduced): a = U diag(s) Vh --------------------------------------------------------------
+def _svd_augmented(cfg, a, hermitian=False):
+    u, s, vh = svd(a, hermitian=hermitian)
+    return (u, s, vh), (u, s, vh, shape_of(a)[-2:])
+
+
+def _svd_reverse(cfg, saved, g):
+    u, s, vh, (m, n) = saved
+    gu, gs, gvh = g
+    s_row, s_col = s[..., None, :], s[..., :, None]     # x * s_row = x S, s_col * x = S x
+    f = _gap_inverse(s * s)
+    inner = None if gs is None else _diag_embed(gs)
+    if gu is not None:
+        k = f * (_mT(u) @ gu)
+        inner = add_tangents(inner, (k + _mT(k)) * s_row)
+    if gvh is not None:
+        k = f * (vh @ _mT(gvh))
+        inner = add_tangents(inner, s_col * (k + _mT(k)))
+    ga = u @ inner @ vh
+    if gu is not None and m > n:                         # (I - U U^T) gU S^-1 Vh
+        ga = ga + ((gu - u @ (_mT(u) @ gu)) / s_row) @ vh
+    if gvh is not None and n > m:                        # U S^-1 gVh (I - V Vh)
+        ga = ga + u @ ((gvh - (gvh @ _mT(vh)) @ vh) / s_col)
+    return (ga,)
+
+
+def _svd_forward(cfg, primals, tangents, hermitian=False):
+    a, = primals
+    ta, = tangents
+    u, s, vh = svd(a, hermitian=hermitian)
+    v = _mT(vh)
+    m, n = shape_of(a)[-2:]
+    s_row, s_col = s[..., None, :], s[..., :, None]
+    f = _gap_inverse(s * s)
+    j = _mT(u) @ ta @ v
+    js, sj = j * s_row, s_col * j
+    du = u @ (f * (js + _mT(js)))
+    dv = v @ (f * (sj + _mT(sj)))
+    if m > n:
+        tav = ta @ v
+        du = du + (tav - u @ (_mT(u) @ tav)) / s_row
+    if n > m:
+        tatu = _mT(ta) @ u
+        dv = dv + (tatu - v @ (vh @ tatu)) / s_row
+    return (u, s, vh), (du, _diag(j), _mT(dv))
+
+
+def _hermitian(hermitian):
+    # CuPy's svd has no `hermitian` keyword: pass it only when it matters.
+    return {"hermitian": True} if hermitian else {}
+
+
+svd = defprimitive("svd", lambda a, hermitian=False: tuple(np.linalg.svd(
+    a, full_matrices=False, **_hermitian(hermitian))), _svd_augmented, _svd_reverse,
+    _svd_forward, multiple_results=True)
+
+
+# singular values only: ds_i = u_i^T dA v_i, defined for repeated singular values too.
+def _svdvals_augmented(cfg, a, hermitian=False):
+    u, s, vh = svd(a, hermitian=hermitian)
+    return s, (u, vh)
+
+
+def _svdvals_reverse(cfg, saved, g):
+    u, vh = saved
+    return ((u * g[..., None, :]) @ vh,)
+
+
+def _svdvals_forward(cfg, primals, tangents, hermitian=False):
+    u, s, vh = svd(primals[0], hermitian=hermitian)
+    return s, np.sum(u * (tangents[0] @ _mT(vh)), axis=-2)
+
+
+svdvals = defprimitive(
+    "svdvals", lambda a, hermitian=False: np.linalg.svd(a, compute_uv=False,
+                                                         **_hermitian(hermitian)),
+    _svdvals_augmented, _svdvals_reverse, _svdvals_forward)
+register_function(np.linalg.svdvals, lambda x: svdvals(x))
+
+
+def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    if not compute_uv:
+        return svdvals(a, hermitian=hermitian)
+    m, n = shape_of(a)[-2:]
+    if full_matrices and m != n:
+        raise NotImplementedError(
+            "the derivative of np.linalg.svd with full_matrices=True is not defined for a "
+            f"non-square ({m}x{n}) input: the extra singular vectors are not unique. Use "
+            "full_matrices=False, or compute_uv=False for singular values only")
+    return SVDResult(*svd(a, hermitian=hermitian))
+
+
+register_function(np.linalg.svd, _svd)
+
+
+# -- qr (reduced, m >= n) -------------------------------------------------------------------------
+def _qr_augmented(cfg, a):
+    q, r = qr(a)
+    return (q, r), (q, r)
+
+
+def _qr_reverse(cfg, saved, g):
+    q, r = saved
+    gq, gr = g
+    n = shape_of(r)[-1]
+    c = None if gr is None else gr @ _mT(r)
+    if gq is not None:
+        c = add_tangents(c, -(_mT(q) @ gq))
+    # upper triangle of c, mirrored into the lower one
+    upper = 1 - _tril_mask(n, r, -1)
+    y = c * upper + _mT(c) * (1 - upper)
+    return (_mT(solve(r, _mT(add_tangents(gq, q @ y)))),)      # (gQ + Q y) R^-T
+
+
+def _qr_forward(cfg, primals, tangents):
+    q, r = qr(primals[0])
+    c = _mT(solve(_mT(r), _mT(tangents[0])))                   # dA R^-1
+    x = _mT(q) @ c
+    lower = x * _tril_mask(shape_of(r)[-1], r, -1)
+    omega = lower - _mT(lower)
+    return (q, r), (q @ (omega - x) + c, (x - omega) @ r)
+
+
+qr = defprimitive("qr", lambda a: tuple(np.linalg.qr(a)), _qr_augmented, _qr_reverse,
+                  _qr_forward, multiple_results=True)
+
+
+def _qr(a, mode="reduced"):
+    m, n = shape_of(a)[-2:]
+    if m < n or mode not in ("reduced", "complete", "r") or (mode == "complete" and m != n):
+        raise NotImplementedError(
+            f"np.linalg.qr is differentiable for mode='reduced' or 'r' with m >= n (and "
+            f"'complete' for square input); got mode={mode!r} on a {m}x{n} input")
+    q, r = qr(a)
+    return r if mode == "r" else QRResult(q, r)
+
+
+register_function(np.linalg.qr, _qr)
+
+
+# -- pinv: Golub & Pereyra's derivative for locally constant rank ---------------------------------
+def _pinv_jvp(a, x, da):
+    dat = _mT(da)
+    return (-(x @ da @ x) + (x @ _mT(x)) @ (dat - (dat @ a) @ x)
+            + (dat - x @ (a @ dat)) @ (_mT(x) @ x))
+
+
+def _pinv_vjp(a, x, g):
+    xt, gt = _mT(x), _mT(g)
+    return (-(xt @ g @ xt) + (gt - a @ (x @ gt)) @ (x @ xt)
+            + (xt @ x) @ (gt - (gt @ x) @ a))
+
+
+def _pinv_augmented(cfg, a, **kw):
+    x = pinv(a, **kw)
+    return x, (a, x)
+
+
+def _pinv_forward(cfg, primals, tangents, **kw):
+    x = pinv(primals[0], **kw)
+    return x, _pinv_jvp(primals[0], x, tangents[0])
+
+
+pinv = defprimitive("pinv", lambda a, **kw: np.linalg.pinv(a, **kw), _pinv_augmented,
+                    lambda cfg, saved, g: (_pinv_vjp(*saved, g),), _pinv_forward)
+
+
+def _pinv(a, rcond=None, hermitian=False, **kw):
+    # Only the options given are passed on (CuPy's pinv knows rcond alone).
+    if rcond is not None:
+        kw["rcond"] = rcond
+    return pinv(a, **kw, **_hermitian(hermitian))
+
+
+register_function(np.linalg.pinv, _pinv)
+
+
+# -- lstsq: x = pinv(a) b; computed once by LAPACK, passed in as `solution` -----------------------
+def _lstsq_augmented(cfg, a, b, solution):
+    return lstsq_solution(a, b, solution=solution), (a, b, pinv(a))
+
+
+def _lstsq_reverse(cfg, saved, g):
+    a, b, a_pinv = saved
+    ga = gb = None
+    if cfg.active[0]:
+        outer = g[:, None] * b[None, :] if len(shape_of(b)) == 1 else g @ _mT(b)
+        ga = _pinv_vjp(a, a_pinv, outer)
+    if cfg.active[1]:
+        gb = _mT(a_pinv) @ g
+    return ga, gb
+
+
+def _lstsq_forward(cfg, primals, tangents, solution):
+    a, b = primals
+    ta, tb = tangents
+    a_pinv = pinv(a)
+    t = add_tangents(None if ta is None else _pinv_jvp(a, a_pinv, ta) @ b,
+                     None if tb is None else a_pinv @ tb)
+    return lstsq_solution(a, b, solution=solution), t
+
+
+lstsq_solution = defprimitive("lstsq", lambda a, b, solution: solution, _lstsq_augmented,
+                              _lstsq_reverse, _lstsq_forward)
+
+
+def _lstsq(a, b, rcond=None):
+    b = _as_array(b)
+    x, residuals, rank, s = np.linalg.lstsq(primal(a), primal(b), rcond=rcond)
+    return lstsq_solution(a, b, solution=x), residuals, rank, s
+
+
+register_function(np.linalg.lstsq, _lstsq)
+
+
+# -- matrix_power: repeated squaring, as NumPy does ------------------------------------------------
+def _matrix_power(a, n):
+    n = operator.index(n)
+    if n == 0:
+        return np.zeros_like(a) + _eye(shape_of(a)[-1], a)
+    if n < 0:
+        a, n = inv(a), -n
+    result = None
+    while True:
+        if n & 1:
+            result = a if result is None else result @ a
+        n >>= 1
+        if not n:
+            return result
+        a = a @ a
+
+
+register_function(np.linalg.matrix_power, _matrix_power)
+
+
+# -- the rest of np.linalg: matrix_rank has no derivative; the array-API aliases of functions
+# whose rules live elsewhere are routed to them.
+register_function(np.linalg.matrix_rank, inactive(np.linalg.matrix_rank))
+register_function(np.linalg.matmul, lambda x1, x2, /: np.matmul(x1, x2))
+register_function(np.linalg.matrix_transpose, lambda x, /: _mT(x))
+register_function(np.linalg.outer, lambda x1, x2, /: np.outer(x1, x2))
+register_function(np.linalg.tensordot, lambda x1, x2, /, *, axes=2: np.tensordot(x1, x2, axes))
+register_function(np.linalg.vecdot, lambda x1, x2, /, *, axis=-1: np.sum(x1 * x2, axis=axis))
+register_function(np.linalg.diagonal, lambda x, /, *, offset=0: np.diagonal(
+    x, offset, axis1=-2, axis2=-1))
+register_function(np.linalg.trace, lambda x, /, *, offset=0, dtype=None: np.trace(
+    x, offset, axis1=-2, axis2=-1, dtype=dtype))
+register_function(np.linalg.cross, lambda x1, x2, /, *, axis=-1: np.cross(x1, x2, axis=axis))
+register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.reduce(
+    np.dot, arrays))
+
+from . import linalg_norms  # noqa: E402,F401  (np.linalg.norm and friends)

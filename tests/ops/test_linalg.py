@@ -1,0 +1,327 @@
+"""np.linalg: each function against NumPy's primal and against finite differences (forward and
+reverse mode, first and second order).
+
+Inputs are built to be well conditioned (A = U diag(s) V^T with s in [1, 3], or with
+well-separated s where eigenvectors / singular vectors are differentiated), and eigen/singular
+vectors enter the checked functions only through sign-invariant expressions (v**2, u @ vh).
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tape import Active, Duplicated, ForwardWithPrimal, Reverse, autodiff
+from tape.testing import check_grads
+
+FAST = settings(max_examples=20, deadline=None)
+seeds = st.integers(0, 2 ** 32 - 1)
+batches = st.sampled_from([(), (2,)])
+
+
+def orthogonal(rng, n):
+    q, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return q * np.sign(np.diag(r))
+
+
+def matrices(seed, batch, m, n=None, spectrum=None, symmetric=False):
+    """A stack of m x n matrices U diag(s) V^T; s defaults to uniform in [1, 3]."""
+    rng = np.random.default_rng(seed)
+    n = m if n is None else n
+    k = min(m, n)
+    out = []
+    for _ in range(int(np.prod(batch))):
+        s = rng.uniform(1, 3, k) if spectrum is None else spectrum(rng, k)
+        u = orthogonal(rng, m)[:, :k]
+        v = u if symmetric else orthogonal(rng, n)[:, :k]
+        out.append((u * s) @ v.T)
+    return np.array(out).reshape(batch + (m, n))
+
+
+def separated(rng, k):
+    """Singular values / eigenvalues at least 0.5 apart (vector derivatives need gaps)."""
+    return 1 + 0.8 * np.arange(k) + 0.3 * rng.uniform(size=k)
+
+
+def traced_value(f, *args):
+    """What f returns when its arguments are traced (forward mode), as plain values."""
+    _, value = autodiff(ForwardWithPrimal, f, *[Duplicated(a, np.ones_like(a)) for a in args])
+    return value
+
+
+def mT(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def sym(x):
+    return 0.5 * (x + mT(x))
+
+
+# -- inv, solve, det, slogdet, matrix_power -------------------------------------------------------
+@FAST
+@given(seeds, batches, st.integers(1, 4))
+def test_inv(seed, batch, n):
+    a = matrices(seed, batch, n)
+    np.testing.assert_allclose(traced_value(np.linalg.inv, a), np.linalg.inv(a))
+    check_grads(np.linalg.inv, a)
+
+
+@FAST
+@given(seeds, st.sampled_from([((), ()), ((2,), ()), ((), (2,)), ((2, 1), (3,))]),
+       st.integers(1, 3), st.integers(1, 2))
+def test_solve_matrix_rhs_with_broadcast_batches(seed, batches_ab, n, k):
+    a = matrices(seed, batches_ab[0], n)
+    b = np.random.default_rng(seed).standard_normal(batches_ab[1] + (n, k))
+    np.testing.assert_allclose(traced_value(np.linalg.solve, a, b), np.linalg.solve(a, b))
+    check_grads(np.linalg.solve, a, b)
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 3))
+def test_solve_vector_rhs(seed, batch, n):
+    a = matrices(seed, batch, n)
+    b = np.random.default_rng(seed).standard_normal(n)
+    x = traced_value(np.linalg.solve, a, b)
+    assert x.shape == batch + (n,)
+    np.testing.assert_allclose(x, np.linalg.solve(a, b))
+    check_grads(np.linalg.solve, a, b)
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.booleans())
+def test_det_and_slogdet(seed, batch, n, flip):
+    a = matrices(seed, batch, n)
+    if flip:
+        a = a * np.where(np.arange(n) == 0, -1.0, 1.0)[:, None]   # negative determinant
+    np.testing.assert_allclose(traced_value(np.linalg.det, a), np.linalg.det(a))
+    sign, logdet = traced_value(np.linalg.slogdet, a)
+    np.testing.assert_array_equal(sign, np.linalg.slogdet(a).sign)
+    np.testing.assert_allclose(logdet, np.linalg.slogdet(a).logabsdet)
+    check_grads(np.linalg.det, a)
+    check_grads(lambda x: np.linalg.slogdet(x).logabsdet, a)
+    check_grads(lambda x: np.multiply(*np.linalg.slogdet(x)), a)   # sign * logabsdet
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 3), st.integers(-3, 4))
+def test_matrix_power(seed, batch, n, power):
+    a = matrices(seed, batch, n)
+    f = lambda x: np.linalg.matrix_power(x, power)  # noqa: E731
+    np.testing.assert_allclose(traced_value(f, a), np.linalg.matrix_power(a, power))
+    check_grads(f, a)
+
+
+def test_matrix_power_zero_is_a_constant_identity():
+    a = matrices(0, (2,), 3)
+    (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.matrix_power(x, 0)), Active, Active(a))
+    np.testing.assert_array_equal(g, np.zeros_like(a))
+
+
+# -- cholesky, eigh -------------------------------------------------------------------------------
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.booleans())
+def test_cholesky(seed, batch, n, upper):
+    a = matrices(seed, batch, n, symmetric=True)
+    f = lambda x: np.linalg.cholesky(sym(x), upper=upper)  # noqa: E731
+    np.testing.assert_allclose(traced_value(f, a), np.linalg.cholesky(a, upper=upper))
+    check_grads(f, a)
+
+
+def test_cholesky_gradient_is_symmetric():
+    a = matrices(1, (), 3, symmetric=True)
+    (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.cholesky(x) ** 3), Active, Active(a))
+    np.testing.assert_allclose(g, g.T)
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.sampled_from(["L", "U"]))
+def test_eigh(seed, batch, n, uplo):
+    a = matrices(seed, batch, n, spectrum=separated, symmetric=True)
+    weights = np.random.default_rng(seed).standard_normal((n, n))
+
+    def f(x):
+        w, v = np.linalg.eigh(sym(x), UPLO=uplo)
+        return w, np.sum(v ** 2 * weights, axis=-1)
+    w, v = traced_value(lambda x: np.linalg.eigh(x, UPLO=uplo), a)
+    np.testing.assert_allclose(w, np.linalg.eigh(a).eigenvalues)
+    np.testing.assert_allclose(v ** 2, np.linalg.eigh(a).eigenvectors ** 2, atol=1e-12)
+    np.testing.assert_allclose(traced_value(np.linalg.eigvalsh, a), np.linalg.eigvalsh(a))
+    check_grads(f, a)
+    check_grads(lambda x: np.linalg.eigvalsh(sym(x)), a)
+
+
+def test_eigh_derivatives_use_the_symmetric_part():
+    a = matrices(4, (), 3, spectrum=separated, symmetric=True)
+    da = np.random.default_rng(4).standard_normal((3, 3))
+    f = lambda x: np.linalg.eigh(x).eigenvectors ** 2 + np.linalg.eigh(x).eigenvalues  # noqa: E731
+    (g,), = autodiff(Reverse, lambda x: np.sum(f(x) * da), Active, Active(a))
+    np.testing.assert_allclose(g, g.T)
+    tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, da))
+    symmetric_tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, sym(da)))
+    np.testing.assert_allclose(tangent, symmetric_tangent)
+
+
+def test_eigh_result_fields_and_degenerate_eigenvalues():
+    # With a repeated eigenvalue the eigenvectors are not differentiable, but the eigenvalues'
+    # sum (the trace) is, and an unused eigenvector output must not poison it.
+    a = 2.0 * np.eye(3)
+
+    def f(x):
+        result = np.linalg.eigh(x)
+        assert result.eigenvectors is result[1]
+        return np.sum(result.eigenvalues)
+    (g,), = autodiff(Reverse, f, Active, Active(a))
+    np.testing.assert_allclose(g, np.eye(3))
+    (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.eigvalsh(x)), Active, Active(a))
+    np.testing.assert_allclose(g, np.eye(3))
+
+
+# -- svd, qr --------------------------------------------------------------------------------------
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.integers(1, 4))
+def test_svd_reduced(seed, batch, m, n):
+    a = matrices(seed, batch, m, n, spectrum=separated)
+
+    def f(x):
+        u, s, vh = np.linalg.svd(x, full_matrices=False)
+        return s, u ** 2, vh ** 2, u @ vh
+    u, s, vh = traced_value(lambda x: np.linalg.svd(x, full_matrices=False), a)
+    np.testing.assert_allclose((u * s[..., None, :]) @ vh, a, atol=1e-12)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False))
+    check_grads(f, a)
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.integers(1, 4))
+def test_singular_values_only(seed, batch, m, n):
+    a = matrices(seed, batch, m, n)
+    np.testing.assert_allclose(traced_value(np.linalg.svdvals, a), np.linalg.svdvals(a))
+    check_grads(lambda x: np.linalg.svd(x, compute_uv=False), a)
+    check_grads(np.linalg.svdvals, a)
+
+
+def test_svd_full_matrices():
+    square = matrices(2, (), 3, spectrum=separated)
+    check_grads(lambda x: np.linalg.svd(x)[0] ** 2, square)   # full_matrices=True, square: fine
+    with pytest.raises(NotImplementedError, match="full_matrices=False"):
+        autodiff(Reverse, lambda x: np.sum(np.linalg.svd(x)[1]), Active,
+                 Active(matrices(2, (), 4, 3)))
+
+
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.integers(0, 2))
+def test_qr_reduced(seed, batch, n, extra_rows):
+    a = matrices(seed, batch, n + extra_rows, n)
+    q, r = traced_value(np.linalg.qr, a)
+    np.testing.assert_allclose(q, np.linalg.qr(a).Q)
+    np.testing.assert_allclose(r, np.linalg.qr(a).R)
+    check_grads(lambda x: tuple(np.linalg.qr(x)), a)
+    check_grads(lambda x: np.linalg.qr(x, mode="r"), a)
+
+
+def test_qr_wide_input_is_not_differentiable():
+    with pytest.raises(NotImplementedError, match="m >= n"):
+        autodiff(Reverse, lambda x: np.sum(np.linalg.qr(x).R), Active,
+                 Active(matrices(0, (), 2, 3)))
+
+
+# -- pinv, lstsq ----------------------------------------------------------------------------------
+@FAST
+@given(seeds, batches, st.integers(1, 4), st.integers(1, 4))
+def test_pinv_full_rank(seed, batch, m, n):
+    a = matrices(seed, batch, m, n)
+    np.testing.assert_allclose(traced_value(np.linalg.pinv, a), np.linalg.pinv(a))
+    check_grads(np.linalg.pinv, a)
+
+
+@FAST
+@given(seeds, st.integers(1, 4), st.integers(1, 4), st.sampled_from([(), (2,)]))
+def test_lstsq_solution(seed, m, n, rhs_cols):
+    a = matrices(seed, (), m, n)
+    b = np.random.default_rng(seed).standard_normal((m,) + rhs_cols)
+    x, residuals, rank, s = traced_value(lambda x, y: np.linalg.lstsq(x, y), a, b)
+    expected = np.linalg.lstsq(a, b)
+    np.testing.assert_allclose(x, expected[0])
+    np.testing.assert_allclose(residuals, expected[1])
+    assert rank == expected[2]
+    np.testing.assert_allclose(s, expected[3])
+    check_grads(lambda x, y: np.linalg.lstsq(x, y)[0], a, b)
+
+
+# -- norms ----------------------------------------------------------------------------------------
+@FAST
+@given(seeds, st.sampled_from([None, 2, 1, np.inf, -np.inf, 3, 0.5, -1]),
+       st.sampled_from([None, 0, -1, (0, 1)]), st.booleans())
+def test_vector_norms(seed, ord, axis, keepdims):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.5, 2, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4))   # away from |x| = 0
+    if axis is None:
+        x = x[0]
+    if axis == (0, 1):   # the array-API spelling: a vector norm over several axes
+        f = lambda v: np.linalg.vector_norm(v, ord=2 if ord is None else ord,  # noqa: E731
+                                            axis=axis, keepdims=keepdims)
+        expected = np.linalg.vector_norm(x, ord=2 if ord is None else ord, axis=axis,
+                                         keepdims=keepdims)
+    else:
+        f = lambda v: np.linalg.norm(v, ord, axis, keepdims)  # noqa: E731
+        expected = np.linalg.norm(x, ord, axis, keepdims)
+    np.testing.assert_allclose(traced_value(f, x), expected)
+    check_grads(f, x)
+
+
+@FAST
+@given(seeds, st.sampled_from([None, "fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf]),
+       st.sampled_from([(1, 2), (2, 1), (0, 2), (-1, -3)]), st.booleans())
+def test_matrix_norms(seed, ord, axis, keepdims):
+    rng = np.random.default_rng(seed)
+    x = np.moveaxis(matrices(seed, (2,), 3, 4, spectrum=separated), 0, 1)   # shape (3, 2, 4)
+    x = x + 0.01 * rng.standard_normal(x.shape)   # break ties among row / column sums
+    f = lambda v: np.linalg.norm(v, ord, axis, keepdims)  # noqa: E731
+    np.testing.assert_allclose(traced_value(f, x), np.linalg.norm(x, ord, axis, keepdims))
+    check_grads(f, x)
+
+
+def test_norm_defaults_matrix_norm_and_cond():
+    a = matrices(3, (2,), 3, spectrum=separated)
+    for f in (np.linalg.norm, np.linalg.matrix_norm, lambda x: np.linalg.norm(x[0], "fro"),
+              lambda x: np.linalg.matrix_norm(x, ord="nuc", keepdims=True),
+              np.linalg.cond, lambda x: np.linalg.cond(x, -2),
+              lambda x: np.linalg.cond(x, "fro"), lambda x: np.linalg.cond(x, 1)):
+        np.testing.assert_allclose(traced_value(f, a), f(a))
+        check_grads(f, a)
+
+
+def test_two_norm_at_zero_has_zero_derivative():
+    zero = np.zeros((2, 3))
+    for f in (np.linalg.norm, lambda x: np.linalg.norm(x, axis=1),
+              lambda x: np.linalg.norm(x, "fro", keepdims=True)):
+        (g,), = autodiff(Reverse, lambda x: np.sum(f(x)), Active, Active(zero))
+        np.testing.assert_array_equal(g, zero)
+        tangent, = autodiff(ForwardWithPrimal, f, Duplicated(zero, np.ones_like(zero)))[:1]
+        np.testing.assert_array_equal(tangent, np.zeros_like(tangent))
+
+
+def test_zero_norm_counts_nonzeros_without_derivative():
+    x = np.array([0.0, 2.0, -1.0])
+    (g,), = autodiff(Reverse, lambda v: np.linalg.norm(v, 0) * np.sum(v), Active, Active(x))
+    np.testing.assert_array_equal(g, [2.0, 2.0, 2.0])
+
+
+def test_array_api_aliases_and_hermitian_variants():
+    rng = np.random.default_rng(5)
+    a = matrices(5, (2,), 3, spectrum=separated, symmetric=True)
+    b = rng.standard_normal((2, 3, 3))
+    v, w = rng.standard_normal(3), rng.standard_normal(4)
+    cases = [
+        (np.linalg.matmul, a, b), (np.linalg.matrix_transpose, b), (np.linalg.outer, v, w),
+        (lambda x, y: np.linalg.tensordot(x, y, axes=1), b, v), (np.linalg.vecdot, a, b),
+        (lambda x: np.linalg.diagonal(x, offset=1), b), (np.linalg.trace, b),
+        (lambda x, y: np.linalg.multi_dot([x[0], y[1], x[1]]), a, b),
+        (lambda x: np.linalg.svd(sym(x), compute_uv=False, hermitian=True), a),
+        (lambda x: np.linalg.pinv(sym(x), 1e-10, True), a),
+        (lambda x: np.linalg.pinv(x, rtol=1e-10), b),
+        (lambda x: np.linalg.eigvalsh(sym(x), "U"), a),
+    ]
+    for f, *args in cases:
+        np.testing.assert_allclose(traced_value(f, *args), f(*args), atol=1e-12)
+        check_grads(f, *args)
+    assert traced_value(np.linalg.matrix_rank, a).tolist() == [3, 3]
