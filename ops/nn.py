@@ -1,9 +1,551 @@
-"""Fused neural-network ops (to be written)."""
+"""Fused neural-network ops: the softmax family, cross-entropy, activations, normalisations.
+
+Each op is one primitive whose reverse rule is cheaper than differentiating its composite
+formula: softmax's vector-Jacobian product is `y * (g - sum(g * y))`, one pass over the saved
+output, instead of the tape of exp, sum and divide. Rules are written with differentiable NumPy
+calls, so second derivatives work; inside a rule the values may be tracers of an outer
+differentiation, which is why the primal is obtained by calling the primitive itself (the outer
+level then records the fused op too). Residuals are the cheapest ones: softmax and log_softmax
+keep their output, the norms keep x and their per-slice statistics, silu and gelu keep the
+sigmoid / tanh / normal CDF they computed (in NumPy each recomputed op is another pass over
+memory).
+
+>>> from tape import autodiff, Reverse, Active
+>>> x = np.array([1.0, 2.0, 3.0])
+>>> (g,), = autodiff(Reverse, lambda x: logsumexp(x), Active, Active(x))
+>>> bool(np.allclose(g, softmax(x)))
+True
+
+Conventions:
+
+- `axis` is an int or a tuple of ints (negative counts from the end); logsumexp also takes None.
+- logsumexp of a slice that is entirely -inf is -inf; its gradient there is nan (no finite shift).
+- cross_entropy's 'mean' over zero non-ignored positions is nan, as in PyTorch.
+- gelu's exact form uses the normal CDF `ndtr` of `ops.special` (Cephes' rational
+  approximation: absolute error below 1e-15).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tape.backend import array_module
+from tape.core import Tracer, primal
+
+from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
+from .special import ndtr, unary_primitive as _unary, unary_with_intermediate
+
+_AxisError = getattr(np, "exceptions", np).AxisError
 
 
-def _todo(*a, **k):
-    raise NotImplementedError
+# -- axis bookkeeping -------------------------------------------------------------------------------
+def _axes(axis, ndim: int) -> tuple:
+    """`axis` as a sorted tuple of non-negative ints (None: every axis); out of range raises."""
+    if axis is None:
+        return tuple(range(ndim))
+    for a in (axis,) if isinstance(axis, (int, np.integer)) else axis:
+        if not -ndim <= a < ndim:
+            raise _AxisError(int(a), ndim)
+    if isinstance(axis, (int, np.integer)):
+        return (int(axis) % ndim,)
+    axes = tuple(sorted(int(a) % ndim for a in axis))
+    if len(set(axes)) != len(axes):
+        raise ValueError("duplicate value in 'axis'")
+    return axes
 
 
-cross_entropy = gelu = layer_norm = log_softmax = logsumexp = rms_norm = _todo
-sigmoid = silu = softmax = softplus = _todo
+def _kept(shape: tuple, axes: tuple) -> tuple:
+    """`shape` with the reduced axes set to 1 (the keepdims shape)."""
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _dropped(shape: tuple, axes: tuple) -> tuple:
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _count(shape: tuple, axes: tuple) -> int:
+    return math.prod(shape[i] for i in axes)
+
+
+def _mean(a, axes: tuple, n: int):
+    return np.sum(a, axis=axes, keepdims=True) / n
+
+
+def _as_float(x):
+    """x as a floating-point array of its array module (impls write into temporaries)."""
+    xp = array_module(x)
+    x = xp.asarray(x)
+    return x if x.dtype.kind in "fc" else x.astype(np.float64)
+
+
+def _finite_max(x, axes):
+    """The max over `axes` (kept), replaced by 0 where it is +-inf: a safe shift for exp."""
+    xp = array_module(x)
+    m = xp.max(x, axis=axes, keepdims=True)
+    return xp.where(xp.isfinite(m), m, 0)
+
+
+# -- logsumexp, softmax, log_softmax ------------------------------------------------------------------
+def _shifted_exp(x, axis):
+    """(exp(x - m), m) with m the finite max over `axis`; one temporary, filled in place."""
+    xp = array_module(x)
+    m = _finite_max(x, axis)
+    e = xp.subtract(x, m, out=xp.empty_like(x))   # out=: a 0-d result stays an array
+    return xp.exp(e, out=e), m
+
+
+def _lse_impl(x, axis, keepdims):
+    x = _as_float(x)
+    xp = array_module(x)
+    e, m = _shifted_exp(x, axis)
+    out = xp.log(xp.sum(e, axis=axis, keepdims=True)) + m
+    return out if keepdims else xp.reshape(out, _dropped(shape_of(x), axis))
+
+
+def _lse_augmented(cfg, x, axis, keepdims):
+    out = _logsumexp(x, axis=axis, keepdims=keepdims)
+    out_kd = out if keepdims else np.reshape(out, _kept(shape_of(x), axis))
+    return out, (x, out_kd, axis, keepdims)
+
+
+def _lse_reverse(cfg, saved, g):
+    x, out_kd, axis, keepdims = saved
+    g_kd = g if keepdims else np.reshape(g, _kept(shape_of(x), axis))
+    return (g_kd * np.exp(x - out_kd),)
+
+
+def _lse_forward(cfg, primals, tangents, axis, keepdims):
+    x, = primals
+    out = _logsumexp(x, axis=axis, keepdims=keepdims)
+    out_kd = out if keepdims else np.reshape(out, _kept(shape_of(x), axis))
+    return out, np.sum(np.exp(x - out_kd) * tangents[0], axis=axis, keepdims=keepdims)
+
+
+_logsumexp = defprimitive("logsumexp", _lse_impl, _lse_augmented, _lse_reverse, _lse_forward)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) over `axis`, shifted by the max so that it never overflows.
+
+    The gradient is softmax(x) along `axis`.
+
+    >>> bool(np.isclose(logsumexp(np.array([1000.0, 1000.0])), 1000.0 + np.log(2.0)))
+    True
+    >>> logsumexp(np.zeros((2, 3)), axis=1, keepdims=True).shape
+    (2, 1)
+    """
+    return _logsumexp(x, axis=_axes(axis, np.ndim(x)), keepdims=bool(keepdims))
+
+
+def _softmax_impl(x, axis):
+    e, _ = _shifted_exp(_as_float(x), axis)
+    e /= array_module(e).sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def _softmax_jvp(y, t, axis):
+    return y * (t - np.sum(y * t, axis=axis, keepdims=True))
+
+
+def _softmax_augmented(cfg, x, axis):
+    y = _softmax(x, axis=axis)
+    return y, (y, axis)
+
+
+def _softmax_reverse(cfg, saved, g):
+    y, axis = saved
+    return (_softmax_jvp(y, g, axis),)   # the Jacobian is symmetric: VJP = JVP
+
+
+def _softmax_forward(cfg, primals, tangents, axis):
+    y = _softmax(primals[0], axis=axis)
+    return y, _softmax_jvp(y, tangents[0], axis)
+
+
+_softmax = defprimitive("softmax", _softmax_impl, _softmax_augmented, _softmax_reverse,
+                        _softmax_forward)
+
+
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along `axis` (an int or a tuple); saves only its output.
+
+    >>> softmax(np.array([0.0, 0.0, 1000.0]))
+    array([0., 0., 1.])
+    """
+    return _softmax(x, axis=_axes(axis, np.ndim(x)))
+
+
+def _log_softmax_impl(x, axis):
+    return x - _lse_impl(x, axis, True)
+
+
+def _log_softmax_augmented(cfg, x, axis):
+    y = _log_softmax(x, axis=axis)
+    return y, (y, axis)
+
+
+def _log_softmax_reverse(cfg, saved, g):
+    y, axis = saved
+    return (g - np.exp(y) * np.sum(g, axis=axis, keepdims=True),)
+
+
+def _log_softmax_forward(cfg, primals, tangents, axis):
+    y = _log_softmax(primals[0], axis=axis)
+    t = tangents[0]
+    return y, t - np.sum(np.exp(y) * t, axis=axis, keepdims=True)
+
+
+_log_softmax = defprimitive("log_softmax", _log_softmax_impl, _log_softmax_augmented,
+                            _log_softmax_reverse, _log_softmax_forward)
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along `axis`: log-probabilities, finite even for huge logits.
+
+    >>> log_softmax(np.array([0.0, 1000.0]))
+    array([-1000.,     0.])
+    """
+    return _log_softmax(x, axis=_axes(axis, np.ndim(x)))
+
+
+# -- cross_entropy ---------------------------------------------------------------------------------
+def _onehot(x, safe, axis):
+    xp = array_module(safe)
+    classes = xp.arange(shape_of(x)[axis]).reshape(
+        tuple(-1 if i == axis else 1 for i in range(len(shape_of(x)))))
+    return classes == xp.expand_dims(safe, axis)
+
+
+def _ce_targets(targets, ignore_index):
+    """(mask of counted positions, targets with ignored entries replaced by class 0)."""
+    xp = array_module(targets)
+    mask = targets != ignore_index
+    return mask, xp.where(mask, targets, 0)
+
+
+def _pick(x, safe, axis):
+    """x at the target class along `axis` (kept as size 1)."""
+    if isinstance(x, Tracer):   # an outer level differentiates x: a differentiable gather
+        return np.sum(np.where(_onehot(x, safe, axis), x, 0.0), axis=axis, keepdims=True)
+    return array_module(x).take_along_axis(x, array_module(x).expand_dims(safe, axis), axis=axis)
+
+
+def _ce_reduce(per_position, mask, reduction):
+    if reduction == "none":
+        return per_position
+    total = np.sum(per_position)
+    # A Python int count keeps float32 losses float32.
+    return total if reduction == "sum" else total / int(mask.sum())
+
+
+def _ce_core(x, targets, axis, ignore_index, reduction):
+    mask, safe = _ce_targets(targets, ignore_index)
+    lse = _logsumexp(x, axis=(axis,), keepdims=True)
+    per = np.reshape(lse - _pick(x, safe, axis), shape_of(targets))
+    return _ce_reduce(np.where(mask, per, 0.0), mask, reduction), lse
+
+
+def _ce_augmented(cfg, x, targets, axis, ignore_index, reduction):
+    loss, lse = _ce_core(x, targets, axis, ignore_index, reduction)
+    return loss, (x, lse, targets, axis, ignore_index, reduction)
+
+
+def _ce_reverse(cfg, saved, g):
+    x, lse, targets, axis, ignore_index, reduction = saved
+    mask, safe = _ce_targets(targets, ignore_index)
+    weight = mask.astype(x.dtype)
+    if reduction == "mean":
+        weight = weight / int(mask.sum())
+    w = np.reshape(g * weight, _kept(shape_of(x), (axis,)))
+    if isinstance(x, Tracer) or isinstance(lse, Tracer) or isinstance(w, Tracer):
+        # Differentiated again: the formula with an explicit one-hot, in differentiable ops.
+        return ((np.exp(x - lse) - _onehot(x, safe, axis).astype(x.dtype)) * w,)
+    # Speed-up for plain arrays: softmax * w in place, then w taken off at the targets, with
+    # no float one-hot as large as the logits (a vocabulary-sized array per position).
+    xp = array_module(x)
+    grad = x - lse
+    grad = xp.exp(grad, out=grad)
+    grad *= w
+    index = xp.expand_dims(safe, axis)
+    xp.put_along_axis(grad, index, xp.take_along_axis(grad, index, axis=axis) - w, axis=axis)
+    return (grad,)
+
+
+def _ce_forward(cfg, primals, tangents, targets, axis, ignore_index, reduction):
+    x, = primals
+    t = tangents[0]
+    loss, lse = _ce_core(x, targets, axis, ignore_index, reduction)
+    mask, safe = _ce_targets(targets, ignore_index)
+    # d(lse - x[target]) = sum(softmax * t) - t[target]
+    per = np.sum(np.exp(x - lse) * t, axis=axis, keepdims=True) - _pick(t, safe, axis)
+    per = np.reshape(per, shape_of(targets)) * mask.astype(x.dtype)
+    return loss, _ce_reduce(per, mask, reduction)
+
+
+_cross_entropy = defprimitive("cross_entropy",
+                              lambda x, **params: _ce_core(x, **params)[0],
+                              _ce_augmented, _ce_reverse, _ce_forward)
+
+
+def cross_entropy(logits, targets, axis=-1, ignore_index=-100, reduction="mean"):
+    """Softmax cross-entropy of `logits` against integer class indices `targets`.
+
+    `targets` has the shape of `logits` without `axis` and carries no derivative. Positions
+    whose target equals `ignore_index` contribute zero loss and zero gradient; 'mean' divides
+    by the number of the other positions ('sum' and 'none' are the alternatives). The
+    gradient is (softmax(logits) - onehot(targets)) times the cotangent, in one pass.
+
+    >>> logits = np.array([[2.0, 0.0], [0.0, 2.0], [5.0, 5.0]])
+    >>> loss = cross_entropy(logits, np.array([0, 0, -100]))
+    >>> bool(np.isclose(loss, (np.log1p(np.exp(-2.0)) + np.log1p(np.exp(2.0))) / 2))
+    True
+    """
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not isinstance(logits, Tracer):
+        logits = _as_float(logits)
+    shape = shape_of(logits)
+    ax, = _axes(axis, len(shape))
+    t = array_module(logits).asarray(primal(targets))
+    if not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"cross_entropy targets must be integer class indices, got {t.dtype}")
+    if tuple(t.shape) != _dropped(shape, (ax,)):
+        raise ValueError(f"targets of shape {tuple(t.shape)} do not match logits of shape "
+                         f"{shape} without axis {ax}")
+    counted = t != ignore_index
+    if bool(((t < 0) | (t >= shape[ax]))[counted].any()):
+        raise IndexError(f"cross_entropy targets must lie in [0, {shape[ax]}) or equal "
+                         f"ignore_index={ignore_index}")
+    return _cross_entropy(logits, targets=t, axis=ax, ignore_index=ignore_index,
+                          reduction=reduction)
+
+
+# -- elementwise activations -----------------------------------------------------------------------
+def _sigmoid_impl(x):
+    x = _as_float(x)
+    xp = array_module(x)
+    e = xp.abs(x, out=xp.empty_like(x))           # out=: a 0-d result stays an array
+    e = xp.exp(xp.negative(e, out=e), out=e)     # exp(-|x|) never overflows
+    r = xp.reciprocal(e + 1)                      # 1 / (1 + exp(-|x|)): sigmoid for x >= 0
+    e *= r                                        # exp(-|x|) / (1 + exp(-|x|)): for x < 0
+    xp.copyto(e, r, where=x >= 0)
+    return e
+
+
+def _softplus_impl(x):
+    xp = array_module(x)
+    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def _silu_parts(x):
+    s = _sigmoid(x)
+    return x * s, s
+
+
+_sigmoid = _unary("sigmoid", _sigmoid_impl, lambda y: y * (1 - y), save_output=True)
+_softplus = _unary("softplus", _softplus_impl, lambda x: _sigmoid(x))
+_silu = unary_with_intermediate("silu", _silu_parts, lambda x, s: s * (1 + x * (1 - s)))
+
+
+def sigmoid(x):
+    """The logistic function 1 / (1 + exp(-x)), without overflow for large |x|.
+
+    >>> sigmoid(np.array([-1000.0, 0.0, 1000.0]))
+    array([0. , 0.5, 1. ])
+    """
+    return _sigmoid(x)
+
+
+def softplus(x):
+    """log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|)): exact for large |x|.
+
+    >>> softplus(np.array([-1000.0, 0.0, 1000.0])) - np.array([0.0, np.log(2.0), 1000.0])
+    array([0., 0., 0.])
+    """
+    return _softplus(x)
+
+
+def silu(x):
+    """x * sigmoid(x) (also called swish).
+
+    >>> silu(np.array([0.0, 1000.0]))
+    array([   0., 1000.])
+    """
+    return _silu(x)
+
+
+# -- gelu ------------------------------------------------------------------------------------------
+_GELU_K = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+
+
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _gelu_tanh_parts(x):
+    th = np.tanh(_GELU_K * (x + _GELU_C * x * x * x))
+    return 0.5 * x * (1 + th), th
+
+
+def _gelu_tanh_derivative(x, th):
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * _GELU_K * (1 + 3 * _GELU_C * x * x)
+
+
+def _gelu_erf_parts(x):
+    cdf = ndtr(x)
+    return x * cdf, cdf
+
+
+_gelu_tanh = unary_with_intermediate("gelu_tanh", _gelu_tanh_parts, _gelu_tanh_derivative)
+_gelu_erf = unary_with_intermediate("gelu", _gelu_erf_parts, lambda x, cdf: cdf + x * (
+    _INV_SQRT_2PI * np.exp(-0.5 * x * x)))
+
+
+def gelu(x, approximate=False):
+    """GELU: x * Phi(x) with the exact normal CDF, or with `approximate=True` the tanh form
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    >>> gelu(np.array([-1000.0, 0.0, 1000.0]))
+    array([  -0.,    0., 1000.])
+    >>> bool(abs(gelu(np.array(1.0), approximate=True) - 0.8411919906) < 1e-9)
+    True
+    """
+    return _gelu_tanh(x) if approximate else _gelu_erf(x)
+
+
+# -- layer_norm, rms_norm ------------------------------------------------------------------------
+def _check_affine(x, **params):
+    shape = shape_of(x)
+    for name, p in params.items():
+        if p is not None and np.broadcast_shapes(shape, shape_of(p)) != shape:
+            raise ValueError(f"{name} of shape {shape_of(p)} must broadcast to the input's "
+                             f"shape {shape}")
+
+
+def _affine(y, w, b):
+    if w is not None:
+        y = y * w
+    return y if b is None else y + b
+
+
+def _ln_stats(x, axis, eps):
+    n = _count(shape_of(x), axis)
+    mu = _mean(x, axis, n)
+    c = x - mu
+    return mu, 1 / np.sqrt(_mean(c * c, axis, n) + eps)
+
+
+def _ln_impl(x, w, b, axis, eps):
+    mu, rstd = _ln_stats(x, axis, eps)
+    return _affine((x - mu) * rstd, w, b)
+
+
+def _ln_augmented(cfg, x, w, b, axis, eps):
+    mu, rstd = _ln_stats(x, axis, eps)
+    out = _affine((x - mu) * rstd, w, b)
+    return out, (x, mu, rstd, w, shape_of(w), shape_of(b), axis)
+
+
+def _normalise_back(gy, xhat, scale, axis, n):
+    """Cotangent of x through xhat = (x - shift) * scale, scale = 1/sqrt(mean(...)+eps)."""
+    return scale * (gy - xhat * _mean(gy * xhat, axis, n))
+
+
+def _ln_reverse(cfg, saved, g):
+    x, mu, rstd, w, w_shape, b_shape, axis = saved
+    gx = gw = gb = None
+    n = _count(shape_of(x), axis)
+    if cfg.active[0] or cfg.active[1]:
+        xhat = (x - mu) * rstd
+    if cfg.active[0]:
+        gy = g if w is None else g * w
+        gx = _normalise_back(gy - _mean(gy, axis, n), xhat, rstd, axis, n)
+    if cfg.active[1]:
+        gw = unbroadcast(g * xhat, w_shape)
+    if cfg.active[2]:
+        gb = unbroadcast(g, b_shape)
+    return gx, gw, gb
+
+
+def _ln_forward(cfg, primals, tangents, axis, eps):
+    x, w, b = primals
+    tx, tw, tb = tangents
+    mu, rstd = _ln_stats(x, axis, eps)
+    xhat = (x - mu) * rstd
+    out = _affine(xhat, w, b)
+    t = None
+    if tx is not None:
+        n = _count(shape_of(x), axis)
+        t = _normalise_back(tx - _mean(tx, axis, n), xhat, rstd, axis, n)   # J is symmetric
+        t = t if w is None else t * w
+    if tw is not None:
+        t = add_tangents(t, xhat * tw)
+    return out, broadcast_tangent(add_tangents(t, tb), shape_of(out))
+
+
+_layer_norm = defprimitive("layer_norm", _ln_impl, _ln_augmented, _ln_reverse, _ln_forward)
+
+
+def layer_norm(x, weight=None, bias=None, axis=-1, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) over `axis`, then `* weight + bias` (both optional and
+    broadcasting against x, e.g. shape (D,) for axis=-1).
+
+    >>> y = layer_norm(np.array([[1.0, 2.0, 3.0]]), eps=0.0)
+    >>> bool(np.allclose(y, [[-np.sqrt(1.5), 0.0, np.sqrt(1.5)]]))
+    True
+    """
+    axes = _axes(axis, len(shape_of(x)))
+    _check_affine(x, weight=weight, bias=bias)
+    return _layer_norm(x, weight, bias, axis=axes, eps=eps)
+
+
+def _rms_stats(x, axis, eps):
+    return 1 / np.sqrt(_mean(x * x, axis, _count(shape_of(x), axis)) + eps)
+
+
+def _rms_augmented(cfg, x, w, axis, eps):
+    rrms = _rms_stats(x, axis, eps)
+    return _affine(x * rrms, w, None), (x, rrms, w, shape_of(w), axis)
+
+
+def _rms_reverse(cfg, saved, g):
+    x, rrms, w, w_shape, axis = saved
+    xhat = x * rrms
+    gx = gw = None
+    if cfg.active[0]:
+        gx = _normalise_back(g if w is None else g * w, xhat, rrms, axis,
+                             _count(shape_of(x), axis))
+    if cfg.active[1]:
+        gw = unbroadcast(g * xhat, w_shape)
+    return gx, gw
+
+
+def _rms_forward(cfg, primals, tangents, axis, eps):
+    x, w = primals
+    tx, tw = tangents
+    rrms = _rms_stats(x, axis, eps)
+    xhat = x * rrms
+    t = None
+    if tx is not None:
+        t = _normalise_back(tx, xhat, rrms, axis, _count(shape_of(x), axis))
+        t = t if w is None else t * w
+    if tw is not None:
+        t = add_tangents(t, xhat * tw)
+    out = _affine(xhat, w, None)
+    return out, broadcast_tangent(t, shape_of(out))
+
+
+_rms_norm = defprimitive("rms_norm", lambda x, w, axis, eps: _affine(
+    x * _rms_stats(x, axis, eps), w, None), _rms_augmented, _rms_reverse, _rms_forward)
+
+
+def rms_norm(x, weight=None, axis=-1, eps=1e-6):
+    """x / sqrt(mean(x^2) + eps) over `axis`, then `* weight` (optional, broadcasting).
+
+    >>> rms_norm(np.array([3.0, -3.0]), eps=0.0)
+    array([ 1., -1.])
+    """
+    axes = _axes(axis, len(shape_of(x)))
+    _check_affine(x, weight=weight)
+    return _rms_norm(x, weight, axis=axes, eps=eps)
