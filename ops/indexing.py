@@ -1,17 +1,28 @@
-"""Indexing: `x[i]` (basic, advanced and boolean), `x[i] = v`, and the scatter that reverses them.
+"""Indexing: `x[i]` (basic, advanced and boolean), `x[i] = v`, the scatter that reverses them,
+and the gathers built on them (take, take_along_axis, diagonal, diag, trace, pad).
+
+`pad` supports the modes 'constant' (with a plain, or a traced scalar, `constant_values`), and
+'edge', 'reflect', 'symmetric' and 'wrap' as gathers; other modes raise NotImplementedError.
 
 Writes are functional on the tape: `x[i] = v` records `x_new = setitem(x_old, v)` and the tracer
 then stands for `x_new`, so values saved earlier are never overwritten (the old array is copied
 unless the tracer owns a private buffer that no record has seen).
+
+Repeated indices: a gather `x[[0, 0]]` sends both cotangents to x[0] (they accumulate). In an
+assignment `x[[0, 0]] = v` NumPy keeps one of the written values; only the value that NumPy kept
+receives a cotangent (the overwritten ones had no effect on the result).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from tape.backend import array_module
 from tape.core import Tracer, primal
-from tape.rules import register_method
+from tape.errors import NonDifferentiableError
+from tape.rules import register_function, register_method
 
 from ._util import defprimitive, shape_of, unbroadcast
+from .shape import _along, _no_out, moveaxis, normalize_axis, ravel
 
 
 def plain_index(index):
@@ -19,6 +30,25 @@ def plain_index(index):
     if isinstance(index, tuple):
         return tuple(primal(i) for i in index)
     return primal(index)
+
+
+def _items(index) -> tuple:
+    return index if isinstance(index, tuple) else (index,)
+
+
+def _may_repeat(index) -> bool:
+    """Whether `index` can select one element twice: only integer index arrays can."""
+    for i in _items(index):
+        if i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice, bool)):
+            continue
+        if getattr(i, "dtype", None) != bool and np.size(i) > 1:
+            return True
+    return False
+
+
+def _dtype(x):
+    dt = getattr(x, "dtype", None)
+    return dt if dt is not None else np.result_type(x)
 
 
 # -- x[index] -------------------------------------------------------------------------------------
@@ -39,30 +69,15 @@ getitem = defprimitive("getitem", lambda x, index: x[index], _getitem_augmented,
                        _getitem_reverse, _getitem_forward)
 
 
-def _dtype(x):
-    return getattr(x, "dtype", None) or np.result_type(x)
-
-
 # -- zeros(shape) with g added at index: the transpose of getitem ----------------------------------
 def _scatter_impl(g, index, shape, dtype):
-    xp = _module(g)
+    xp = array_module(g)
     out = xp.zeros(shape, dtype=np.result_type(dtype, _dtype(g)))
-    if _is_basic(index):
-        out[index] = g
-    else:
+    if _may_repeat(index):
         xp.add.at(out, index, g)
+    else:
+        out[index] = g   # each element is selected at most once: plain assignment is enough
     return out
-
-
-def _module(x):
-    from tape.backend import array_module
-    return array_module(x)
-
-
-def _is_basic(index) -> bool:
-    items = index if isinstance(index, tuple) else (index,)
-    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
-               for i in items)
 
 
 def _scatter_augmented(cfg, g, index, shape, dtype):
@@ -100,14 +115,33 @@ def _setitem_impl(old, value, index, inplace):
     return old
 
 
+def _kept(shape, index, xp):
+    """Which written values an assignment at `index` kept, as a mask over `x[index]` (None when
+    no element is written twice)."""
+    if not _may_repeat(index):
+        return None
+    owner = xp.zeros(shape, dtype=np.intp)
+    target_shape = owner[index].shape
+    written = xp.arange(int(np.prod(target_shape))).reshape(target_shape)
+    owner[index] = written
+    kept = owner[index] == written
+    return None if bool(kept.all()) else kept
+
+
 def _setitem_augmented(cfg, old, value, index, inplace):
-    return _setitem_impl(old, value, index, inplace), (index, shape_of(value))
+    kept = _kept(shape_of(old), index, array_module(old)) if cfg.active[1] else None
+    return _setitem_impl(old, value, index, inplace), (index, shape_of(value), kept)
 
 
 def _setitem_reverse(cfg, saved, g):
-    index, value_shape = saved
+    index, value_shape, kept = saved
     g_old = setitem(g, 0, index=index, inplace=False) if cfg.active[0] else None
-    g_value = unbroadcast(g[index], value_shape) if cfg.active[1] else None
+    g_value = None
+    if cfg.active[1]:
+        g_value = g[index]
+        if kept is not None:
+            g_value = np.where(kept, g_value, 0)
+        g_value = unbroadcast(g_value, value_shape)
     return g_old, g_value
 
 
@@ -119,6 +153,7 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
         t_old = np.zeros_like(out)
     elif not inplace:
         t_old = t_old.copy()
+    # The same assignment on the tangent keeps the same values, so repeats need no care here.
     t_old[index] = 0 if t_value is None else t_value
     return out, t_old
 
@@ -126,6 +161,184 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
 setitem = defprimitive("setitem", _setitem_impl, _setitem_augmented, _setitem_reverse,
                        _setitem_forward)
 
+
+def _setitem_method(x, index, value, inplace):
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value):
+        value = np.stack(value)   # y[:2] = [a, b] with traced scalars a, b
+    return setitem(x, value, index=plain_index(index), inplace=inplace)
+
+
 register_method("__getitem__", lambda x, index: getitem(x, index=plain_index(index)))
-register_method("__setitem__", lambda x, index, value, inplace: setitem(
-    x, value, index=plain_index(index), inplace=inplace))
+register_method("__setitem__", _setitem_method)
+
+
+def _plain_buffer_error(what):
+    return NonDifferentiableError(
+        f"{what} would write a traced value into a plain array, which cannot carry a "
+        "derivative; allocate the buffer with np.zeros_like(x) (or np.empty_like, x.copy()) "
+        "instead")
+
+
+def copyto(dst, src, casting="same_kind", where=True):
+    """np.copyto into a traced buffer (a plain `dst` cannot receive a traced `src`)."""
+    if not isinstance(dst, Tracer):
+        raise _plain_buffer_error("np.copyto")
+    where = primal(where)
+    if isinstance(where, (bool, np.bool_)):
+        if where:
+            dst[...] = src
+    else:
+        dst[...] = np.where(where, src, dst)
+
+
+# -- pad -------------------------------------------------------------------------------------------
+def _pad_impl(x, pad_width, constant_values=0):
+    return np.pad(x, pad_width, mode="constant", constant_values=constant_values)
+
+
+def _pad_augmented(cfg, x, pad_width, constant_values=0):
+    return _pad_impl(x, pad_width, constant_values), (shape_of(x), pad_width)
+
+
+def _pad_reverse(cfg, saved, g):
+    shape, pad_width = saved
+    return (g[tuple(slice(b, b + n) for (b, _), n in zip(pad_width, shape))],)
+
+
+def _pad_forward(cfg, primals, tangents, pad_width, constant_values=0):
+    out = _pad_impl(primals[0], pad_width, constant_values)
+    return out, pad_p(tangents[0], pad_width=pad_width)
+
+
+pad_p = defprimitive("pad", _pad_impl, _pad_augmented, _pad_reverse, _pad_forward)
+
+_GATHER_MODES = ("edge", "reflect", "symmetric", "wrap")
+
+
+def pad(array, pad_width, mode="constant", **kwargs):
+    """np.pad for the modes 'constant', 'edge', 'reflect', 'symmetric' and 'wrap'.
+
+    The other modes raise NotImplementedError. A traced `constant_values` must be a scalar.
+    """
+    shape = shape_of(array)
+    widths = np.asarray(primal(pad_width))
+    if widths.dtype.kind not in "iu":
+        raise TypeError("`pad_width` must be of integral type.")
+    widths = np.broadcast_to(widths, (len(shape), 2))
+    if np.any(widths < 0):
+        raise ValueError("index can't contain negative values")
+    widths = tuple((int(b), int(a)) for b, a in widths)
+    xp = array_module(array)
+    if mode == "constant":
+        cval = kwargs.pop("constant_values", 0)
+        if kwargs:
+            raise TypeError(f"unsupported keyword arguments for mode 'constant': {set(kwargs)}")
+        if not isinstance(cval, Tracer):
+            return pad_p(array, pad_width=widths, constant_values=cval)
+        if np.ndim(cval) != 0:
+            raise NotImplementedError("np.pad with a traced non-scalar constant_values")
+        border = xp.pad(xp.zeros(shape, dtype=bool), widths, constant_values=True)
+        return pad_p(array, pad_width=widths) + cval * border
+    if mode in _GATHER_MODES and kwargs.get("reflect_type", "even") == "even":
+        out = array
+        for axis, (before, after) in enumerate(widths):
+            if before or after:
+                source = xp.pad(xp.arange(shape[axis]), (before, after), mode=mode, **kwargs)
+                out = getitem(out, index=_along(axis, source))
+        return out if out is not array else pad_p(array, pad_width=widths)
+    what = f"mode {getattr(mode, '__name__', mode)!r}"
+    if mode in _GATHER_MODES:
+        what += " with reflect_type='odd'"   # values 2 * edge - mirror: not a gather
+    raise NotImplementedError(
+        f"np.pad with {what} is not differentiable in hecate; supported modes: "
+        "'constant', 'edge', 'reflect', 'symmetric', 'wrap' (reflect_type='even')")
+
+
+# -- gathers ---------------------------------------------------------------------------------------
+def take(a, indices, axis=None, out=None, mode="raise"):
+    """np.take: a gather, so repeated indices accumulate their cotangents."""
+    _no_out("take", out)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = normalize_axis(axis, np.ndim(a))
+    indices = primal(indices)
+    n = shape_of(a)[axis]
+    if mode == "wrap":
+        indices = np.mod(indices, n)
+    elif mode == "clip":
+        indices = np.clip(indices, 0, n - 1)
+    return getitem(a, index=_along(axis, indices))   # a copy, never a view (unlike a[i])
+
+
+def _along_axis_index(shape, indices, axis, xp):
+    ndim = len(shape)
+    return tuple(indices if d == axis else
+                 xp.arange(shape[d]).reshape((1,) * d + (-1,) + (1,) * (ndim - d - 1))
+                 for d in range(ndim))
+
+
+def take_along_axis(arr, indices, axis=-1):
+    """np.take_along_axis: a gather along `axis` (of the flattened array when None)."""
+    if axis is None:
+        arr, axis = ravel(arr), 0
+    indices = primal(indices)
+    axis = normalize_axis(axis, np.ndim(arr))
+    if np.ndim(indices) != np.ndim(arr):
+        raise ValueError("`indices` and `arr` must have the same number of dimensions")
+    return getitem(arr, index=_along_axis_index(shape_of(arr), indices, axis, array_module(arr)))
+
+
+def put_along_axis(arr, indices, values, axis):
+    """np.put_along_axis into a traced `arr` (a buffer from np.zeros_like, or an argument)."""
+    if not isinstance(arr, Tracer):
+        raise _plain_buffer_error("np.put_along_axis")
+    if axis is None:
+        raise NotImplementedError("np.put_along_axis with axis=None on a traced array")
+    axis = normalize_axis(axis, np.ndim(arr))
+    arr[_along_axis_index(shape_of(arr), primal(indices), axis, array_module(arr))] = values
+
+
+# -- diagonals -------------------------------------------------------------------------------------
+def _diagonal_index(n1, n2, offset, xp):
+    length = max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))
+    steps = xp.arange(length)
+    return steps + max(-offset, 0), steps + max(offset, 0)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """np.diagonal: the diagonal becomes the last axis (a copy, not a read-only view)."""
+    ndim = np.ndim(a)
+    if ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    axis1, axis2 = normalize_axis(axis1, ndim), normalize_axis(axis2, ndim)
+    if axis1 == axis2:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    shape = shape_of(a)
+    rows, cols = _diagonal_index(shape[axis1], shape[axis2], int(offset), array_module(a))
+    return getitem(moveaxis(a, (axis1, axis2), (-2, -1)), index=(Ellipsis, rows, cols))
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """np.trace: the sum of a diagonal."""
+    _no_out("trace", out)
+    return np.sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def diag(v, k=0):
+    """np.diag: a 1-d `v` becomes a matrix with `v` on its k-th diagonal; a 2-d `v` gives its
+    k-th diagonal."""
+    ndim = np.ndim(v)
+    if ndim == 2:
+        return diagonal(v, k)
+    if ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    k = int(k)
+    n = shape_of(v)[0] + abs(k)
+    index = _diagonal_index(n, n, k, array_module(v))
+    return scatter_add(v, index=index, shape=(n, n), dtype=_dtype(v))
+
+
+for _np_fn, _rule in [(np.copyto, copyto), (np.pad, pad), (np.take, take),
+                      (np.take_along_axis, take_along_axis), (np.put_along_axis, put_along_axis),
+                      (np.diagonal, diagonal), (np.trace, trace), (np.diag, diag)]:
+    register_function(_np_fn, _rule)

@@ -1,12 +1,25 @@
-"""Shape and layout: reshape, transpose, broadcast_to, concatenate, ... Linear maps, so each
-reverse rule is the transposed map and each forward rule is the same map on the tangent."""
+"""Shape and layout: reshape, transpose, concatenate, split, flip, roll, repeat, tile, triu, ...
+
+These maps are linear, so each reverse rule is the transposed map and each forward rule is the
+same map applied to the tangent. Only a few are primitives (reshape, transpose, broadcast_to,
+concatenate, split, flip, roll, triu/tril); the rest are written in terms of them and of
+indexing (`x[idx]`), whose reverse rule scatters and accumulates repeated indices. `pad` lives
+in ops/indexing.py, as its non-constant modes are gathers.
+
+Functions that take sequences of arrays (concatenate, stack, hstack, ...) accept any mix of
+traced and plain arrays: plain ones are constants.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from tape.backend import array_module
+from tape.core import primal
 from tape.rules import register_function
 
 from ._util import defprimitive, shape_of, unbroadcast
+
+AxisError = getattr(np, "exceptions", np).AxisError
 
 
 def linear(name, fn, transpose, save=lambda x, **params: shape_of(x), function=None):
@@ -25,6 +38,39 @@ def linear(name, fn, transpose, save=lambda x, **params: shape_of(x), function=N
     return defprimitive(name, fn, augmented_primal, reverse, forward, function=function)
 
 
+def normalize_axis(axis, ndim: int) -> int:
+    """`axis` as a non-negative int, with NumPy's AxisError when out of range."""
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise AxisError(axis, ndim)
+    return axis % ndim
+
+
+def _axes(axis, ndim: int) -> tuple:
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    out = tuple(normalize_axis(a, ndim) for a in axis)
+    if len(set(out)) != len(out):
+        raise ValueError("repeated axis")
+    return out
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise NotImplementedError(f"np.{name}(..., out=...) is not supported on traced values")
+
+
+def _array(a):
+    """Plain sequences and numbers given alongside traced arrays, as arrays."""
+    return a if hasattr(a, "shape") else np.asarray(a)
+
+
+def _along(axis: int, index) -> tuple:
+    """An index selecting `index` along `axis` and everything along the other axes."""
+    return (slice(None),) * axis + (index,)
+
+
+# -- reshape, transpose, broadcast_to --------------------------------------------------------------
 reshape = linear("reshape", lambda x, shape, order="C": np.reshape(x, shape, order=order),
                  lambda saved, g: np.reshape(g, saved[0], order=saved[1]),
                  save=lambda x, shape, order="C": (shape_of(x), order))
@@ -55,3 +101,428 @@ broadcast_to = linear("broadcast_to", lambda x, shape: np.broadcast_to(x, shape)
                       lambda saved, g: unbroadcast(g, saved))
 register_function(np.broadcast_to, lambda array, shape, subok=False: broadcast_to(
     array, shape=tuple(shape) if not isinstance(shape, int) else (shape,)))
+
+
+# -- compositions of reshape and transpose ---------------------------------------------------------
+def ravel(a, order="C"):
+    """np.ravel. Orders 'A' and 'K' read in Fortran order when the primal is Fortran-contiguous
+    (only), as NumPy does for such arrays, and in C order otherwise."""
+    if order in ("A", "K"):
+        flags = getattr(primal(a), "flags", None)
+        fortran = flags is not None and flags.f_contiguous and not flags.c_contiguous
+        order = "F" if fortran else "C"
+    return reshape(a, shape=(-1,), order=order)
+
+
+def moveaxis(a, source, destination):
+    """np.moveaxis, as a transpose."""
+    ndim = np.ndim(a)
+    source, destination = _axes(source, ndim), _axes(destination, ndim)
+    if len(source) != len(destination):
+        raise ValueError("`source` and `destination` arguments must have the same number of "
+                         "elements")
+    order = [n for n in range(ndim) if n not in source]
+    for dest, src in sorted(zip(destination, source)):
+        order.insert(dest, src)
+    return transpose(a, axes=tuple(order))
+
+
+def swapaxes(a, axis1, axis2):
+    """np.swapaxes, as a transpose."""
+    ndim = np.ndim(a)
+    order = list(range(ndim))
+    i, j = normalize_axis(axis1, ndim), normalize_axis(axis2, ndim)
+    order[i], order[j] = order[j], order[i]
+    return transpose(a, axes=tuple(order))
+
+
+def rollaxis(a, axis, start=0):
+    """np.rollaxis (prefer moveaxis), as a transpose."""
+    ndim = np.ndim(a)
+    axis = normalize_axis(axis, ndim)
+    if not -ndim <= start <= ndim:
+        raise AxisError(f"start arg requires {-ndim} <= start < {ndim + 1} but {start} was "
+                        "passed in")
+    start = start + ndim if start < 0 else start
+    if axis < start:
+        start -= 1
+    order = [n for n in range(ndim) if n != axis]
+    order.insert(start, axis)
+    return transpose(a, axes=tuple(order))
+
+
+def expand_dims(a, axis):
+    """np.expand_dims; `axis` may be a tuple."""
+    shape = shape_of(a)
+    axes = _axes(axis, len(shape) + (1 if isinstance(axis, (int, np.integer)) else len(axis)))
+    it = iter(shape)
+    return reshape(a, shape=tuple(1 if d in axes else next(it)
+                                  for d in range(len(shape) + len(axes))))
+
+
+def squeeze(a, axis=None):
+    """np.squeeze: drop axes of length one (all of them, or those in `axis`)."""
+    shape = shape_of(a)
+    if axis is None:
+        return reshape(a, shape=tuple(n for n in shape if n != 1))
+    axes = _axes(axis, len(shape))
+    if any(shape[d] != 1 for d in axes):
+        raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    return reshape(a, shape=tuple(n for d, n in enumerate(shape) if d not in axes))
+
+
+def _atleast(ndim_min, promote):
+    def atleast(*arys):
+        out = []
+        for a in map(_array, arys):
+            shape = shape_of(a)
+            out.append(reshape(a, shape=promote(shape)) if len(shape) < ndim_min else a)
+        return out[0] if len(out) == 1 else tuple(out)
+    return atleast
+
+
+atleast_1d = _atleast(1, lambda s: (1,))
+atleast_2d = _atleast(2, lambda s: (1,) + s + (1,) * (1 - len(s)))
+atleast_3d = _atleast(3, lambda s: {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}[len(s)])
+atleast_1d.__doc__ = "np.atleast_1d"
+atleast_2d.__doc__ = "np.atleast_2d"
+atleast_3d.__doc__ = "np.atleast_3d: 1-d (n,) becomes (1, n, 1), 2-d (m, n) becomes (m, n, 1)."
+
+
+def matrix_transpose(x):
+    """np.matrix_transpose: swap the last two axes."""
+    if np.ndim(x) < 2:
+        raise ValueError("Input array must be at least 2-dimensional")
+    return swapaxes(x, -1, -2)
+
+
+# -- concatenate: any number of arrays, each with its own cotangent --------------------------------
+def _concat_impl(*arrays, axis, dtype=None):
+    return np.concatenate(arrays, axis=axis, dtype=dtype)
+
+
+def _concat_augmented(cfg, *arrays, axis, dtype=None):
+    ends = np.cumsum([shape_of(a)[axis] for a in arrays]).tolist()
+    return _concat_impl(*arrays, axis=axis, dtype=dtype), (axis, [0] + ends)
+
+
+def _concat_reverse(cfg, saved, g):
+    axis, bounds = saved
+    return tuple(g[_along(axis, slice(bounds[i], bounds[i + 1]))] if active else None
+                 for i, active in enumerate(cfg.active))
+
+
+def _concat_forward(cfg, primals, tangents, axis, dtype=None):
+    out = _concat_impl(*primals, axis=axis, dtype=dtype)
+    filled = [np.zeros_like(p, dtype=out.dtype) if t is None else t
+              for p, t in zip(primals, tangents)]
+    return out, concatenate_p(*filled, axis=axis, dtype=dtype)
+
+
+concatenate_p = defprimitive("concatenate", _concat_impl, _concat_augmented, _concat_reverse,
+                             _concat_forward)
+
+
+def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """np.concatenate (axis=None concatenates the flattened arrays)."""
+    _no_out("concatenate", out)
+    arrays = tuple(map(_array, arrays))
+    if axis is None:
+        arrays, axis = tuple(ravel(a) for a in arrays), 0
+    if not arrays:
+        raise ValueError("need at least one array to concatenate")
+    ndim = np.ndim(arrays[0])
+    if ndim == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    return concatenate_p(*arrays, axis=normalize_axis(axis, ndim), dtype=dtype)
+
+
+def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """np.stack: join along a new axis."""
+    _no_out("stack", out)
+    arrays = tuple(map(_array, arrays))
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    if len({shape_of(a) for a in arrays}) != 1:
+        raise ValueError("all input arrays must have the same shape")
+    axis = normalize_axis(axis, np.ndim(arrays[0]) + 1)
+    return concatenate_p(*(expand_dims(a, axis) for a in arrays), axis=axis, dtype=dtype)
+
+
+def hstack(tup, *, dtype=None, casting="same_kind"):
+    """np.hstack: along axis 1, or axis 0 for 1-d arrays."""
+    arrs = [atleast_1d(a) for a in tup]
+    return concatenate(arrs, axis=0 if arrs and np.ndim(arrs[0]) == 1 else 1, dtype=dtype)
+
+
+def vstack(tup, *, dtype=None, casting="same_kind"):
+    """np.vstack: 1-d arrays become rows."""
+    return concatenate([atleast_2d(a) for a in tup], axis=0, dtype=dtype)
+
+
+def dstack(tup):
+    """np.dstack: along the third axis."""
+    return concatenate([atleast_3d(a) for a in tup], axis=2)
+
+
+def column_stack(tup):
+    """np.column_stack: 1-d arrays become columns."""
+    arrs = map(_array, tup)
+    return concatenate([reshape(a, shape=(-1, 1)) if np.ndim(a) < 2 else a for a in arrs], axis=1)
+
+
+def append(arr, values, axis=None):
+    """np.append: concatenate `values` after `arr` (both flattened when axis is None)."""
+    arr, values = _array(arr), _array(values)
+    if axis is None:
+        return concatenate((ravel(arr), ravel(values)), axis=0)
+    return concatenate((arr, values), axis=axis)
+
+
+# -- split: one primitive with several results -----------------------------------------------------
+def _split_impl(x, bounds, axis):
+    return tuple(x[_along(axis, slice(a, b))] for a, b in bounds)
+
+
+def _split_augmented(cfg, x, bounds, axis):
+    return _split_impl(x, bounds, axis), (shape_of(x), bounds, axis)
+
+
+def _split_reverse(cfg, saved, gs):
+    shape, bounds, axis = saved
+    like = next(g for g in gs if g is not None)
+    pieces = [np.zeros_like(like, shape=_resized(shape, axis, b - a)) if g is None else g
+              for g, (a, b) in zip(gs, bounds)]
+    if _tiles(bounds, shape[axis]):
+        return (concatenate_p(*pieces, axis=axis),)
+    total = None   # overlapping or missing pieces (np.split with unsorted indices)
+    for g, (a, b) in zip(gs, bounds):
+        if g is None:
+            continue
+        part = concatenate_p(np.zeros_like(g, shape=_resized(shape, axis, a)), g,
+                             np.zeros_like(g, shape=_resized(shape, axis, shape[axis] - b)),
+                             axis=axis)
+        total = part if total is None else total + part
+    return (total,)
+
+
+def _tiles(bounds, n):
+    return bounds[0][0] == 0 and bounds[-1][1] == n and all(
+        b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))
+
+
+def _resized(shape, axis, n):
+    return shape[:axis] + (n,) + shape[axis + 1:]
+
+
+def _split_forward(cfg, primals, tangents, bounds, axis):
+    return _split_impl(primals[0], bounds, axis), split_p(tangents[0], bounds=bounds, axis=axis)
+
+
+split_p = defprimitive("split", _split_impl, _split_augmented, _split_reverse, _split_forward,
+                       multiple_results=True)
+
+
+def array_split(ary, indices_or_sections, axis=0):
+    """np.array_split: sections need not divide the axis evenly."""
+    ndim = np.ndim(ary)
+    axis = normalize_axis(axis, ndim)
+    n = shape_of(ary)[axis]
+    if np.ndim(indices_or_sections) == 0:
+        sections = int(indices_or_sections)
+        if sections <= 0:
+            raise ValueError("number sections must be larger than 0.")
+        each, extra = divmod(n, sections)
+        points = np.cumsum([0] + extra * [each + 1] + (sections - extra) * [each]).tolist()
+    else:
+        points = [0] + [int(i) for i in primal(indices_or_sections)] + [n]
+    # Python slice semantics (negative and out-of-range bounds), as NumPy's x[a:b].
+    bounds = tuple((min(start, stop), stop) for start, stop, _ in
+                   (slice(a, b).indices(n) for a, b in zip(points, points[1:])))
+    return list(split_p(ary, bounds=bounds, axis=axis))
+
+
+def split(ary, indices_or_sections, axis=0):
+    """np.split: a list of pieces; an integer number of sections must divide the axis."""
+    if np.ndim(indices_or_sections) == 0:
+        n = shape_of(ary)[normalize_axis(axis, np.ndim(ary))]
+        if n % int(indices_or_sections):
+            raise ValueError("array split does not result in an equal division")
+    return array_split(ary, indices_or_sections, axis)
+
+
+def hsplit(ary, indices_or_sections):
+    """np.hsplit: along axis 1 (axis 0 for 1-d arrays)."""
+    if np.ndim(ary) == 0:
+        raise ValueError("hsplit only works on arrays of 1 or more dimensions")
+    return split(ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
+
+
+def vsplit(ary, indices_or_sections):
+    """np.vsplit: along axis 0."""
+    if np.ndim(ary) < 2:
+        raise ValueError("vsplit only works on arrays of 2 or more dimensions")
+    return split(ary, indices_or_sections, 0)
+
+
+def dsplit(ary, indices_or_sections):
+    """np.dsplit: along axis 2."""
+    if np.ndim(ary) < 3:
+        raise ValueError("dsplit only works on arrays of 3 or more dimensions")
+    return split(ary, indices_or_sections, 2)
+
+
+def unstack(x, /, *, axis=0):
+    """np.unstack: the slices along `axis`, as a tuple."""
+    axis = normalize_axis(axis, np.ndim(x))
+    return tuple(squeeze(p, axis) for p in array_split(x, shape_of(x)[axis], axis))
+
+
+# -- flips and rolls -------------------------------------------------------------------------------
+flip_p = linear("flip", lambda x, axis: np.flip(x, axis), lambda axis, g: np.flip(g, axis),
+                save=lambda x, axis: axis)
+
+
+def flip(m, axis=None):
+    """np.flip: reverse the order along `axis` (all axes when None)."""
+    ndim = np.ndim(m)
+    return flip_p(m, axis=tuple(range(ndim)) if axis is None else _axes(axis, ndim))
+
+
+def fliplr(m):
+    """np.fliplr: flip axis 1."""
+    if np.ndim(m) < 2:
+        raise ValueError("Input must be >= 2-d.")
+    return flip_p(m, axis=(1,))
+
+
+def flipud(m):
+    """np.flipud: flip axis 0."""
+    if np.ndim(m) < 1:
+        raise ValueError("Input must be >= 1-d.")
+    return flip_p(m, axis=(0,))
+
+
+def rot90(m, k=1, axes=(0, 1)):
+    """np.rot90: `k` quarter turns in the plane `axes`, from the first towards the second."""
+    ndim = np.ndim(m)
+    axes = tuple(axes)
+    if len(axes) != 2:
+        raise ValueError("len(axes) must be 2.")
+    if axes[0] == axes[1] or abs(axes[0] - axes[1]) == ndim:
+        raise ValueError("Axes must be different.")
+    a0, a1 = normalize_axis(axes[0], ndim), normalize_axis(axes[1], ndim)
+    k %= 4
+    if k == 0:
+        return m[...]
+    if k == 2:
+        return flip_p(m, axis=(a0, a1))
+    order = list(range(ndim))
+    order[a0], order[a1] = order[a1], order[a0]
+    if k == 1:
+        return transpose(flip_p(m, axis=(a1,)), axes=tuple(order))
+    return flip_p(transpose(m, axes=tuple(order)), axis=(a1,))
+
+
+roll_p = linear("roll", lambda x, shift, axis: np.roll(x, shift, axis),
+                lambda saved, g: np.roll(g, saved[0], saved[1]),
+                save=lambda x, shift, axis: (tuple(-s for s in shift), axis))
+
+
+def roll(a, shift, axis=None):
+    """np.roll: shift cyclically along `axis` (the flattened array when None)."""
+    if axis is None:
+        return reshape(roll(ravel(a), shift, 0), shape=shape_of(a))
+    shift, axis = np.broadcast_arrays(primal(shift), axis)
+    return roll_p(a, shift=tuple(int(s) for s in shift.ravel()),
+                  axis=tuple(int(d) for d in axis.ravel()))
+
+
+# -- repetition ------------------------------------------------------------------------------------
+def repeat(a, repeats, axis=None):
+    """np.repeat: a constant count is a broadcast; per-element counts are a gather."""
+    if axis is None:
+        a, axis = ravel(a), 0
+    shape = shape_of(a)
+    axis = normalize_axis(axis, len(shape))
+    repeats = primal(repeats)
+    if np.size(repeats) == 1:
+        r = int(np.reshape(repeats, -1)[0])
+        wide = broadcast_to(expand_dims(a, axis + 1),
+                            shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
+        return reshape(wide, shape=shape[:axis] + (shape[axis] * r,) + shape[axis + 1:])
+    xp = array_module(a)
+    return a[_along(axis, xp.repeat(xp.arange(shape[axis]), repeats))]
+
+
+def tile(A, reps):
+    """np.tile: a broadcast of A with an interleaved repetition axis per axis."""
+    reps = tuple(int(r) for r in np.reshape(primal(reps), -1))
+    shape = shape_of(A)
+    nd = max(len(shape), len(reps))
+    shape = (1,) * (nd - len(shape)) + shape
+    reps = (1,) * (nd - len(reps)) + reps
+    interleaved = reshape(A, shape=tuple(d for n in shape for d in (1, n)))
+    wide = broadcast_to(interleaved, shape=tuple(d for r, n in zip(reps, shape) for d in (r, n)))
+    return reshape(wide, shape=tuple(r * n for r, n in zip(reps, shape)))
+
+
+# -- triangles -------------------------------------------------------------------------------------
+triu_p = linear("triu", lambda x, k: np.triu(x, k), lambda saved, g: unbroadcast(
+    np.triu(g, saved[1]), saved[0]), save=lambda x, k: (shape_of(x), k))
+tril_p = linear("tril", lambda x, k: np.tril(x, k), lambda saved, g: unbroadcast(
+    np.tril(g, saved[1]), saved[0]), save=lambda x, k: (shape_of(x), k))
+
+
+def triu(m, k=0):
+    """np.triu: zero below the k-th diagonal (of the last two axes)."""
+    return triu_p(m, k=int(k))
+
+
+def tril(m, k=0):
+    """np.tril: zero above the k-th diagonal (of the last two axes)."""
+    return tril_p(m, k=int(k))
+
+
+def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+    """np.diff: n-th differences along `axis`, with optional prepend/append values."""
+    if n == 0:
+        return a
+    if n < 0:
+        raise ValueError("order must be non-negative but got " + repr(n))
+    ndim = np.ndim(a)
+    if ndim == 0:
+        raise ValueError("diff requires input that is at least one dimensional")
+    axis = normalize_axis(axis, ndim)
+    edge_shape = tuple(1 if d == axis else s for d, s in enumerate(shape_of(a)))
+    before = [] if prepend is np._NoValue else [_edge(prepend, edge_shape)]
+    after = [] if append is np._NoValue else [_edge(append, edge_shape)]
+    if before or after:
+        a = concatenate(before + [a] + after, axis=axis)
+    later, earlier = _along(axis, slice(1, None)), _along(axis, slice(None, -1))
+    for _ in range(n):
+        a = a[later] - a[earlier]
+    return a
+
+
+def _edge(values, shape):
+    """Scalars given to np.diff's prepend/append fill one slice along the axis."""
+    values = _array(values)
+    return broadcast_to(values, shape=shape) if np.ndim(values) == 0 else values
+
+
+for _np_fn, _rule in [
+        (np.ravel, ravel), (np.moveaxis, moveaxis), (np.swapaxes, swapaxes),
+        (np.rollaxis, rollaxis), (np.expand_dims, expand_dims), (np.squeeze, squeeze),
+        (np.atleast_1d, atleast_1d), (np.atleast_2d, atleast_2d), (np.atleast_3d, atleast_3d),
+        (np.concatenate, concatenate), (np.stack, stack), (np.hstack, hstack),
+        (np.vstack, vstack), (np.dstack, dstack), (np.column_stack, column_stack),
+        (np.append, append), (np.split, split), (np.array_split, array_split),
+        (np.hsplit, hsplit), (np.vsplit, vsplit), (np.dsplit, dsplit), (np.flip, flip),
+        (np.fliplr, fliplr), (np.flipud, flipud), (np.rot90, rot90), (np.roll, roll),
+        (np.repeat, repeat), (np.tile, tile), (np.triu, triu), (np.tril, tril), (np.diff, diff)]:
+    register_function(_np_fn, _rule)
+for _name, _rule in [("matrix_transpose", matrix_transpose), ("unstack", unstack),
+                     ("row_stack", vstack), ("concat", concatenate)]:
+    if hasattr(np, _name):   # not in every NumPy version
+        register_function(getattr(np, _name), _rule)
