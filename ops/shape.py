@@ -16,6 +16,7 @@ import numpy as np
 from tape.backend import array_module
 from tape.core import primal
 from tape.rules import register_function
+from tape.tracer import mark_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 
@@ -71,9 +72,19 @@ def _along(axis: int, index) -> tuple:
 
 
 # -- reshape, transpose, broadcast_to --------------------------------------------------------------
-reshape = linear("reshape", lambda x, shape, order="C": np.reshape(x, shape, order=order),
-                 lambda saved, g: np.reshape(g, saved[0], order=saved[1]),
-                 save=lambda x, shape, order="C": (shape_of(x), order))
+_reshape = linear("reshape", lambda x, shape, order="C": np.reshape(x, shape, order=order),
+                  lambda saved, g: np.reshape(g, saved[0], order=saved[1]),
+                  save=lambda x, shape, order="C": (shape_of(x), order))
+
+
+def reshape(a, shape, order="C"):
+    """np.reshape. When NumPy returns a view, writes into the result reach `a`, as in NumPy."""
+    out = _reshape(a, shape=shape, order=order)
+    base_shape = shape_of(a)
+    return mark_view(out, a, to_base=lambda v: _reshape(v, shape=base_shape, order=order),
+                     check_memory=True)
+
+
 register_function(np.reshape, lambda a, *args, **kw: reshape(
     a, **dict(zip(("shape", "order"), args)), **_renamed(kw, newshape="shape")))
 
@@ -91,9 +102,18 @@ def _transpose_back(saved, g):
     return np.transpose(g, None if axes is None else tuple(np.argsort(axes)))
 
 
-transpose = linear("transpose", _transpose_fn, _transpose_back,
-                   save=lambda x, axes=None: None if axes is None else tuple(
-                       a % np.ndim(x) for a in axes))
+_transpose = linear("transpose", _transpose_fn, _transpose_back,
+                    save=lambda x, axes=None: None if axes is None else tuple(
+                        a % np.ndim(x) for a in axes))
+
+
+def transpose(a, axes=None):
+    """np.transpose: always a view in NumPy, so writes into the result reach `a`."""
+    out = _transpose(a, axes=axes)
+    inverse = None if axes is None else tuple(np.argsort([x % np.ndim(a) for x in axes]))
+    return mark_view(out, a, to_base=lambda v: _transpose(v, axes=inverse))
+
+
 register_function(np.transpose, lambda a, axes=None: transpose(
     a, axes=None if axes is None else tuple(axes)))
 

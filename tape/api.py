@@ -153,6 +153,58 @@ def _shadow_mismatch(x, dx) -> str | None:
     return None
 
 
+def _trace_arguments(annotated, names, check, make_leaf):
+    """The arguments `f` is called with: Const values as they are (arrays as ConstBuffer
+    views), and the float leaves of the others replaced by tracers `make_leaf(x, dx)`."""
+    call_args, groups = [], []
+    for ann, name in zip(annotated, names):
+        if type(ann) is Const:
+            call_args.append(as_const(ann.val, name))
+            continue
+        arg = check(ann, name)
+        shadows = arg.shadows if arg.shadows is not None else [None] * len(arg.leaves)
+        for x, dx in zip(arg.leaves, shadows):
+            if _is_float(x):
+                t = make_leaf(x, dx)
+                arg.tracers.append(t)
+                arg.first_slots.append(getattr(t, "slot", True))
+            else:
+                arg.tracers.append(x)
+                arg.first_slots.append(None)
+        groups.append(arg)
+        call_args.append(unflatten(arg.treedef, arg.tracers))
+    return call_args, groups
+
+
+def _reverse_argument(ann, name):
+    if not isinstance(ann, (Active, Duplicated)):
+        raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
+    arg = _Leaves(ann, name)
+    if isinstance(ann, Duplicated):
+        _check_shadow(arg)
+        _check_shadow_writable(arg)
+        if not arg.paths[0] and not _is_mutable_leaf(ann.val):
+            raise ActivityError(
+                f"{name} is Duplicated but is an immutable scalar ({type(ann.val).__name__}); "
+                "its shadow could not be updated. Mark it Active to get its derivative returned")
+    return arg
+
+
+def _forward_argument(ann, name):
+    if isinstance(ann, Active):
+        raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
+                            "Duplicated(x, dx) with the tangent dx")
+    arg = _Leaves(ann, name)
+    _check_shadow(arg)
+    return arg
+
+
+def _user_array_leaf(trace, x):
+    t = trace.new_leaf(x)
+    t.owned = False   # the user's array: copy before the first write
+    return t
+
+
 # --------------------------------------------------------------------------------------------
 # Reverse mode
 
@@ -163,33 +215,8 @@ def _reverse(mode, f, ret_activity, annotated, names):
             "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
             "write the result into a Duplicated argument whose shadow is the seed")
     with ReverseTrace() as trace:
-        call_args, groups = [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                call_args.append(as_const(ann.val, name))
-                continue
-            if not isinstance(ann, (Active, Duplicated)):
-                raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
-            arg = _Leaves(ann, name)
-            if isinstance(ann, Duplicated):
-                _check_shadow(arg)
-                _check_shadow_writable(arg)
-                if not arg.paths[0] and not _is_mutable_leaf(ann.val):
-                    raise ActivityError(
-                        f"{name} is Duplicated but is an immutable scalar "
-                        f"({type(ann.val).__name__}); its shadow could not be updated. "
-                        "Mark it Active to get its derivative returned")
-            for x in arg.leaves:
-                if _is_float(x):
-                    t = trace.new_leaf(x)
-                    t.owned = False   # the user's array: copy before the first write
-                    arg.tracers.append(t)
-                    arg.first_slots.append(t.slot)
-                else:
-                    arg.tracers.append(x)
-                    arg.first_slots.append(None)
-            groups.append(arg)
-            call_args.append(unflatten(arg.treedef, arg.tracers))
+        call_args, groups = _trace_arguments(annotated, names, _reverse_argument,
+                                             lambda x, dx: _user_array_leaf(trace, x))
         out = f(*call_args)
 
         seeds = {}
@@ -339,26 +366,8 @@ def _forward(mode, f, ret_activity, annotated, names):
     if ret_activity is Active:
         raise ActivityError("Active is not allowed in forward mode; use Duplicated")
     with ForwardTrace() as trace:
-        call_args, groups = [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                call_args.append(as_const(ann.val, name))
-                continue
-            if isinstance(ann, Active):
-                raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
-                                    "Duplicated(x, dx) with the tangent dx")
-            arg = _Leaves(ann, name)
-            _check_shadow(arg)
-            for x, dx in zip(arg.leaves, arg.shadows):
-                if _is_float(x):
-                    t = trace.new_leaf(x, dx)
-                    arg.tracers.append(t)
-                    arg.first_slots.append(True)
-                else:
-                    arg.tracers.append(x)
-                    arg.first_slots.append(None)
-            groups.append(arg)
-            call_args.append(unflatten(arg.treedef, arg.tracers))
+        call_args, groups = _trace_arguments(annotated, names, _forward_argument,
+                                             trace.new_leaf)
         out = f(*call_args)
         for arg in groups:
             _write_back_forward(arg)

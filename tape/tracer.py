@@ -183,16 +183,16 @@ class _Surface:
 
     def __getitem__(self, index):
         out = _method("__getitem__")(self, index)
-        if _is_basic_index(index) and isinstance(out, Tracer) and out.level is self.level:
-            out.view_of = (self, index)   # NumPy returns a view: writes into it reach `self`
+        if _is_basic_index(index):
+            mark_view(out, self, index)   # NumPy returns a view: writes into it reach `self`
         return out
 
     def __setitem__(self, index, value):
         new = _method("__setitem__")(self, index, value, inplace=self.owned)
         self._become(new)
         if self.view_of is not None:
-            base, base_index = self.view_of
-            base[base_index] = self
+            base, base_index, to_base = self.view_of
+            base[base_index] = self if to_base is None else to_base(self)
 
     def _write(self, result):
         """Make this tracer hold `result`, NumPy style: arrays are updated in place, while
@@ -247,6 +247,18 @@ class _Surface:
 
     def fill(self, value):
         self[...] = value
+
+
+def mark_view(out, base, index=Ellipsis, to_base=None, check_memory=False):
+    """Record that `out` is a NumPy view of `base`, so that writes into `out` reach `base`
+    (`base[index] = out`, or `base[index] = to_base(out)` for reshaped or transposed views).
+    With `check_memory`, only when NumPy itself returned a view (reshape may copy)."""
+    if not (isinstance(out, Tracer) and isinstance(base, Tracer) and out.level is base.level):
+        return out
+    if check_memory and not np.may_share_memory(primal(out), primal(base)):
+        return out
+    out.view_of = (base, index, to_base)
+    return out
 
 
 def _is_basic_index(index) -> bool:

@@ -181,3 +181,26 @@ def test_float32_stays_float32():
     (g,), = autodiff(Reverse, lambda x: np.sum(spy(x)), Active, Active(x))
     assert g.dtype == np.float32 and seen == [np.float32]
     np.testing.assert_array_equal(g, [2.0, 2.0])
+
+
+def test_writes_through_reshaped_and_transposed_views_reach_the_base():
+    def body(x, np_zeros_like):
+        out = np_zeros_like(x).reshape(2, 3)
+        flat = out.reshape(-1)              # a view in NumPy
+        flat[1:4] = x[:3] * 2.0
+        out.T[2] = x[3:5]                   # .T is a view: out[:, 2] = x[3:5]
+        copy = out.T.reshape(-1)            # a copy in NumPy: writes must not reach out
+        copy[0] = 100.0
+        return np.sum(out * out) + copy[0] * x[5]
+
+    def traced(x):
+        return body(x, np.zeros_like)
+
+    x = np.array([0.5, -1.0, 2.0, 0.3, -0.7, 1.1])
+    (g,), = autodiff(Reverse, traced, Active, Active(x))
+    value = autodiff(ReverseWithPrimal, traced, Active, Active(x))[1]
+    assert value == pytest.approx(body(x, np.zeros_like))
+    eps = 1e-6
+    numeric = [(body(x + eps * e, np.zeros_like) - body(x - eps * e, np.zeros_like)) / (2 * eps)
+               for e in np.eye(6)]
+    np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
