@@ -56,7 +56,7 @@ def defprimitive(name, impl, augmented_primal, reverse, forward, *, ufunc=None, 
     prim = Primitive(name, impl, augmented_primal, reverse, forward,
                      multiple_results=multiple_results)
     if ufunc is not None:
-        register_ufunc(ufunc, prim)
+        register_ufunc(ufunc, prim, primitive=prim)
     if function is not None:
         register_function(function, prim)
     return prim

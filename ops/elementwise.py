@@ -48,7 +48,7 @@ def route_ufunc(ufunc, prim):
         return prim(*args)
 
     call.__name__ = name
-    register_ufunc(ufunc, call)
+    register_ufunc(ufunc, call, primitive=prim)
     return prim
 
 

@@ -177,7 +177,6 @@ class ReverseTracer(Tracer):
         self.level = trace
         self.slot = slot
         self.owned = False
-        self.view_of = None
 
 
 class ReverseTrace(Trace):
@@ -246,7 +245,7 @@ class ReverseTrace(Trace):
             augmented = prim.augmented_primal
             if augmented is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
-            out, saved = augmented(cfg, *vals, **params)
+            out, saved = augmented(cfg, *vals, **params) if params else augmented(cfg, *vals)
         slot = self.n_slots
         if prim.multiple_results:
             self.n_slots = slot + len(out)
@@ -312,7 +311,6 @@ class DualTracer(Tracer):
         self.level = trace
         self.tangent = tangent
         self.owned = False
-        self.view_of = None
 
 
 class ForwardTrace(Trace):

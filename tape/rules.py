@@ -14,7 +14,7 @@ import functools
 from typing import Callable
 
 from .core import Primitive, Tracer, primal
-from .tracer import FUNCTION_RULES, METHOD_RULES, UFUNC_RULES
+from .tracer import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
 
 
 def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
@@ -87,9 +87,14 @@ def _plain(args):
     return [_plain_one(a) for a in args]
 
 
-def register_ufunc(ufunc, rule: Callable) -> Callable:
-    """Route `ufunc(traced, ...)` to `rule` (used by ops/)."""
+def register_ufunc(ufunc, rule: Callable, primitive: Primitive | None = None) -> Callable:
+    """Route `ufunc(traced, ...)` to `rule` (used by ops/). When `primitive` is given, calls
+    without keyword arguments go straight to it (speed-up: operators and plain ufunc calls)."""
     UFUNC_RULES[ufunc] = rule
+    if primitive is not None:
+        UFUNC_PRIMITIVES[ufunc] = primitive
+    else:
+        UFUNC_PRIMITIVES.pop(ufunc, None)
     return rule
 
 

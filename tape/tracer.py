@@ -13,6 +13,7 @@ from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer,
 from .errors import NonDifferentiableError
 
 UFUNC_RULES: dict = {}
+UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
 FUNCTION_RULES: dict = {}
 METHOD_RULES: dict = {}
 
@@ -23,13 +24,11 @@ def _missing(what: str):
         "Register one with tape.custom_rule, or mark it tape.inactive if it has no derivative.")
 
 
-def _ufunc(ufunc):
-    def call(*args, **kw):
-        rule = UFUNC_RULES.get(ufunc)
-        if rule is None:
-            raise _missing(f"numpy.{ufunc.__name__}")
-        return rule(*args, **kw)
-    return call
+def _call_ufunc(ufunc, *args, **kw):
+    rule = UFUNC_RULES.get(ufunc)
+    if rule is None:
+        raise _missing(f"numpy.{ufunc.__name__}")
+    return rule(*args, **kw)
 
 
 def _function(func):
@@ -51,29 +50,32 @@ def _method(name):
 
 
 def _binary(ufunc):
-    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol.
+    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
+    # with a constant on the other side, go straight to this tracer's level.
     def op(self, other):
-        try:
-            rule = UFUNC_RULES[ufunc]
-        except KeyError:
-            raise _missing(f"numpy.{ufunc.__name__}") from None
-        return rule(self, other)
+        prim = UFUNC_PRIMITIVES.get(ufunc)
+        if prim is None:
+            return _call_ufunc(ufunc, self, other)
+        if not isinstance(other, Tracer) and self.level.alive:
+            return self.level.process(prim, (self, other), _NO_PARAMS)
+        return prim(self, other)
 
     def reflected(self, other):
-        try:
-            rule = UFUNC_RULES[ufunc]
-        except KeyError:
-            raise _missing(f"numpy.{ufunc.__name__}") from None
-        return rule(other, self)
+        prim = UFUNC_PRIMITIVES.get(ufunc)
+        if prim is None:
+            return _call_ufunc(ufunc, other, self)
+        if not isinstance(other, Tracer) and self.level.alive:
+            return self.level.process(prim, (other, self), _NO_PARAMS)
+        return prim(other, self)
     return op, reflected
 
 
-def _inplace(ufunc):
-    call = _ufunc(ufunc)
+_NO_PARAMS: dict = {}
 
+
+def _inplace(ufunc):
     def iop(self, other):
-        result = call(self, other)
-        return self._write(result)
+        return self._write(_call_ufunc(ufunc, self, other))
     return iop
 
 
@@ -95,6 +97,11 @@ class _Surface:
     # -- NumPy protocols ------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method == "__call__" and not kwargs:   # speed-up: the common case
+            prim = UFUNC_PRIMITIVES.get(ufunc)
+            if prim is not None:
+                if len(inputs) == 1 and self.level.alive:
+                    return self.level.process(prim, inputs, _NO_PARAMS)
+                return prim(*inputs)
             rule = UFUNC_RULES.get(ufunc)
             if rule is not None:
                 return rule(*inputs)
@@ -165,15 +172,15 @@ class _Surface:
     __mod__, __rmod__ = _binary(np.remainder)
     __pow__, __rpow__ = _binary(np.power)
     __matmul__, __rmatmul__ = _binary(np.matmul)
-    __lt__ = lambda self, other: _ufunc(np.less)(self, other)
-    __le__ = lambda self, other: _ufunc(np.less_equal)(self, other)
-    __gt__ = lambda self, other: _ufunc(np.greater)(self, other)
-    __ge__ = lambda self, other: _ufunc(np.greater_equal)(self, other)
-    __eq__ = lambda self, other: _ufunc(np.equal)(self, other)
-    __ne__ = lambda self, other: _ufunc(np.not_equal)(self, other)
-    __neg__ = lambda self: _ufunc(np.negative)(self)
-    __pos__ = lambda self: _ufunc(np.positive)(self)
-    __abs__ = lambda self: _ufunc(np.absolute)(self)
+    __lt__ = lambda self, other: _call_ufunc(np.less, self, other)
+    __le__ = lambda self, other: _call_ufunc(np.less_equal, self, other)
+    __gt__ = lambda self, other: _call_ufunc(np.greater, self, other)
+    __ge__ = lambda self, other: _call_ufunc(np.greater_equal, self, other)
+    __eq__ = lambda self, other: _call_ufunc(np.equal, self, other)
+    __ne__ = lambda self, other: _call_ufunc(np.not_equal, self, other)
+    __neg__ = lambda self: _call_ufunc(np.negative, self)
+    __pos__ = lambda self: _call_ufunc(np.positive, self)
+    __abs__ = lambda self: _call_ufunc(np.absolute, self)
     __iadd__ = _inplace(np.add)
     __isub__ = _inplace(np.subtract)
     __imul__ = _inplace(np.multiply)
@@ -190,8 +197,9 @@ class _Surface:
     def __setitem__(self, index, value):
         new = _method("__setitem__")(self, index, value, inplace=self.owned)
         self._become(new)
-        if self.view_of is not None:
-            base, base_index, to_base = self.view_of
+        view_of = getattr(self, "view_of", None)   # unset unless this tracer is a view
+        if view_of is not None:
+            base, base_index, to_base = view_of
             base[base_index] = self if to_base is None else to_base(self)
 
     def _write(self, result):
@@ -216,7 +224,7 @@ class _Surface:
     def dot(self, other): return _function(np.dot)(self, other)
     def clip(self, *a, **k): return _function(np.clip)(self, *a, **k)
     def round(self, *a, **k): return _function(np.round)(self, *a, **k)
-    def conj(self): return _ufunc(np.conjugate)(self)
+    def conj(self): return _call_ufunc(np.conjugate, self)
     conjugate = conj
     def squeeze(self, *a, **k): return _function(np.squeeze)(self, *a, **k)
     def swapaxes(self, a1, a2): return _function(np.swapaxes)(self, a1, a2)
