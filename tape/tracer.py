@@ -80,7 +80,7 @@ def _inplace(ufunc):
 
 
 def _refuse(kind):
-    def refuse(self, *args):
+    def refuse(self, *args, **kwargs):
         raise NonDifferentiableError(
             f"converting a traced value to {kind} would drop its derivative. Keep it as an "
             "array (use np.zeros_like(x) for buffers you write into), or take "
