@@ -87,7 +87,8 @@ class Primitive:
         self.multiple_results = multiple_results
 
     def __call__(self, *args, **params):
-        # Speed-up: `bind` inlined, as this is the entry of every recorded operation.
+        # Find the deepest trace among the arguments; it records the call (the outer ones see
+        # the rule's own operations on their tracers). This is the entry of every operation.
         top = None
         for a in args:
             if isinstance(a, Tracer):
@@ -114,18 +115,9 @@ class Tracer:
 
 
 def bind(prim: Primitive, args: Sequence, params: dict):
-    """Call `prim` on `args`, letting the deepest trace among them record it."""
-    top = None
-    for a in args:
-        if isinstance(a, Tracer):
-            t = a.level
-            if top is None or t.depth > top.depth:
-                top = t
-    if top is None:
-        return prim.impl(*args, **params)
-    if not top.alive:
-        raise _escaped(prim)
-    return top.process(prim, args, params)
+    """Call `prim` on `args`, letting the deepest trace among them record it (the dispatch
+    itself lives in `Primitive.__call__`)."""
+    return prim(*args, **params)
 
 
 def _escaped(prim):
