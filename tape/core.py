@@ -85,6 +85,9 @@ class Primitive:
         self.forward = forward
         self.differentiable_rules = differentiable_rules
         self.multiple_results = multiple_results
+        # One result, a reverse rule, and rules that may see outer-level tracers.
+        self.simple = (augmented_primal is not None and differentiable_rules
+                       and not multiple_results)
 
     def __call__(self, *args, **params):
         # Find the deepest trace among the arguments; it records the call (the outer ones see
@@ -229,6 +232,13 @@ class ReverseTrace(Trace):
                     slots.append(None)
             in_slots = tuple(slots)
             cfg = config_for(tuple(s is not None for s in slots))
+        slot = self.n_slots
+        if prim.simple:   # speed-up: the common case in a few lines
+            out, saved = (prim.augmented_primal(cfg, *vals, **params) if params
+                          else prim.augmented_primal(cfg, *vals))
+            self.n_slots = slot + 1
+            self.records.append((prim, cfg, saved, in_slots, slot))
+            return self.tracer_class(out, self, slot)
         if not prim.differentiable_rules and _has_tracer(vals):
             # An outer level differentiates this call too: let it record the primitive, and
             # refuse the derivative of the (opaque) reverse rule if it is ever asked for.
@@ -237,8 +247,7 @@ class ReverseTrace(Trace):
             augmented = prim.augmented_primal
             if augmented is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
-            out, saved = augmented(cfg, *vals, **params) if params else augmented(cfg, *vals)
-        slot = self.n_slots
+            out, saved = augmented(cfg, *vals, **params)
         if prim.multiple_results:
             self.n_slots = slot + len(out)
             self.records.append((prim, cfg, saved, in_slots, tuple(range(slot, slot + len(out)))))
@@ -276,6 +285,12 @@ class ReverseTrace(Trace):
             if saved is _OUTER_TRACED:
                 raise OnceDifferentiableError(prim.name)
             cts = prim.reverse(cfg, saved, g)
+            if len(in_slots) == 1:   # speed-up: most records have one input
+                s, c = in_slots[0], cts[0]
+                if c is not None:
+                    prev = ct[s]
+                    ct[s] = c if prev is None else prev + c
+                continue
             for s, c in zip(in_slots, cts):
                 if s is not None and c is not None:
                     prev = ct[s]
