@@ -359,7 +359,9 @@ def array_split(ary, indices_or_sections, axis=0):
     # Python slice semantics (negative and out-of-range bounds), as NumPy's x[a:b].
     bounds = tuple((min(start, stop), stop) for start, stop, _ in
                    (slice(a, b).indices(n) for a, b in zip(points, points[1:])))
-    return list(split_p(ary, bounds=bounds, axis=axis))
+    pieces = split_p(ary, bounds=bounds, axis=axis)
+    # Each piece is a view in NumPy: writes into it reach `ary`.
+    return [mark_view(p, ary, _along(axis, slice(a, b))) for p, (a, b) in zip(pieces, bounds)]
 
 
 def split(ary, indices_or_sections, axis=0):
@@ -403,24 +405,29 @@ flip_p = linear("flip", lambda x, axis: np.flip(x, axis), lambda axis, g: np.fli
                 save=lambda x, axis: axis)
 
 
+def _flip_view(m, axis):
+    """A flip is a view in NumPy: writes into it reach `m`."""
+    return mark_view(flip_p(m, axis=axis), m, to_base=lambda v: flip_p(v, axis=axis))
+
+
 def flip(m, axis=None):
     """np.flip: reverse the order along `axis` (all axes when None)."""
     ndim = np.ndim(m)
-    return flip_p(m, axis=tuple(range(ndim)) if axis is None else _axes(axis, ndim))
+    return _flip_view(m, axis=tuple(range(ndim)) if axis is None else _axes(axis, ndim))
 
 
 def fliplr(m):
     """np.fliplr: flip axis 1."""
     if np.ndim(m) < 2:
         raise ValueError("Input must be >= 2-d.")
-    return flip_p(m, axis=(1,))
+    return _flip_view(m, axis=(1,))
 
 
 def flipud(m):
     """np.flipud: flip axis 0."""
     if np.ndim(m) < 1:
         raise ValueError("Input must be >= 1-d.")
-    return flip_p(m, axis=(0,))
+    return _flip_view(m, axis=(0,))
 
 
 def rot90(m, k=1, axes=(0, 1)):
@@ -436,12 +443,12 @@ def rot90(m, k=1, axes=(0, 1)):
     if k == 0:
         return m[...]
     if k == 2:
-        return flip_p(m, axis=(a0, a1))
+        return _flip_view(m, axis=(a0, a1))
     order = list(range(ndim))
     order[a0], order[a1] = order[a1], order[a0]
     if k == 1:
-        return transpose(flip_p(m, axis=(a1,)), axes=tuple(order))
-    return flip_p(transpose(m, axes=tuple(order)), axis=(a1,))
+        return transpose(_flip_view(m, axis=(a1,)), axes=tuple(order))
+    return _flip_view(transpose(m, axes=tuple(order)), axis=(a1,))
 
 
 roll_p = linear("roll", lambda x, shift, axis: np.roll(x, shift, axis),

@@ -204,3 +204,39 @@ def test_writes_through_reshaped_and_transposed_views_reach_the_base():
     numeric = [(body(x + eps * e, np.zeros_like) - body(x - eps * e, np.zeros_like)) / (2 * eps)
                for e in np.eye(6)]
     np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_writes_through_flipped_and_rotated_views_reach_the_base():
+    def body(x, zeros_like):
+        out = zeros_like(x).reshape(2, 3) + 1.0
+        np.flip(out, axis=1)[0] = x[:3]          # out[0] = x[2::-1]
+        np.rot90(out)[0, 1] = x[3] * x[4]       # rot90 is a view of out too
+        return np.sum(out * np.arange(1.0, 7.0).reshape(2, 3)) + x[5]
+
+    def traced(x):
+        return body(x, np.zeros_like)
+
+    x = np.array([0.5, -1.0, 2.0, 0.3, -0.7, 1.1])
+    (g,), = autodiff(Reverse, traced, Active, Active(x))
+    assert autodiff(ReverseWithPrimal, traced, Active, Active(x))[1] == pytest.approx(
+        body(x, np.zeros_like))
+    eps = 1e-6
+    numeric = [(body(x + eps * e, np.zeros_like) - body(x - eps * e, np.zeros_like)) / (2 * eps)
+               for e in np.eye(6)]
+    np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_writes_into_split_pieces_reach_the_base():
+    def body(x, zeros_like):
+        out = zeros_like(x) + 1.0
+        left, right = np.split(out, 2)
+        left[:] = x[:3] * 2.0
+        right[1] = x[4] ** 2
+        return np.sum(out * np.arange(1.0, 7.0)) + x[3]
+
+    x = np.array([0.5, -1.0, 2.0, 0.3, -0.7, 1.1])
+    (g,), = autodiff(Reverse, lambda x: body(x, np.zeros_like), Active, Active(x))
+    eps = 1e-6
+    numeric = [(body(x + eps * e, np.zeros_like) - body(x - eps * e, np.zeros_like)) / (2 * eps)
+               for e in np.eye(6)]
+    np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
