@@ -114,6 +114,9 @@ class Tracer:
     The operator and NumPy-protocol surface is attached in `tape.tracer`.
     """
 
+    # `owned` (a private buffer no record has seen: writable in place) and `view_of` (the array
+    # this one is a NumPy view of) are left unset unless true, as a speed-up: read them with
+    # getattr(t, name, None).
     __slots__ = ("value", "level", "owned", "view_of", "__weakref__")
 
 
@@ -171,7 +174,6 @@ class ReverseTracer(Tracer):
         self.value = value
         self.level = trace
         self.slot = slot
-        self.owned = False
 
 
 class ReverseTrace(Trace):
@@ -317,7 +319,6 @@ class DualTracer(Tracer):
         self.value = value
         self.level = trace
         self.tangent = tangent
-        self.owned = False
 
 
 class ForwardTrace(Trace):

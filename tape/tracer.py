@@ -195,7 +195,7 @@ class _Surface:
         return out
 
     def __setitem__(self, index, value):
-        new = _method("__setitem__")(self, index, value, inplace=self.owned)
+        new = _method("__setitem__")(self, index, value, inplace=getattr(self, "owned", False))
         self._become(new)
         view_of = getattr(self, "view_of", None)   # unset unless this tracer is a view
         if view_of is not None:
