@@ -82,6 +82,7 @@ def reshape(a, shape, order="C"):
     out = _reshape(a, shape=shape, order=order)
     base_shape = shape_of(a)
     return mark_view(out, a, to_base=lambda v: _reshape(v, shape=base_shape, order=order),
+                     from_base=lambda b: _reshape(b, shape=shape, order=order),
                      check_memory=True)
 
 
@@ -111,7 +112,8 @@ def transpose(a, axes=None):
     """np.transpose: always a view in NumPy, so writes into the result reach `a`."""
     out = _transpose(a, axes=axes)
     inverse = None if axes is None else tuple(np.argsort([x % np.ndim(a) for x in axes]))
-    return mark_view(out, a, to_base=lambda v: _transpose(v, axes=inverse))
+    return mark_view(out, a, to_base=lambda v: _transpose(v, axes=inverse),
+                     from_base=lambda b: _transpose(b, axes=axes))
 
 
 register_function(np.transpose, lambda a, axes=None: transpose(
@@ -407,7 +409,8 @@ flip_p = linear("flip", lambda x, axis: np.flip(x, axis), lambda axis, g: np.fli
 
 def _flip_view(m, axis):
     """A flip is a view in NumPy: writes into it reach `m`."""
-    return mark_view(flip_p(m, axis=axis), m, to_base=lambda v: flip_p(v, axis=axis))
+    flip_back = lambda v: flip_p(v, axis=axis)   # noqa: E731  (a flip is its own inverse)
+    return mark_view(flip_p(m, axis=axis), m, to_base=flip_back, from_base=flip_back)
 
 
 def flip(m, axis=None):

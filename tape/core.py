@@ -114,10 +114,10 @@ class Tracer:
     The operator and NumPy-protocol surface is attached in `tape.tracer`.
     """
 
-    # `owned` (a private buffer no record has seen: writable in place) and `view_of` (the array
-    # this one is a NumPy view of) are left unset unless true, as a speed-up: read them with
-    # getattr(t, name, None).
-    __slots__ = ("value", "level", "owned", "view_of", "__weakref__")
+    # `owned` (a private buffer no record has seen: writable in place), `view_of` (the array
+    # this one is a NumPy view of) and `views` (weak references to its own views) are left
+    # unset unless needed, as a speed-up: read them with getattr(t, name, None).
+    __slots__ = ("value", "level", "owned", "view_of", "views", "__weakref__")
 
 
 def bind(prim: Primitive, args: Sequence, params: dict):
@@ -349,7 +349,12 @@ class ForwardTrace(Trace):
                 if t is not None:
                     any_tangent = True
         if not any_tangent:
-            return bind(prim, vals, params)
+            # Still a value of this level (a buffer made by np.zeros_like(x), say), so that a
+            # later write of a differentiated value into it is recorded.
+            out = bind(prim, vals, params)
+            if prim.multiple_results:
+                return tuple(self.tracer_class(o, self, None) for o in out)
+            return self.tracer_class(out, self, None)
         if prim.forward is None:
             raise NotImplementedError(f"`{prim.name}` has no forward-mode (JVP) rule")
         if not prim.differentiable_rules and (_has_tracer(vals) or _has_tracer(tans)):

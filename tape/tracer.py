@@ -7,6 +7,8 @@ Operators and methods look their primitive up in three plain dicts that `ops/` f
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, primal
@@ -196,11 +198,22 @@ class _Surface:
 
     def __setitem__(self, index, value):
         new = _method("__setitem__")(self, index, value, inplace=getattr(self, "owned", False))
-        self._become(new)
+        self._become(new, owned=True)
         view_of = getattr(self, "view_of", None)   # unset unless this tracer is a view
         if view_of is not None:
-            base, base_index, to_base = view_of
+            base, base_index, to_base, _ = view_of
             base[base_index] = self if to_base is None else to_base(self)
+        else:
+            _refresh_views(self)
+
+    def _become(self, new, owned=False):
+        """Make this tracer stand for `new` (a functional update of its value). `owned` says
+        the new value is a private buffer, which later writes may update in place."""
+        self._rebind(new)
+        if owned:
+            self.owned = True
+        elif getattr(self, "owned", False):
+            del self.owned
 
     def _write(self, result):
         """Make this tracer hold `result`, NumPy style: arrays are updated in place, while
@@ -257,16 +270,42 @@ class _Surface:
         self[...] = value
 
 
-def mark_view(out, base, index=Ellipsis, to_base=None, check_memory=False):
-    """Record that `out` is a NumPy view of `base`, so that writes into `out` reach `base`
-    (`base[index] = out`, or `base[index] = to_base(out)` for reshaped or transposed views).
+def mark_view(out, base, index=Ellipsis, to_base=None, from_base=None, check_memory=False):
+    """Record that `out` is a NumPy view of `base`: writes into `out` reach `base`
+    (`base[index] = out`, or `base[index] = to_base(out)` for reshaped or transposed views),
+    and writes into `base` reach `out` (`out = base[index]`, or `from_base(base)`).
     With `check_memory`, only when NumPy itself returned a view (reshape may copy)."""
     if not (isinstance(out, Tracer) and isinstance(base, Tracer) and out.level is base.level):
         return out
     if check_memory and not np.may_share_memory(primal(out), primal(base)):
         return out
-    out.view_of = (base, index, to_base)
+    out.view_of = (base, index, to_base, from_base)
+    views = getattr(base, "views", None)
+    if views is None:
+        views = base.views = []
+    elif len(views) % 64 == 63:   # keep the list short when many temporary views come and go
+        views[:] = [ref for ref in views if ref() is not None]
+    views.append(weakref.ref(out))
     return out
+
+
+def _refresh_views(base):
+    """After `base` was written, its live views see the new values, as NumPy views do: each
+    is re-derived from `base` (`base[index]`, or `from_base(base)`)."""
+    views = getattr(base, "views", None)
+    if not views:
+        return
+    live = []
+    for ref in views:
+        view = ref()
+        if view is None:
+            continue
+        live.append(ref)
+        _, index, _, from_base = view.view_of
+        view._become(METHOD_RULES["__getitem__"](base, index) if from_base is None
+                     else from_base(base))
+        _refresh_views(view)
+    base.views = live
 
 
 def _is_basic_index(index) -> bool:
@@ -304,10 +343,10 @@ class ReverseTracerArray(_Surface, ReverseTracer):
 
     __slots__ = ()
 
-    def _become(self, new):
+    def _rebind(self, new):
         if not (isinstance(new, ReverseTracer) and new.level is self.level):
             raise _leak_error()
-        self.value, self.slot, self.owned = new.value, new.slot, True
+        self.value, self.slot = new.value, new.slot
 
 
 class DualTracerArray(_Surface, DualTracer):
@@ -315,14 +354,13 @@ class DualTracerArray(_Surface, DualTracer):
 
     __slots__ = ()
 
-    def _become(self, new):
+    def _rebind(self, new):
         if isinstance(new, DualTracer) and new.level is self.level:
             self.value, self.tangent = new.value, new.tangent
         elif isinstance(new, Tracer) and new.level.depth > self.level.depth:
             raise _leak_error()
         else:  # the written value carries no tangent at this level
             self.value, self.tangent = new, None
-        self.owned = True
 
 
 def _leak_error():

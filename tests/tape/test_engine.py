@@ -6,7 +6,8 @@ import weakref
 import numpy as np
 import pytest
 
-from tape import (Active, Duplicated, EscapedTracerError, Reverse, ReverseWithPrimal, autodiff,
+from tape import (Active, Duplicated, EscapedTracerError, Forward, Reverse, ReverseWithPrimal,
+                  autodiff,
                   custom_rule,
                   primal)
 from tape.core import ReverseTrace
@@ -238,3 +239,23 @@ def test_writes_into_split_pieces_reach_the_base():
     (g,), = autodiff(Reverse, lambda x: body(x, np.zeros_like), Active, Active(x))
     numeric = numeric_gradient(lambda x: body(x, np.zeros_like), x)
     np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_views_see_later_writes_into_their_base():
+    def body(x, zeros_like):
+        out = zeros_like(x).reshape(2, 3)
+        row, col, flat, flipped = out[0], out[:, 1], out.reshape(-1), np.flip(out, axis=1)
+        out[0] = x[:3]                     # every earlier view sees this write
+        out[1, 1] = x[3] * x[4]
+        row[2] = row[2] * 2.0              # and writes through one view reach the others
+        return (np.sum(row * 1.5) + np.sum(col ** 2) + np.sum(flat * np.arange(6.0))
+                + np.sum(flipped[:, 0] * x[5]))
+
+    x = np.array([0.5, -1.0, 2.0, 0.3, -0.7, 1.1])
+    traced = lambda x: body(x, np.zeros_like)   # noqa: E731
+    (g,), = autodiff(Reverse, traced, Active, Active(x))
+    assert autodiff(ReverseWithPrimal, traced, Active, Active(x))[1] == pytest.approx(
+        body(x, np.zeros_like))
+    np.testing.assert_allclose(g, numeric_gradient(traced, x), rtol=1e-6, atol=1e-8)
+    t, = autodiff(Forward, traced, Duplicated(x, np.ones(6)))
+    assert t == pytest.approx(np.sum(numeric_gradient(traced, x)), rel=1e-6)
