@@ -92,7 +92,11 @@ def _is_float(x) -> bool:
 
 
 class _Leaves:
-    """The differentiable leaves of one annotated argument, with their tracers."""
+    """The differentiable leaves of one annotated argument, with their tracers.
+
+    ``first_slots[i]`` is None for a leaf that is not traced (an int, say); otherwise the tape
+    slot its tracer started with (reverse mode; a later slot means f overwrote it), or True
+    (forward mode)."""
 
     __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
                  "first_slots")
@@ -199,12 +203,6 @@ def _forward_argument(ann, name):
     return arg
 
 
-def _user_array_leaf(trace, x):
-    t = trace.new_leaf(x)
-    t.owned = False   # the user's array: copy before the first write
-    return t
-
-
 # --------------------------------------------------------------------------------------------
 # Reverse mode
 
@@ -215,8 +213,10 @@ def _reverse(mode, f, ret_activity, annotated, names):
             "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
             "write the result into a Duplicated argument whose shadow is the seed")
     with ReverseTrace() as trace:
+        # The user's arrays are not `owned`: a write copies them first, and the final values
+        # are copied back into them after the sweep.
         call_args, groups = _trace_arguments(annotated, names, _reverse_argument,
-                                             lambda x, dx: _user_array_leaf(trace, x))
+                                             lambda x, dx: trace.new_leaf(x))
         out = f(*call_args)
 
         seeds = {}

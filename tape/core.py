@@ -1,8 +1,7 @@
 """The engine: primitives, traces (levels), the Wengert tape and its reverse sweep.
 
-A *primitive* is a function the engine knows how to differentiate. Calling one goes through
-`bind`, which finds the innermost (deepest) trace among its arguments and lets that trace handle
-the call. A trace unwraps its own tracers, calls the primitive's rule on the unwrapped values
+A *primitive* is a function the engine knows how to differentiate. Calling one finds the
+innermost (deepest) trace among its arguments and lets that trace handle the call. A trace unwraps its own tracers, calls the primitive's rule on the unwrapped values
 (which may still be tracers of outer traces, so outer levels record too) and wraps the result.
 
 This module never imports a rule: rules live next to their primitives in `ops/` and `kernels/`.
@@ -139,14 +138,8 @@ def primal(x: Any) -> Any:
     return x
 
 
-def current_traces() -> tuple:
-    return _TRACE_STACK.get()
-
-
 class Trace:
     """One level of differentiation. Opened by `autodiff`, closed when it returns."""
-
-    kind = "trace"
 
     def __init__(self):
         self.depth = len(_TRACE_STACK.get()) + 1
@@ -184,7 +177,6 @@ class ReverseTrace(Trace):
     primitive with several results. (Speed-up: plain tuples, not objects, on the hot path.)
     """
 
-    kind = "reverse"
     tracer_class = ReverseTracer   # replaced by the full ndarray surface in tape.tracer
 
     def __init__(self):
@@ -324,7 +316,6 @@ class DualTracer(Tracer):
 class ForwardTrace(Trace):
     """Dual numbers: each value carries its tangent; JVP rules push tangents forward."""
 
-    kind = "forward"
     tracer_class = DualTracer   # replaced by the full ndarray surface in tape.tracer
 
     def new_leaf(self, value, tangent) -> DualTracer:
@@ -332,7 +323,7 @@ class ForwardTrace(Trace):
 
     def constant(self, value) -> DualTracer:
         """A fresh buffer at this level that carries no derivative yet (np.zeros_like)."""
-        t = self.tracer_class(value, self, None)
+        t = self.new_leaf(value, None)
         t.owned = True
         return t
 

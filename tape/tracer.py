@@ -26,49 +26,42 @@ def _missing(what: str):
         "Register one with tape.custom_rule, or mark it tape.inactive if it has no derivative.")
 
 
-def _call_ufunc(ufunc, *args, **kw):
-    rule = UFUNC_RULES.get(ufunc)
+def _rule(table: dict, key, what: str):
+    rule = table.get(key)
     if rule is None:
-        raise _missing(f"numpy.{ufunc.__name__}")
-    return rule(*args, **kw)
+        raise _missing(what)
+    return rule
 
 
-def _function(func):
-    def call(*args, **kw):
-        rule = FUNCTION_RULES.get(func)
-        if rule is None:
-            raise _missing(f"numpy.{func.__name__}")
-        return rule(*args, **kw)
-    return call
+def _call_ufunc(ufunc, *args, **kw):
+    return _rule(UFUNC_RULES, ufunc, f"numpy.{ufunc.__name__}")(*args, **kw)
 
 
-def _method(name):
-    def call(*args, **kw):
-        rule = METHOD_RULES.get(name)
-        if rule is None:
-            raise _missing(f"ndarray.{name}")
-        return rule(*args, **kw)
-    return call
+def _call_function(func, *args, **kw):
+    return _rule(FUNCTION_RULES, func, f"numpy.{getattr(func, '__name__', func)}")(*args, **kw)
+
+
+def _call_method(name, *args, **kw):
+    return _rule(METHOD_RULES, name, f"ndarray.{name}")(*args, **kw)
+
+
+def _operator(ufunc, tracer, other, args):
+    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
+    # with a constant on the other side, go straight to the tracer's level.
+    prim = UFUNC_PRIMITIVES.get(ufunc)
+    if prim is None:
+        return _call_ufunc(ufunc, *args)
+    if not isinstance(other, Tracer) and tracer.level.alive:
+        return tracer.level.process(prim, args, _NO_PARAMS)
+    return prim(*args)
 
 
 def _binary(ufunc):
-    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
-    # with a constant on the other side, go straight to this tracer's level.
     def op(self, other):
-        prim = UFUNC_PRIMITIVES.get(ufunc)
-        if prim is None:
-            return _call_ufunc(ufunc, self, other)
-        if not isinstance(other, Tracer) and self.level.alive:
-            return self.level.process(prim, (self, other), _NO_PARAMS)
-        return prim(self, other)
+        return _operator(ufunc, self, other, (self, other))
 
     def reflected(self, other):
-        prim = UFUNC_PRIMITIVES.get(ufunc)
-        if prim is None:
-            return _call_ufunc(ufunc, other, self)
-        if not isinstance(other, Tracer) and self.level.alive:
-            return self.level.process(prim, (other, self), _NO_PARAMS)
-        return prim(other, self)
+        return _operator(ufunc, self, other, (other, self))
     return op, reflected
 
 
@@ -104,22 +97,16 @@ class _Surface:
                 if len(inputs) == 1 and self.level.alive:
                     return self.level.process(prim, inputs, _NO_PARAMS)
                 return prim(*inputs)
-            rule = UFUNC_RULES.get(ufunc)
-            if rule is not None:
-                return rule(*inputs)
         out = kwargs.pop("out", None)
         if method == "__call__":
-            rule = UFUNC_RULES.get(ufunc)
-            if rule is None:
-                raise _missing(f"numpy.{ufunc.__name__}")
-            result = rule(*inputs, **kwargs)
+            result = _call_ufunc(ufunc, *inputs, **kwargs)
         elif method == "reduce" and ufunc in _REDUCE_AS:
             # ufunc.reduce defaults to axis=0, the functions it maps to to axis=None.
             kwargs.setdefault("axis", 0)
-            result = _function(_REDUCE_AS[ufunc])(*inputs, **kwargs)
+            result = _call_function(_REDUCE_AS[ufunc], *inputs, **kwargs)
         elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
             kwargs.setdefault("axis", 0)
-            result = _function(_ACCUMULATE_AS[ufunc])(*inputs, **kwargs)
+            result = _call_function(_ACCUMULATE_AS[ufunc], *inputs, **kwargs)
         else:
             raise _missing(f"numpy.{ufunc.__name__}.{method}")
         if out is None:
@@ -127,10 +114,7 @@ class _Surface:
         return _write_out(out, result, ufunc.__name__)
 
     def __array_function__(self, func, types, args, kwargs):
-        rule = FUNCTION_RULES.get(func)
-        if rule is None:
-            raise _missing(f"numpy.{getattr(func, '__name__', func)}")
-        return rule(*args, **kwargs)
+        return _call_function(func, *args, **kwargs)
 
     __array__ = _refuse("a plain NumPy array")
     __float__ = _refuse("a Python float")
@@ -150,10 +134,10 @@ class _Surface:
     ndim = property(lambda self: np.ndim(primal(self)))
     size = property(lambda self: np.size(primal(self)))
     dtype = property(lambda self: _dtype_of(primal(self)))
-    T = property(lambda self: _function(np.transpose)(self))
-    mT = property(lambda self: _function(np.swapaxes)(self, -1, -2))
-    real = property(lambda self: _function(np.real)(self))
-    imag = property(lambda self: _function(np.imag)(self))
+    T = property(lambda self: _call_function(np.transpose, self))
+    mT = property(lambda self: _call_function(np.swapaxes, self, -1, -2))
+    real = property(lambda self: _call_function(np.real, self))
+    imag = property(lambda self: _call_function(np.imag, self))
 
     def __len__(self):
         return len(primal(self))
@@ -191,13 +175,14 @@ class _Surface:
     __imatmul__ = _inplace(np.matmul)
 
     def __getitem__(self, index):
-        out = _method("__getitem__")(self, index)
+        out = _call_method("__getitem__", self, index)
         if _is_basic_index(index):
             mark_view(out, self, index)   # NumPy returns a view: writes into it reach `self`
         return out
 
     def __setitem__(self, index, value):
-        new = _method("__setitem__")(self, index, value, inplace=getattr(self, "owned", False))
+        new = _call_method("__setitem__", self, index, value,
+                           inplace=getattr(self, "owned", False))
         self._become(new, owned=True)
         view_of = getattr(self, "view_of", None)   # unset unless this tracer is a view
         if view_of is not None:
@@ -224,47 +209,47 @@ class _Surface:
         return self
 
     # -- methods --------------------------------------------------------------------------
-    def sum(self, *a, **k): return _function(np.sum)(self, *a, **k)
-    def mean(self, *a, **k): return _function(np.mean)(self, *a, **k)
-    def prod(self, *a, **k): return _function(np.prod)(self, *a, **k)
-    def max(self, *a, **k): return _function(np.max)(self, *a, **k)
-    def min(self, *a, **k): return _function(np.min)(self, *a, **k)
-    def var(self, *a, **k): return _function(np.var)(self, *a, **k)
-    def std(self, *a, **k): return _function(np.std)(self, *a, **k)
-    def ptp(self, *a, **k): return _function(np.ptp)(self, *a, **k)
-    def cumsum(self, *a, **k): return _function(np.cumsum)(self, *a, **k)
-    def cumprod(self, *a, **k): return _function(np.cumprod)(self, *a, **k)
-    def dot(self, other): return _function(np.dot)(self, other)
-    def clip(self, *a, **k): return _function(np.clip)(self, *a, **k)
-    def round(self, *a, **k): return _function(np.round)(self, *a, **k)
+    def sum(self, *a, **k): return _call_function(np.sum, self, *a, **k)
+    def mean(self, *a, **k): return _call_function(np.mean, self, *a, **k)
+    def prod(self, *a, **k): return _call_function(np.prod, self, *a, **k)
+    def max(self, *a, **k): return _call_function(np.max, self, *a, **k)
+    def min(self, *a, **k): return _call_function(np.min, self, *a, **k)
+    def var(self, *a, **k): return _call_function(np.var, self, *a, **k)
+    def std(self, *a, **k): return _call_function(np.std, self, *a, **k)
+    def ptp(self, *a, **k): return _call_function(np.ptp, self, *a, **k)
+    def cumsum(self, *a, **k): return _call_function(np.cumsum, self, *a, **k)
+    def cumprod(self, *a, **k): return _call_function(np.cumprod, self, *a, **k)
+    def dot(self, other): return _call_function(np.dot, self, other)
+    def clip(self, *a, **k): return _call_function(np.clip, self, *a, **k)
+    def round(self, *a, **k): return _call_function(np.round, self, *a, **k)
     def conj(self): return _call_ufunc(np.conjugate, self)
     conjugate = conj
-    def squeeze(self, *a, **k): return _function(np.squeeze)(self, *a, **k)
-    def swapaxes(self, a1, a2): return _function(np.swapaxes)(self, a1, a2)
-    def repeat(self, *a, **k): return _function(np.repeat)(self, *a, **k)
-    def take(self, *a, **k): return _function(np.take)(self, *a, **k)
-    def diagonal(self, *a, **k): return _function(np.diagonal)(self, *a, **k)
-    def trace(self, *a, **k): return _function(np.trace)(self, *a, **k)
-    def ravel(self, *a, **k): return _function(np.ravel)(self, *a, **k)
-    def flatten(self): return _function(np.ravel)(self).copy()
+    def squeeze(self, *a, **k): return _call_function(np.squeeze, self, *a, **k)
+    def swapaxes(self, a1, a2): return _call_function(np.swapaxes, self, a1, a2)
+    def repeat(self, *a, **k): return _call_function(np.repeat, self, *a, **k)
+    def take(self, *a, **k): return _call_function(np.take, self, *a, **k)
+    def diagonal(self, *a, **k): return _call_function(np.diagonal, self, *a, **k)
+    def trace(self, *a, **k): return _call_function(np.trace, self, *a, **k)
+    def ravel(self, *a, **k): return _call_function(np.ravel, self, *a, **k)
+    def flatten(self): return _call_function(np.ravel, self).copy()
     def argmax(self, *a, **k): return np.argmax(primal(self), *a, **k)
     def argmin(self, *a, **k): return np.argmin(primal(self), *a, **k)
     def argsort(self, *a, **k): return np.argsort(primal(self), *a, **k)
     def nonzero(self): return np.nonzero(primal(self))
     def all(self, *a, **k): return np.all(primal(self), *a, **k)
     def any(self, *a, **k): return np.any(primal(self), *a, **k)
-    def astype(self, dtype, *a, **k): return _method("astype")(self, dtype)
-    def copy(self, *a, **k): return _method("copy")(self)
+    def astype(self, dtype, *a, **k): return _call_method("astype", self, dtype)
+    def copy(self, *a, **k): return _call_method("copy", self)
 
     def reshape(self, *shape, **k):
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
-        return _function(np.reshape)(self, shape, **k)
+        return _call_function(np.reshape, self, shape, **k)
 
     def transpose(self, *axes):
         if len(axes) == 1 and not isinstance(axes[0], int):
             axes = axes[0]
-        return _function(np.transpose)(self, axes or None)
+        return _call_function(np.transpose, self, axes or None)
 
     def fill(self, value):
         self[...] = value
