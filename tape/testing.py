@@ -12,9 +12,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .activities import Active, Duplicated, Forward, Reverse
+from .activities import Active, Duplicated, Forward, ForwardWithPrimal, Reverse
 from .api import autodiff
-from .pytree import flatten
+from .core import primal
+from .pytree import flatten, tree_map
 
 
 class GradientCheckError(AssertionError):
@@ -153,6 +154,33 @@ def _check_full_jacobian(f, args, diff, eps, rtol, atol):
                         f"engine {got.ravel()[:6]} vs numeric {num.ravel()[:6]}")
 
 
+def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
+    """What `f` returns when its floating-point arguments are traced, as plain values: the
+    primal computed through the rules (the forward rules for ``mode="forward"``, the
+    augmented-primal rules for ``mode="reverse"``), to compare with `f` on plain arrays.
+
+    >>> traced_value(lambda x: np.cumsum(x) * 2, np.array([1.0, 2.0]), mode="reverse")
+    array([2., 6.])
+    """
+    if mode == "forward":
+        annotated = [Duplicated(a, np.zeros_like(a) if not isinstance(a, float) else 0.0)
+                     if _is_float(a) else a for a in args]
+        return autodiff(ForwardWithPrimal, f, *annotated)[1]
+    if mode != "reverse":
+        raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
+    seen = []
+
+    def scalar(*xs):
+        y = f(*xs)
+        seen.append(y)
+        total = 0.0
+        for leaf in flatten(y)[0]:
+            total = total + np.sum(leaf)
+        return total
+    autodiff(Reverse, scalar, Active, *[Active(a) if _is_float(a) else a for a in args])
+    return tree_map(primal, seen[0])
+
+
 # ------------------------------------------------------------------------------------------------
 # Hypothesis strategies (hypothesis is imported only when these are used)
 
@@ -192,5 +220,5 @@ def broadcastable_arrays(n: int = 2, low: float = -2.0, high: float = 2.0, max_d
     return build()
 
 
-__all__ = ["check_grads", "GradientCheckError", "shapes", "arrays", "broadcastable_shapes",
+__all__ = ["check_grads", "GradientCheckError", "traced_value", "shapes", "arrays", "broadcastable_shapes",
            "broadcastable_arrays"]

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tape import Active, Const, Reverse, autodiff, primal
+from tape import Active, Const, Reverse, autodiff
 from tape.core import config_for
-from tape.testing import arrays, check_grads
+from tape.testing import arrays, check_grads, traced_value
 
 from ops.contractions import _einsum_augmented, _matmul_augmented, normalize_subscripts
 
@@ -20,15 +20,9 @@ FAST = settings(max_examples=25, deadline=None)
 
 def check_traced_primal(f, *args):
     """The value f returns on traced arguments equals NumPy's on plain ones."""
-    seen = []
-
-    def wrapped(*a):
-        y = f(*a)
-        seen.append(y)
-        return np.sum(y)
-    autodiff(Reverse, wrapped, Active, *[Active(a) for a in args])
-    np.testing.assert_allclose(primal(seen[0]), f(*args), rtol=1e-12, atol=1e-12)
-    assert np.shape(primal(seen[0])) == np.shape(f(*args))
+    got, want = traced_value(f, *args, mode="reverse"), f(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert np.shape(got) == np.shape(want)
 
 
 # -- matmul ---------------------------------------------------------------------------------------

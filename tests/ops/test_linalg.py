@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tape import Active, Duplicated, ForwardWithPrimal, Reverse, autodiff
-from tape.testing import check_grads
+from tape.testing import check_grads, traced_value
 
 FAST = settings(max_examples=20, deadline=None)
 seeds = st.integers(0, 2 ** 32 - 1)
@@ -40,12 +40,6 @@ def matrices(seed, batch, m, n=None, spectrum=None, symmetric=False):
 def separated(rng, k):
     """Singular values / eigenvalues at least 0.5 apart (vector derivatives need gaps)."""
     return 1 + 0.8 * np.arange(k) + 0.3 * rng.uniform(size=k)
-
-
-def traced_value(f, *args):
-    """What f returns when its arguments are traced (forward mode), as plain values."""
-    _, value = autodiff(ForwardWithPrimal, f, *[Duplicated(a, np.ones_like(a)) for a in args])
-    return value
 
 
 def mT(x):

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tape import Active, Duplicated, Forward, Reverse, autodiff, primal
-from tape.testing import arrays, check_grads, shapes
+from tape import Active, Duplicated, Forward, Reverse, autodiff
+from tape.testing import arrays, check_grads, shapes, traced_value
 
 FAST = settings(max_examples=15, deadline=None)
 
@@ -94,14 +94,7 @@ def test_partition(xa, k):
 
 def _traced_primal(f, *args):
     """f's value computed on traced arguments (through the rules, not NumPy's own function)."""
-    seen = []
-
-    def wrapped(*a):
-        y = f(*a)
-        seen.append(y)
-        return np.sum(y)
-    autodiff(Reverse, wrapped, Active, *[Active(a) for a in args])
-    return primal(seen[0])
+    return traced_value(f, *args, mode="reverse")
 
 
 # -- select ---------------------------------------------------------------------------------------------
