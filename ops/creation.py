@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer
+from tape.core import Tracer, primal
 from tape.rules import register_function, register_method
 
 from ._util import defprimitive
@@ -71,7 +71,6 @@ astype = defprimitive("astype", lambda x, dtype: x.astype(dtype), _astype_augmen
 
 def _astype_method(x, dtype):
     if not np.issubdtype(np.dtype(dtype), np.inexact):
-        from tape.core import primal
         return primal(x).astype(dtype)   # integer/bool casts carry no derivative
     return astype(x, dtype=dtype)
 
