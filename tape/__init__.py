@@ -4,8 +4,13 @@
 >>> autodiff(Reverse, lambda x: x**2, Active, Active(3.0))
 ((6.0,),)
 """
-from .activities import (Active, Annotation, Const, Duplicated, DuplicatedNoNeed, Forward,
-                         ForwardWithPrimal, Mode, Reverse, ReverseWithPrimal)
+from .activities import (Active, Annotation, BatchDuplicated, BatchDuplicatedNoNeed, Const,
+                         Duplicated, DuplicatedNoNeed, Forward, ForwardWithPrimal,
+                         MixedDuplicated, Mode, Reverse, ReverseHolomorphic,
+                         ReverseHolomorphicWithPrimal, ReverseSplitNoPrimal,
+                         ReverseSplitWithPrimal, ReverseWithPrimal, clear_nan_check,
+                         clear_runtime_activity, clear_strong_zero, set_nan_check,
+                         set_runtime_activity, set_strong_zero)
 from .api import autodiff, make_zero
 from .backend import array_module
 from .core import Primitive, RuleConfig, Tracer, primal
@@ -20,6 +25,10 @@ import ops  # noqa: E402,F401
 __all__ = [
     "Active", "Annotation", "Const", "Duplicated", "DuplicatedNoNeed", "Forward",
     "ForwardWithPrimal", "Mode", "Reverse", "ReverseWithPrimal", "autodiff", "make_zero",
+    "BatchDuplicated", "BatchDuplicatedNoNeed", "MixedDuplicated", "ReverseHolomorphic",
+    "ReverseHolomorphicWithPrimal", "ReverseSplitNoPrimal", "ReverseSplitWithPrimal",
+    "set_strong_zero", "clear_strong_zero", "set_runtime_activity", "clear_runtime_activity",
+    "set_nan_check", "clear_nan_check",
     "array_module", "Primitive", "RuleConfig", "Tracer", "primal", "ActivityError",
     "EscapedTracerError", "HecateError", "NonDifferentiableError", "OnceDifferentiableError",
     "PytreeError", "register_pytree", "tree_map", "custom_rule", "inactive",
