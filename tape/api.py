@@ -6,9 +6,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
-                         DuplicatedNoNeed, Mode)
+from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
+                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
 from .backend import array_module, module_name
+from .batching import Batched, stack_directions
 from .constbuffer import as_const
 from .core import ForwardTrace, ReverseTrace, Tracer
 from .errors import ActivityError, PytreeError
@@ -99,7 +100,7 @@ class _Leaves:
     (forward mode)."""
 
     __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
-                 "first_slots")
+                 "first_slots", "width")
 
     def __init__(self, annotation, name):
         self.annotation = annotation
@@ -112,8 +113,9 @@ class _Leaves:
                 f"({_describe(annotation.val)}); integer and boolean values have no derivative. "
                 "Mark it Const, or convert it with .astype(float)")
         self.tracers = []
-        self.shadows = None
+        self.shadows = None      # per leaf: the shadow, or a W-tuple of them in batch mode
         self.first_slots = []
+        self.width = annotation.width if isinstance(annotation, BatchDuplicated) else None
 
     def path(self, i):
         """`model.proj.w_k (argument 0)`: the leaf as the user reaches it."""
@@ -130,20 +132,55 @@ def _describe(x):
 
 def _check_shadow(arg: _Leaves):
     ann = arg.annotation
-    shadow_leaves, shadow_td = flatten(ann.dval)
+    if arg.width is None:
+        arg.shadows = _checked_shadow_leaves(arg, ann.dval, "shadow")
+        return
+    per_direction = [_checked_shadow_leaves(arg, dval, f"shadow {w}")
+                     for w, dval in enumerate(ann.dval)]
+    arg.shadows = list(zip(*per_direction))
+
+
+def _checked_shadow_leaves(arg: _Leaves, dval, what: str) -> list:
+    ann = arg.annotation
+    shadow_leaves, shadow_td = flatten(dval)
     if shadow_td != arg.treedef or len(shadow_leaves) != len(arg.leaves):
         raise ActivityError(
-            f"the shadow of {arg.name} does not have the structure of its primal: the primal is "
-            f"{_describe(ann.val)} with {len(arg.leaves)} leaves, the shadow "
-            f"{_describe(ann.dval)} with {len(shadow_leaves)} leaves. make_zero(x) builds a "
+            f"the {what} of {arg.name} does not have the structure of its primal: the primal is "
+            f"{_describe(ann.val)} with {len(arg.leaves)} leaves, the {what} "
+            f"{_describe(dval)} with {len(shadow_leaves)} leaves. make_zero(x) builds a "
             "matching shadow")
     for i, (x, dx) in enumerate(zip(arg.leaves, shadow_leaves)):
         if not _is_float(x):
             continue
         problem = _shadow_mismatch(x, dx)
         if problem:
-            raise ActivityError(f"shadow of {arg.path(i)} {problem}")
-    arg.shadows = shadow_leaves
+            raise ActivityError(f"{what} of {arg.path(i)} {problem}")
+    return shadow_leaves
+
+
+def batch_width(annotated, names) -> int | None:
+    """The common width W of the BatchDuplicated arguments (None when there are none).
+
+    Every differentiated argument of a batch call must carry W shadows: a plain Duplicated
+    argument (width 1) beside a BatchDuplicated one is a width mismatch, as in Enzyme."""
+    widths = {}
+    for ann, name in zip(annotated, names):
+        if isinstance(ann, BatchDuplicated):
+            widths[str(name)] = ann.width
+    if not widths:
+        return None
+    if len(set(widths.values())) > 1:
+        listing = ", ".join(f"{n} has width {w}" for n, w in widths.items())
+        raise ActivityError(f"batch width mismatch: {listing}; every BatchDuplicated argument "
+                            "of one call needs the same number of shadows")
+    width = next(iter(widths.values()))
+    for ann, name in zip(annotated, names):
+        if isinstance(ann, Duplicated) and not isinstance(ann, BatchDuplicated):
+            raise ActivityError(
+                f"batch width mismatch: {name} is {type(ann).__name__} (width 1) but other "
+                f"arguments are BatchDuplicated with width {width}; use BatchDuplicated(x, "
+                f"(dx_1, ..., dx_{width})) for it, or Const")
+    return width
 
 
 def _shadow_mismatch(x, dx) -> str | None:
@@ -186,6 +223,8 @@ def _reverse_argument(ann, name):
     arg = _Leaves(ann, name)
     if isinstance(ann, Duplicated):
         _check_shadow(arg)
+        if isinstance(ann, MixedDuplicated):
+            return arg
         _check_shadow_writable(arg)
         if not arg.paths[0] and not _is_mutable_leaf(ann.val):
             raise ActivityError(
@@ -212,41 +251,67 @@ def _reverse(mode, f, ret_activity, annotated, names):
         raise ActivityError(
             "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
             "write the result into a Duplicated argument whose shadow is the seed")
+    width = batch_width(annotated, names)
     with ReverseTrace() as trace:
-        # The user's arrays are not `owned`: a write copies them first, and the final values
-        # are copied back into them after the sweep.
-        call_args, groups = _trace_arguments(annotated, names, _reverse_argument,
-                                             lambda x, dx: trace.new_leaf(x))
-        out = f(*call_args)
-
+        out, groups = record_reverse(trace, f, annotated, names)
         seeds = {}
-        if ret_activity is None:
-            ret_activity = Active if out is not None and _is_float(out) else Const
-        if ret_activity is Active:
-            _seed_return(out, trace, seeds)
-        for arg in groups:
-            _write_back_reverse(arg, trace, seeds)
-        keep = [s for arg in groups for s in arg.first_slots if s is not None]
-        cts = trace.backward(seeds, keep) if seeds else {}
+        if guess_return(ret_activity, out) is Active:
+            _seed_return(out, trace, seeds, width)
+        cts = sweep(trace, groups, seeds, width)
         # Only now: records may have saved the caller's own arrays, which this overwrites.
         for arg in groups:
             _write_primals(arg)
+    result = (derivatives(annotated, groups, cts, width),)
+    if mode.with_primal:
+        result += (_strip(out, trace),)
+    return result
 
-    derivs = []
+
+def record_reverse(trace, f, annotated, names):
+    """Run `f` on tracers of `trace`; returns its output and the argument groups."""
+    # The user's arrays are not `owned`: a write copies them first, and the final values are
+    # copied back into them after the sweep.
+    call_args, groups = _trace_arguments(annotated, names, _reverse_argument,
+                                         lambda x, dx: trace.new_leaf(x))
+    return f(*call_args), groups
+
+
+def guess_return(ret_activity, out):
+    """Enzyme.jl's guess when no return activity is given: Active for a float result."""
+    if ret_activity is not None:
+        return ret_activity
+    return Active if out is not None and _is_float(out) else Const
+
+
+def sweep(trace, groups, seeds, width, consume=True) -> dict:
+    """Seed the buffers `f` overwrote and run the reverse sweep; returns the leaves'
+    cotangents by slot."""
+    for arg in groups:
+        _write_back_reverse(arg, trace, seeds, width)
+    keep = [s for arg in groups for s in arg.first_slots if s is not None]
+    return trace.backward(seeds, keep, consume) if seeds else {}
+
+
+def derivatives(annotated, groups, cts, width) -> tuple:
+    """What reverse mode returns: per argument, the derivative of an Active one (a W-tuple
+    in batch mode), None otherwise; Duplicated shadows are accumulated in place."""
+    derivs, groups = [], list(groups)
     for ann in annotated:
         if type(ann) is Const:
             derivs.append(None)
             continue
         arg = groups.pop(0)
         if isinstance(ann, Duplicated):
-            _accumulate_shadows(arg, cts)
-            derivs.append(None)
-        else:
+            derivs.append(_accumulate_shadows(arg, cts, width))
+        elif width is None:
             derivs.append(_active_result(arg, cts))
-    result = (tuple(derivs),)
-    if mode.with_primal:
-        result += (_strip(out, trace),)
-    return result
+        else:
+            derivs.append(tuple(_active_result(arg, _direction(cts, w)) for w in range(width)))
+    return tuple(derivs)
+
+
+def _direction(cts: dict, w: int) -> dict:
+    return {s: g.data[w] if isinstance(g, Batched) else g for s, g in cts.items()}
 
 
 def _check_shadow_writable(arg):
@@ -265,7 +330,7 @@ def _is_mutable_leaf(x):
     return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)
 
 
-def _seed_return(out, trace, seeds):
+def _seed_return(out, trace, seeds, width=None):
     value = out.value if isinstance(out, Tracer) and out.level is trace else out
     if out is None or np.ndim(value) != 0 or not _is_float(value) or np.iscomplexobj(value):
         raise ActivityError(
@@ -273,7 +338,9 @@ def _seed_return(out, trace, seeds):
             f"returned {_describe(value)}. Reduce it to a scalar (e.g. .sum()), or pass a seed "
             "by writing the result into a Duplicated argument whose shadow holds the seed")
     if isinstance(out, Tracer) and out.level is trace:
-        seeds[out.slot] = _ones_like(value)
+        one = _ones_like(value)
+        seeds[out.slot] = one if width is None else Batched(array_module(one).ones(
+            (width,), dtype=one.dtype))
 
 
 def _ones_like(value):
@@ -283,17 +350,21 @@ def _ones_like(value):
     return xp.ones((), dtype=dt)
 
 
-def _write_back_reverse(arg, trace, seeds):
+def _write_back_reverse(arg, trace, seeds, width=None):
     """Enzyme semantics for buffers the function overwrote: the primal really holds the new
     values, and the shadow is the seed of the final value (it is zeroed after the sweep)."""
     for i, t in enumerate(arg.tracers):
         first = arg.first_slots[i]
-        if first is None or t.slot == first:
+        if first is None or t.slot == first or arg.shadows is None:
             continue
-        if arg.shadows is not None:
+        if width is None:
             shadow = arg.shadows[i]
             seeds[t.slot] = shadow.copy()
             shadow[...] = 0
+        else:
+            seeds[t.slot] = stack_directions(arg.shadows[i])
+            for shadow in arg.shadows[i]:
+                shadow[...] = 0
 
 
 def _write_primals(arg):
@@ -303,19 +374,35 @@ def _write_primals(arg):
             arg.leaves[i][...] = t.value
 
 
-def _accumulate_shadows(arg, cts):
+def _accumulate_shadows(arg, cts, width=None):
+    """Add the gradients into the shadows. MixedDuplicated returns the derivatives of its
+    immutable leaves (which have no memory to add into) in a container like its primal."""
+    mixed = isinstance(arg.annotation, MixedDuplicated)
+    immutable = [None] * len(arg.leaves)
     for i, first in enumerate(arg.first_slots):
         if first is None:
             continue
         g = cts.get(first)
         if g is None:
             continue
+        if width is not None:
+            for w, shadow in enumerate(arg.shadows[i]):
+                shadow += g.data[w] if isinstance(g, Batched) else g
+            continue
         shadow = arg.shadows[i]
         if _is_mutable_leaf(shadow):
             shadow += g
+        elif mixed:
+            immutable[i] = _cast_like(g, arg.leaves[i])
         else:
             set_at(arg.annotation.dval, arg.paths[i], type(shadow)(shadow + g),
                    root=f"shadow of {arg.name.root}")
+    if not mixed:
+        return None
+    for i, x in enumerate(arg.leaves):
+        if immutable[i] is None and arg.first_slots[i] is not None and not _is_mutable_leaf(x):
+            immutable[i] = _cast_like(None, x)
+    return unflatten(arg.treedef, immutable)
 
 
 def _active_result(arg, cts):
@@ -365,17 +452,27 @@ def _strip(out, trace):
 def _forward(mode, f, ret_activity, annotated, names):
     if ret_activity is Active:
         raise ActivityError("Active is not allowed in forward mode; use Duplicated")
+    width = batch_width(annotated, names)
+
+    def make_leaf(x, dx):
+        # Batch mode: the W tangents travel as one array with a leading axis.
+        return trace.new_leaf(x, dx if width is None else stack_directions(dx))
+
     with ForwardTrace() as trace:
-        call_args, groups = _trace_arguments(annotated, names, _forward_argument,
-                                             trace.new_leaf)
+        call_args, groups = _trace_arguments(annotated, names, _forward_argument, make_leaf)
         out = f(*call_args)
         for arg in groups:
-            _write_back_forward(arg)
+            _write_back_forward(arg, width)
         primal_out = _strip(out, trace)
         tangent_out = None
         if ret_activity is not Const and out is not None:
             leaves, td = flatten(out)
-            tangent_out = unflatten(td, [_tangent_of(x, trace) for x in leaves])
+            tangents = [_tangent_of(x, trace) for x in leaves]
+            if width is None:
+                tangent_out = unflatten(td, tangents)
+            else:
+                tangent_out = tuple(unflatten(td, [_tangent_direction(t, w) for t in tangents])
+                                    for w in range(width))
     if ret_activity is Const:
         return (primal_out,) if mode.with_primal else ()
     if mode.with_primal and ret_activity is not DuplicatedNoNeed:
@@ -395,16 +492,26 @@ def _tangent_of(x, trace):
     return array_module(x).zeros_like(x)
 
 
-def _write_back_forward(arg):
+def _tangent_direction(t, w):
+    if not isinstance(t, Batched):
+        return t        # a zero: the same in every direction
+    v = t.data[w]
+    return v if np.ndim(v) else v[()]
+
+
+def _write_back_forward(arg, width=None):
     for i, t in enumerate(arg.tracers):
         if arg.first_slots[i] is None or t.value is arg.leaves[i]:
             continue   # never written
         arg.leaves[i][...] = t.value
-        shadow = arg.shadows[i]
-        if t.tangent is None:
-            shadow[...] = 0
-        else:
-            shadow[...] = t.tangent
+        shadows = arg.shadows[i] if width is not None else (arg.shadows[i],)
+        for w, shadow in enumerate(shadows):
+            if t.tangent is None:
+                shadow[...] = 0
+            elif isinstance(t.tangent, Batched):
+                shadow[...] = t.tangent.data[w]
+            else:
+                shadow[...] = t.tangent
 
 
 # --------------------------------------------------------------------------------------------

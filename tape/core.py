@@ -250,21 +250,24 @@ class ReverseTrace(Trace):
         self.records.append((prim, cfg, saved, in_slots, slot))
         return self.tracer_class(out, self, slot)
 
-    def backward(self, seeds: dict, keep: Sequence[int]) -> dict:
+    def backward(self, seeds: dict, keep: Sequence[int], consume: bool = True) -> dict:
         """The reverse sweep. `seeds` maps slots to cotangents; returns cotangents of `keep`.
 
-        Cotangents are freed as soon as the sweep has passed their slot; records are released
-        as they are consumed, so saved arrays die during the sweep, not after it.
+        Cotangents are freed as soon as the sweep has passed their slot. With ``consume`` (the
+        default) records are released as they are used, so saved arrays die during the sweep,
+        not after it; ``consume=False`` keeps the tape for another sweep (split mode).
         """
         ct: list = [None] * self.n_slots
         for s, g in seeds.items():
             ct[s] = g if ct[s] is None else ct[s] + g
         # `keep` holds leaf slots, which are never the output of a record, so freeing each
         # record's output cotangent below never drops one of them.
-        records = self.records
-        self.records = []
-        while records:
-            prim, cfg, saved, in_slots, out_slot = records.pop()
+        if consume:
+            records, self.records = self.records, []
+            sweep = _popping(records)
+        else:
+            sweep = reversed(self.records)
+        for prim, cfg, saved, in_slots, out_slot in sweep:
             if type(out_slot) is int:
                 g = ct[out_slot]
                 if g is None:
@@ -290,6 +293,11 @@ class ReverseTrace(Trace):
                     prev = ct[s]
                     ct[s] = c if prev is None else prev + c
         return {s: ct[s] for s in keep}
+
+
+def _popping(records: list):
+    while records:
+        yield records.pop()
 
 
 # Residuals of a once-differentiable rule whose inputs an outer level is differentiating.
