@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Primitive
+import math
+import numbers
+
+from tape.backend import array_module
+from tape.core import STRONG_ZERO, Primitive, primal
 from tape.rules import register_function, register_ufunc
 
 
@@ -46,8 +50,37 @@ def add_tangents(a, b):
     return a + b
 
 
+def times_partial(g, d):
+    """``g * d``: a cotangent (or tangent) `g` times a partial derivative `d`.
+
+    Elementwise rules multiply through this one helper so that strong-zero mode
+    (`tape.set_strong_zero`) can hold: there a zero `g` gives 0 even where `d` is inf or NaN
+    (the derivative of a branch that was not taken), as in Enzyme. Otherwise it is IEEE
+    arithmetic, ``0 * inf = nan``.
+
+    >>> times_partial(np.array([0.0, 2.0]), np.array([np.inf, 3.0]))
+    array([nan,  6.])
+    """
+    if STRONG_ZERO.get():
+        return _strong_product(g, d)
+    return g * d
+
+
+def _strong_product(g, d):
+    if isinstance(d, numbers.Number):
+        if math.isfinite(abs(d)):
+            return g * d
+        # A constant inf partial (rare): an array of g's array module, shape and precision.
+        value = primal(g)
+        d = array_module(value).full(shape_of(g), d, dtype=np.result_type(
+            getattr(value, "dtype", np.float64), d))
+    # Replacing the partial, not the product, keeps the dtype and raises no 0 * inf warning.
+    return g * np.where(g == 0, 0, d)
+
+
 def scale_tangent(t, factor):
-    return None if t is None else t * factor
+    """The tangent `t` (None: a symbolic zero) times `factor`, through `times_partial`."""
+    return None if t is None else times_partial(t, factor)
 
 
 def defprimitive(name, impl, augmented_primal, reverse, forward, *, ufunc=None, function=None,

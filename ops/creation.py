@@ -58,6 +58,8 @@ def _astype_augmented(cfg, x, dtype):
 
 
 def _astype_reverse(cfg, in_dtype, g):
+    if in_dtype.kind != "c" and np.iscomplexobj(g):
+        g = np.real(g)   # a real input's cotangent is the real part (docs/complex.md)
     return (g.astype(in_dtype),)
 
 

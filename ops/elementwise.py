@@ -4,8 +4,10 @@ hyperbolic functions, and np.where. More (abs, maximum/minimum, clip, hypot, rea
 
 Each derivative is written with differentiable NumPy calls, so the rules can themselves be
 differentiated (higher order), and run on CuPy arrays unchanged. Constants are Python floats so
-that float32 inputs keep float32 derivatives. Complex inputs follow JAX's convention: the
-cotangent of a holomorphic f is ``g * f'(z)``, with no conjugation.
+that float32 inputs keep float32 derivatives. Partial derivatives are applied through
+`times_partial`, so strong-zero mode holds. Complex inputs: rules use the transpose convention
+(the cotangent of a holomorphic f is ``g * f'(z)``, the real formula, no conjugation);
+`autodiff` conjugates at its boundary so users see Enzyme.jl's convention (docs/complex.md).
 
 Ufunc keyword arguments on traced values: ``dtype=`` casts the inputs first, so that each
 cotangent goes back in its input's own dtype; ``where=`` raises NotImplementedError (the entries
@@ -28,7 +30,7 @@ from tape.core import Tracer, primal
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
-                    unbroadcast)
+                    times_partial, unbroadcast)
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
@@ -97,12 +99,12 @@ def elementwise(name, fn, derivative, of="x"):
         return ans, (ans if use_ans else x)
 
     def reverse(cfg, v, g):
-        return (g * derivative(v),)
+        return (times_partial(g, derivative(v)),)
 
     def forward(cfg, primals, tangents):
         x, = primals
         ans = fn(x)
-        return ans, tangents[0] * derivative(ans if use_ans else x)
+        return ans, times_partial(tangents[0], derivative(ans if use_ans else x))
 
     return defprimitive(name, fn, augmented_primal, reverse, forward)
 
@@ -169,16 +171,19 @@ def binary(ufunc, d_first, d_second, uses_ans=False):
 
     def reverse(cfg, saved, g):
         x, y, ans = saved
-        gx = unbroadcast(g * d_first(x, y, ans), shape_of(x)) if cfg.active[0] else None
-        gy = unbroadcast(g * d_second(x, y, ans), shape_of(y)) if cfg.active[1] else None
+        gx = gy = None
+        if cfg.active[0]:
+            gx = unbroadcast(times_partial(g, d_first(x, y, ans)), shape_of(x))
+        if cfg.active[1]:
+            gy = unbroadcast(times_partial(g, d_second(x, y, ans)), shape_of(y))
         return gx, gy
 
     def forward(cfg, primals, tangents):
         x, y = primals
         ans = ufunc(x, y)
         tx, ty = tangents
-        t = add_tangents(None if tx is None else tx * d_first(x, y, ans),
-                         None if ty is None else ty * d_second(x, y, ans))
+        t = add_tangents(None if tx is None else times_partial(tx, d_first(x, y, ans)),
+                         None if ty is None else times_partial(ty, d_second(x, y, ans)))
         return ans, broadcast_tangent(t, shape_of(ans))
 
     return route_ufunc(ufunc, defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse,
@@ -196,7 +201,11 @@ def _linear_binary(ufunc, sign_second):
         gx = unbroadcast(g, sx) if cfg.active[0] else None
         gy = None
         if cfg.active[1]:
-            gy = unbroadcast(g if sign_second > 0 else -g, sy)
+            # Negate after summing down to y's shape (speed-up: a broadcast y, as in
+            # `x - mean`, has far fewer elements than g; the result is the same bits).
+            gy = unbroadcast(g, sy)
+            if sign_second < 0:
+                gy = -gy
         return gx, gy
 
     def forward(cfg, primals, tangents):
@@ -222,8 +231,11 @@ def _mul_augmented(cfg, x, y):
 
 def _mul_reverse(cfg, saved, g):
     x, y = saved
-    gx = unbroadcast(g * y, shape_of(x) if cfg.active[1] else x) if cfg.active[0] else None
-    gy = unbroadcast(g * x, shape_of(y) if cfg.active[0] else y) if cfg.active[1] else None
+    gx = gy = None
+    if cfg.active[0]:
+        gx = unbroadcast(times_partial(g, y), shape_of(x) if cfg.active[1] else x)
+    if cfg.active[1]:
+        gy = unbroadcast(times_partial(g, x), shape_of(y) if cfg.active[0] else y)
     return gx, gy
 
 
@@ -247,6 +259,8 @@ def _power_partials(ufunc):
 
     def d_base(x, y, ans):
         if _is_number(y):   # the common x ** c
+            if y == 2 and ufunc is np.power:   # speed-up: squares need no second power call
+                return 2 * x
             return y * ufunc(x, y - 1) if y != 0 else np.zeros_like(x)
         # Only 0**0 needs care; the inner where keeps 0**-1 (and its nan derivatives) out.
         zero = (x == 0) & (y == 0)

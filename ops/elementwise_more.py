@@ -30,7 +30,8 @@ import numpy as np
 from tape.core import primal
 from tape.rules import register_function, register_ufunc
 
-from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
+from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
+                    unbroadcast)
 from .elementwise import binary, elementwise, route_ufunc, self_adjoint, ufunc_inputs, unary
 
 _NOVALUE = object()
@@ -49,15 +50,21 @@ def _abs_augmented(cfg, x):
     return ans, _abs_factor(x, ans)
 
 
+def _abs_reverse(cfg, factor, g):
+    if np.iscomplexobj(factor):
+        g = np.real(g)   # the result is real, so is its cotangent (see `real`)
+    return (times_partial(g, factor),)
+
+
 def _abs_forward(cfg, primals, tangents):
     x, = primals
     ans = np.absolute(x)
-    t = tangents[0] * _abs_factor(x, ans)
+    t = times_partial(tangents[0], _abs_factor(x, ans))
     return ans, (np.real(t) if np.iscomplexobj(x) else t)
 
 
 absolute = route_ufunc(np.absolute, defprimitive(
-    "absolute", np.absolute, _abs_augmented, lambda cfg, factor, g: (g * factor,),
+    "absolute", np.absolute, _abs_augmented, _abs_reverse,
     _abs_forward))
 fabs = unary(np.fabs, np.sign)
 
@@ -226,8 +233,11 @@ conjugate = self_adjoint(np.conjugate)
 
 
 def _real_reverse(cfg, was_complex, g):
-    # The transpose of z -> Re z embeds the real cotangent as a complex one.
-    return (g + 0j if was_complex else g,)
+    # The transpose of z -> Re z embeds the real cotangent as a complex one. The cotangent of a
+    # real value can arrive with an imaginary part (from a complex operation it fed, such as
+    # r * w with complex w); only its real part is a cotangent of r, so it is taken here, where
+    # the value came out of a complex one, and at real inputs.
+    return (np.real(g) + 0j if was_complex else g,)
 
 
 real = defprimitive(
@@ -243,8 +253,9 @@ def _imag_forward(cfg, primals, tangents):
 
 imag = defprimitive(
     "imag", np.imag, lambda cfg, x: (np.imag(x), np.iscomplexobj(x)),
-    # The transpose of z -> Im z = Re(-i z) is g -> -i g; a real input gets no cotangent.
-    lambda cfg, was_complex, g: (-1j * g if was_complex else None,),
+    # The transpose of z -> Im z = Re(-i z) is g -> -i g (g real: see `real`); a real input gets
+    # no cotangent.
+    lambda cfg, was_complex, g: (-1j * np.real(g) if was_complex else None,),
     _imag_forward, function=np.imag)
 
 

@@ -71,10 +71,10 @@ getitem = defprimitive("getitem", lambda x, index: x[index], _getitem_augmented,
 
 # -- zeros(shape) with g added at index: the transpose of getitem ----------------------------------
 def _scatter_impl(g, index, shape, dtype):
-    xp = array_module(g)
-    out = xp.zeros(shape, dtype=np.result_type(dtype, _dtype(g)))
+    # zeros_like(g, shape=...) rather than xp.zeros: a batched g gives a batched buffer.
+    out = np.zeros_like(g, shape=shape, dtype=np.result_type(dtype, _dtype(g)))
     if _may_repeat(index):
-        xp.add.at(out, index, g)
+        np.add.at(out, index, g)
     else:
         out[index] = g   # each element is selected at most once: plain assignment is enough
     return out

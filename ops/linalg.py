@@ -1,6 +1,7 @@
 """np.linalg: inv, solve, det, slogdet, cholesky, eigh, svd, qr, norm, pinv, lstsq, matrix_power.
 
-Real floating-point matrices; leading dimensions are batch ("stacked" matrices) wherever NumPy
+Real floating-point matrices (complex ones for inv, solve, det, slogdet and matrix_power; the
+factorisations refuse them, see the end of this file); leading dimensions are batch ("stacked" matrices) wherever NumPy
 allows them. Every rule is written with differentiable NumPy calls (matmul, solve, transpose,
 ...), so second derivatives work and the same code runs on CuPy arrays.
 
@@ -169,17 +170,30 @@ det = defprimitive("det", lambda a: np.linalg.det(a), _det_augmented, _det_rever
 
 
 def _slogdet_augmented(cfg, a):
-    return slogdet(a), a
+    out = slogdet(a)
+    return out, (a, out[0])
 
 
-def _slogdet_reverse(cfg, a, g):
-    g_logdet = g[1]   # the sign is piecewise constant: its cotangent is dropped
-    return (None if g_logdet is None else _expand2(g_logdet) * _mT(inv(a)),)
+def _slogdet_reverse(cfg, saved, g):
+    # With t = tr(a^-1 da): d logabsdet = Re t and d sign = sign * i Im t. A real sign is
+    # piecewise constant, so its cotangent is dropped; a complex one (the phase) is smooth.
+    a, sign = saved
+    g_sign, g_logdet = g
+    if not np.iscomplexobj(a):
+        return (None if g_logdet is None else _expand2(g_logdet) * _mT(inv(a)),)
+    c = None if g_logdet is None else np.real(g_logdet)
+    if g_sign is not None:
+        phase = -1j * np.real(1j * g_sign * sign)
+        c = phase if c is None else c + phase
+    return (None if c is None else _expand2(c) * _mT(inv(a)),)
 
 
 def _slogdet_forward(cfg, primals, tangents):
     out = slogdet(primals[0])
-    return out, (None, _logdet_tangent(primals[0], tangents[0]))
+    t = _logdet_tangent(primals[0], tangents[0])
+    if not np.iscomplexobj(primals[0]):
+        return out, (None, t)
+    return out, (out[0] * 1j * np.imag(t), np.real(t))
 
 
 slogdet = defprimitive("slogdet", lambda a: tuple(np.linalg.slogdet(a)), _slogdet_augmented,
@@ -508,7 +522,8 @@ register_function(np.linalg.matmul, lambda x1, x2, /: np.matmul(x1, x2))
 register_function(np.linalg.matrix_transpose, lambda x, /: _mT(x))
 register_function(np.linalg.outer, lambda x1, x2, /: np.outer(x1, x2))
 register_function(np.linalg.tensordot, lambda x1, x2, /, *, axes=2: np.tensordot(x1, x2, axes))
-register_function(np.linalg.vecdot, lambda x1, x2, /, *, axis=-1: np.sum(x1 * x2, axis=axis))
+register_function(np.linalg.vecdot, lambda x1, x2, /, *, axis=-1: np.sum(
+    (np.conj(x1) if np.iscomplexobj(x1) else x1) * x2, axis=axis))
 register_function(np.linalg.diagonal, lambda x, /, *, offset=0: np.diagonal(
     x, offset, axis1=-2, axis2=-1))
 register_function(np.linalg.trace, lambda x, /, *, offset=0, dtype=None: np.trace(
@@ -516,5 +531,34 @@ register_function(np.linalg.trace, lambda x, /, *, offset=0, dtype=None: np.trac
 register_function(np.linalg.cross, lambda x1, x2, /, *, axis=-1: np.cross(x1, x2, axis=axis))
 register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.reduce(
     np.dot, arrays))
+
+
+# -- complex matrices: inv, solve, det, slogdet and matrix_power are holomorphic, so their rules
+# hold as written (docs/complex.md). The factorisations below are not: their rules assume real
+# symmetric or orthogonal factors, so a complex input is refused rather than given a wrong
+# derivative.
+def _real_matrices_only(prim):
+    augmented, forward = prim.augmented_primal, prim.forward
+
+    def check(a):
+        if np.iscomplexobj(a):
+            raise NotImplementedError(
+                f"np.linalg.{prim.name}: derivatives for complex matrices are not implemented "
+                "(the rule assumes real symmetric or orthogonal factors); differentiate the "
+                "real and imaginary parts as a real block matrix instead")
+
+    def checked_augmented(cfg, a, *rest, **params):
+        check(a)
+        return augmented(cfg, a, *rest, **params)
+
+    def checked_forward(cfg, primals, tangents, **params):
+        check(primals[0])
+        return forward(cfg, primals, tangents, **params)
+
+    prim.augmented_primal, prim.forward = checked_augmented, checked_forward
+
+
+for _prim in (cholesky, eigh, eigvalsh, svd, svdvals, qr, pinv, lstsq_solution):
+    _real_matrices_only(_prim)
 
 from . import linalg_norms  # noqa: E402,F401  (np.linalg.norm and friends)

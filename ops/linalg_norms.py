@@ -32,20 +32,30 @@ def _l2norm_augmented(cfg, x, axis, keepdims):
 def _l2norm_reverse(cfg, saved, g):
     x, out, axis = saved
     out = _kept(out, x, axis)
-    return (_kept(g, x, axis) * x / (out + (out == 0)),)     # norm'(0) = 0: x is 0 there
+    g = _kept(g, x, axis)
+    if np.iscomplexobj(x):
+        # |z|' in the rules' convention (see abs): the real cotangent times conj(z) / |z|.
+        return (np.real(g) * np.conj(x) / (out + (out == 0)),)
+    return (g * x / (out + (out == 0)),)     # norm'(0) = 0: x is 0 there
 
 
 def _l2norm_forward(cfg, primals, tangents, axis, keepdims):
     x, = primals
     out = l2norm(x, axis=axis, keepdims=keepdims)
-    dot = np.sum(x * tangents[0], axis=axis, keepdims=keepdims)
+    t = tangents[0]
+    dot = np.sum(np.real(np.conj(x) * t) if np.iscomplexobj(x) else x * t, axis=axis,
+                 keepdims=keepdims)
     return out, dot / (out + (out == 0))
 
 
+def _l2norm_impl(x, axis, keepdims):
+    square = x.real * x.real + x.imag * x.imag if np.iscomplexobj(x) else x * x
+    return np.sqrt(np.sum(square, axis=axis, keepdims=keepdims))
+
+
 # The 2-norm over `axis` (a tuple of non-negative axes); also the Frobenius norm.
-l2norm = defprimitive("l2norm", lambda x, axis, keepdims: np.sqrt(
-    np.sum(x * x, axis=axis, keepdims=keepdims)), _l2norm_augmented, _l2norm_reverse,
-    _l2norm_forward)
+l2norm = defprimitive("l2norm", _l2norm_impl, _l2norm_augmented, _l2norm_reverse,
+                      _l2norm_forward)
 
 
 def _vector_norm(x, ord=2, axis=None, keepdims=False):

@@ -259,6 +259,31 @@ def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     return concatenate_p(*arrays, axis=normalize_axis(axis, ndim), dtype=dtype)
 
 
+# -- stack: its own primitive (speed-up: one record instead of an expand_dims per array plus a
+# concatenate; small stacks in loops, such as an LSTM's gates, are common).
+def _stack_impl(*arrays, axis, dtype=None):
+    return np.stack(arrays, axis=axis, dtype=dtype)
+
+
+def _stack_augmented(cfg, *arrays, axis, dtype=None):
+    return _stack_impl(*arrays, axis=axis, dtype=dtype), axis
+
+
+def _stack_reverse(cfg, axis, g):
+    # the cotangent of array i is the slice i of g along the new axis
+    return tuple(g[_along(axis, i)] if active else None for i, active in enumerate(cfg.active))
+
+
+def _stack_forward(cfg, primals, tangents, axis, dtype=None):
+    out = _stack_impl(*primals, axis=axis, dtype=dtype)
+    filled = [np.zeros_like(p, dtype=out.dtype) if t is None else t
+              for p, t in zip(primals, tangents)]
+    return out, stack_p(*filled, axis=axis, dtype=dtype)
+
+
+stack_p = defprimitive("stack", _stack_impl, _stack_augmented, _stack_reverse, _stack_forward)
+
+
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     """np.stack: join along a new axis."""
     _no_out("stack", out)
@@ -268,7 +293,7 @@ def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     if len({shape_of(a) for a in arrays}) != 1:
         raise ValueError("all input arrays must have the same shape")
     axis = normalize_axis(axis, np.ndim(arrays[0]) + 1)
-    return concatenate_p(*(expand_dims(a, axis) for a in arrays), axis=axis, dtype=dtype)
+    return stack_p(*arrays, axis=axis, dtype=dtype)
 
 
 def hstack(tup, *, dtype=None, casting="same_kind"):

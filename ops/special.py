@@ -24,7 +24,7 @@ import numpy as np
 
 from tape.backend import array_module
 
-from ._util import defprimitive
+from ._util import defprimitive, times_partial
 
 
 def unary_primitive(name, impl, derivative, save_output=False):
@@ -36,11 +36,11 @@ def unary_primitive(name, impl, derivative, save_output=False):
         return out, (out if save_output else x)
 
     def reverse(cfg, saved, g):
-        return (g * derivative(saved),)
+        return (times_partial(g, derivative(saved)),)
 
     def forward(cfg, primals, tangents):
         out = prim(primals[0])
-        return out, tangents[0] * derivative(out if save_output else primals[0])
+        return out, times_partial(tangents[0], derivative(out if save_output else primals[0]))
 
     prim = defprimitive(name, impl, augmented, reverse, forward)
     return prim
@@ -56,11 +56,11 @@ def unary_with_intermediate(name, parts, derivative):
         return out, (x, aux)
 
     def reverse(cfg, saved, g):
-        return (g * derivative(*saved),)
+        return (times_partial(g, derivative(*saved)),)
 
     def forward(cfg, primals, tangents):
         out, aux = parts(primals[0])
-        return out, tangents[0] * derivative(primals[0], aux)
+        return out, times_partial(tangents[0], derivative(primals[0], aux))
 
     return defprimitive(name, lambda x: parts(x)[0], augmented, reverse, forward)
 

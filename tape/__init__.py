@@ -14,10 +14,14 @@ from .activities import (Active, Annotation, BatchDuplicated, BatchDuplicatedNoN
 from .api import autodiff, make_zero
 from .backend import array_module
 from .core import Primitive, RuleConfig, Tracer, primal
-from .errors import (ActivityError, EscapedTracerError, HecateError, NonDifferentiableError,
-                     OnceDifferentiableError, PytreeError)
+from .errors import (ActivityError, EscapedTracerError, HecateError, NaNError,
+                     NonDifferentiableError, OnceDifferentiableError, PytreeError, RuleError)
 from .pytree import register_pytree, tree_map
-from .rules import custom_rule, inactive
+from .rules import custom_rule, easy_rule, inactive, inactive_type
+from .checkpoint import CheckpointError, checkpoint, checkpointed_scan
+from .split import SplitTape, TapeMutatedError, autodiff_thunk
+from .convenience import (GradientResult, gradient, gradient_, hessian, hvp, hvp_,
+                          hvp_and_gradient_, jacobian, make_zero_, onehot)
 
 # The engine never imports a rule; importing the package registers the NumPy ops.
 import ops  # noqa: E402,F401
@@ -28,8 +32,12 @@ __all__ = [
     "BatchDuplicated", "BatchDuplicatedNoNeed", "MixedDuplicated", "ReverseHolomorphic",
     "ReverseHolomorphicWithPrimal", "ReverseSplitNoPrimal", "ReverseSplitWithPrimal",
     "set_strong_zero", "clear_strong_zero", "set_runtime_activity", "clear_runtime_activity",
-    "set_nan_check", "clear_nan_check",
+    "set_nan_check", "clear_nan_check", "autodiff_thunk", "SplitTape", "TapeMutatedError",
+    "GradientResult", "gradient", "gradient_", "hessian", "hvp", "hvp_", "hvp_and_gradient_",
+    "jacobian", "make_zero_", "onehot",
     "array_module", "Primitive", "RuleConfig", "Tracer", "primal", "ActivityError",
     "EscapedTracerError", "HecateError", "NonDifferentiableError", "OnceDifferentiableError",
-    "PytreeError", "register_pytree", "tree_map", "custom_rule", "inactive",
+    "PytreeError", "NaNError", "register_pytree", "tree_map", "custom_rule", "inactive",
+    "easy_rule", "inactive_type", "RuleError",
+    "checkpoint", "checkpointed_scan", "CheckpointError",
 ]

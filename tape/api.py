@@ -11,9 +11,11 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Co
 from .backend import array_module, module_name
 from .batching import Batched, stack_directions
 from .constbuffer import as_const
-from .core import ForwardTrace, ReverseTrace, Tracer
+from .core import ForwardTrace, ReverseTrace, Tracer, primal
 from .errors import ActivityError, PytreeError
-from .pytree import flatten, flatten_with_paths, format_path, set_at, unflatten
+from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
+                        user_cotangents)
+from .pytree import flatten, flatten_with_paths, format_path, is_inactive, set_at, unflatten
 from . import tracer as _surface  # noqa: F401  (installs the ndarray surface on tracers)
 
 
@@ -44,6 +46,8 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
                                 f"DuplicatedNoNeed; got {ret_activity.__name__}")
     names = _argument_names(f, len(args))
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
+    # Values of an inactive_type are constants whatever their annotation (Enzyme).
+    annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
     if mode.kind == "reverse":
         return _reverse(mode, f, ret_activity, annotated, names)
     return _forward(mode, f, ret_activity, annotated, names)
@@ -252,12 +256,13 @@ def _reverse(mode, f, ret_activity, annotated, names):
             "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
             "write the result into a Duplicated argument whose shadow is the seed")
     width = batch_width(annotated, names)
-    with ReverseTrace() as trace:
+    with ReverseTrace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         out, groups = record_reverse(trace, f, annotated, names)
         seeds = {}
+        holomorphic = None
         if guess_return(ret_activity, out) is Active:
-            _seed_return(out, trace, seeds, width)
-        cts = sweep(trace, groups, seeds, width)
+            holomorphic = _seed_return(out, trace, seeds, width, mode)
+        cts = sweep(trace, groups, seeds, width, holomorphic=holomorphic)
         # Only now: records may have saved the caller's own arrays, which this overwrites.
         for arg in groups:
             _write_primals(arg)
@@ -283,13 +288,21 @@ def guess_return(ret_activity, out):
     return Active if out is not None and _is_float(out) else Const
 
 
-def sweep(trace, groups, seeds, width, consume=True) -> dict:
+def sweep(trace, groups, seeds, width, consume=True, holomorphic=None) -> dict:
     """Seed the buffers `f` overwrote and run the reverse sweep; returns the leaves'
-    cotangents by slot."""
+    cotangents by slot, in the user's complex convention (docs/complex.md). `holomorphic` is
+    the complex result that ReverseHolomorphic seeds."""
     for arg in groups:
         _write_back_reverse(arg, trace, seeds, width)
     keep = [s for arg in groups for s in arg.first_slots if s is not None]
-    return trace.backward(seeds, keep, consume) if seeds else {}
+    leaves = [(x, s) for arg in groups for x, s in zip(arg.leaves, arg.first_slots)
+              if s is not None]
+    if holomorphic is not None:
+        cts = holomorphic_sweep(trace, seeds, holomorphic, keep,
+                                {s for x, s in leaves if is_complex(x)})
+    else:
+        cts = trace.backward(seeds, keep, consume) if seeds else {}
+    return user_cotangents(cts, leaves)
 
 
 def derivatives(annotated, groups, cts, width) -> tuple:
@@ -330,8 +343,13 @@ def _is_mutable_leaf(x):
     return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)
 
 
-def _seed_return(out, trace, seeds, width=None):
+def _seed_return(out, trace, seeds, width=None, mode=None):
+    """Seed an Active scalar result with 1. A complex one is refused unless the mode is
+    ReverseHolomorphic, which seeds it itself: it is returned."""
     value = out.value if isinstance(out, Tracer) and out.level is trace else out
+    if mode is not None and np.ndim(value) == 0 and is_complex(primal(value)):
+        check_complex_return(mode, width)
+        return out if isinstance(out, Tracer) and out.level is trace else None
     if out is None or np.ndim(value) != 0 or not _is_float(value) or np.iscomplexobj(value):
         raise ActivityError(
             f"reverse mode with an Active return needs a real scalar result, but the function "
@@ -359,10 +377,10 @@ def _write_back_reverse(arg, trace, seeds, width=None):
             continue
         if width is None:
             shadow = arg.shadows[i]
-            seeds[t.slot] = shadow.copy()
+            seeds[t.slot] = to_user(shadow) if is_complex(shadow) else shadow.copy()
             shadow[...] = 0
         else:
-            seeds[t.slot] = stack_directions(arg.shadows[i])
+            seeds[t.slot] = to_user(stack_directions(arg.shadows[i]))
             for shadow in arg.shadows[i]:
                 shadow[...] = 0
 
@@ -458,9 +476,11 @@ def _forward(mode, f, ret_activity, annotated, names):
         # Batch mode: the W tangents travel as one array with a leading axis.
         return trace.new_leaf(x, dx if width is None else stack_directions(dx))
 
-    with ForwardTrace() as trace:
+    with ForwardTrace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         call_args, groups = _trace_arguments(annotated, names, _forward_argument, make_leaf)
-        out = f(*call_args)
+        # A primitive differentiated directly is told what the caller needs (RuleConfig).
+        out = trace.call_root(f, call_args, needs_primal=mode.with_primal and ret_activity
+                              is not DuplicatedNoNeed, needs_shadow=ret_activity is not Const)
         for arg in groups:
             _write_back_forward(arg, width)
         primal_out = _strip(out, trace)

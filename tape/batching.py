@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .backend import array_module
+from .errors import BatchingFallback
 
 
 class Batched:
@@ -68,9 +69,16 @@ class Batched:
         return f"Batched(width={self.width}, shape={self.shape}, data={self.data!r})"
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError(
-            "a batched tangent cannot become one plain array; a rule that writes it into a "
-            "plain array (`out[idx] = g`) should build `out` from it, e.g. np.zeros_like(g)")
+        # A rule that needs one plain array (`plain[idx] = g`, np.asarray(g), a raw kernel)
+        # is run once per direction instead: the trace catches this and loops.
+        raise BatchingFallback(
+            "a batched tangent cannot become one plain array; the rule is run once per "
+            "direction instead")
+
+    def __float__(self):
+        raise BatchingFallback("a batched tangent is not one number")
+
+    __complex__ = __int__ = __float__
 
     def unstack(self) -> tuple:
         """The W arrays, one per direction."""
@@ -78,6 +86,20 @@ class Batched:
 
     # -- NumPy protocols ----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out")
+        if out is not None or method == "at":
+            # Writing batched values into a plain buffer cannot work: the buffer holds one
+            # direction. The trace then runs the rule once per direction.
+            targets = out if out is not None else inputs[:1]
+            if not all(isinstance(o, Batched) for o in targets):
+                raise BatchingFallback(f"{ufunc.__name__} writes into a plain array")
+        if method == "__call__" and out is not None and ufunc.signature is None:
+            result = _broadcast_call(ufunc, inputs, {k: v for k, v in kwargs.items()
+                                                     if k != "out"})
+            results = result if isinstance(result, tuple) else (result,)
+            for o, r in zip(out, results):
+                o.data[...] = r.data
+            return out[0] if len(out) == 1 else out
         if method == "__call__" and "out" not in kwargs:
             if ufunc.signature is None:
                 return _broadcast_call(ufunc, inputs, kwargs)
@@ -90,6 +112,10 @@ class Batched:
         return _per_direction(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if func in _IN_PLACE and not isinstance(args[0] if args else None, Batched):
+            raise BatchingFallback(f"{func.__name__} writes into a plain array")
+        if not isinstance(kwargs.get("out", self), Batched):
+            raise BatchingFallback(f"{func.__name__} writes into a plain array")
         handler = _HANDLERS.get(func)
         if handler is not None:
             result = handler(*args, **kwargs)
@@ -370,15 +396,18 @@ def _where(cond, x=None, y=None):
 def _matmul(a, b, **kwargs):
     if kwargs or (isinstance(a, Batched) and isinstance(b, Batched)):
         return NotImplemented
+    na, nb = _logical_ndim(a), _logical_ndim(b)
+    # A batched vector becomes a row (left) or a column (right), so that NumPy never reads
+    # the batch axis as a matrix axis; the other operand's stack axes sit after the batch axis.
     if isinstance(a, Batched):
-        nd = max(a.ndim, np.ndim(b) if np.ndim(b) > 2 else 2) if a.ndim >= 2 else a.ndim
-        return Batched(np.matmul(_aligned(a, nd), b))
-    # Plain @ batched: a batched vector becomes a column so that NumPy does not read the
-    # batch axis as a matrix axis.
-    if b.ndim == 1:
-        return Batched(np.matmul(a, b.data[..., None])[..., 0])
-    nd = max(b.ndim, np.ndim(a))
-    return Batched(np.matmul(a, _aligned(b, nd)))
+        if na == 1 and nb >= 2:
+            row = a.data.reshape((a.width,) + (1,) * (nb - 2) + (1, a.shape[0]))
+            return Batched(np.matmul(row, b)[..., 0, :])
+        return Batched(np.matmul(_aligned(a, max(na, nb)), b))
+    if nb == 1:
+        column = b.data.reshape((b.width,) + (1,) * (na - 2) + (b.shape[0], 1))
+        return Batched(np.matmul(a, column)[..., 0])
+    return Batched(np.matmul(a, _aligned(b, max(na, nb))))
 
 
 def _dot(a, b, out=None):
@@ -461,6 +490,8 @@ def _reducer(func):
     return lambda a, *args, **kwargs: _reduction(func, (a, *args), kwargs)
 
 
+_IN_PLACE = {np.copyto, np.put, np.put_along_axis, np.place, np.putmask, np.fill_diagonal}
+
 _REDUCE_AS = {np.add: np.sum, np.multiply: np.prod, np.maximum: np.max, np.minimum: np.min,
               np.logical_and: np.all, np.logical_or: np.any}
 
@@ -524,3 +555,55 @@ def _setitem(a: Batched, index, value):
 
 def is_batched(x: Any) -> bool:
     return isinstance(x, Batched)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules that cannot take batched values: run them once per direction
+
+
+def _restack(per_w: list, width: int):
+    """Stack W results (each None, an array or a tuple of them) into batched ones."""
+    first = per_w[0]
+    if isinstance(first, tuple):
+        return tuple(_restack([r[i] for r in per_w], width) for i in range(len(first)))
+    present = [r for r in per_w if r is not None]
+    if not present:
+        return None
+    xp = array_module(present[0])
+    return Batched(xp.stack([xp.zeros_like(present[0]) if r is None else xp.asarray(r)
+                             for r in per_w]))
+
+
+def _direction_of(v, w):
+    if isinstance(v, Batched):
+        return v.data[w]
+    if isinstance(v, tuple):
+        return tuple(_direction_of(x, w) for x in v)
+    return v
+
+
+def forward_per_direction(forward: Callable, cfg, vals, tans, params):
+    """A forward rule applied to each direction of batched tangents; returns (out, tangent).
+
+    Called when the rule raised TypeError or ValueError: without batched tangents that was a
+    real error, raised again here."""
+    if not _batched_in(tans):
+        raise
+    width = _width_of(_batched_in(tans))
+    outs, tangents = [], []
+    for w in range(width):
+        out, t = forward(cfg, vals, [_direction_of(t, w) for t in tans], **params)
+        outs.append(out)
+        tangents.append(t)
+    return outs[0], _restack(tangents, width)
+
+
+def reverse_per_direction(reverse: Callable, cfg, saved, g):
+    """A reverse rule applied to each direction of a batched cotangent (re-raises the
+    current error when there is none: see `forward_per_direction`)."""
+    batched = _batched_in(g if isinstance(g, tuple) else (g,))
+    if not batched:
+        raise
+    width = _width_of(batched)
+    cts = [reverse(cfg, saved, _direction_of(g, w)) for w in range(width)]
+    return _restack(cts, width)

@@ -53,6 +53,8 @@ class ConstBuffer(np.ndarray):
         return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if not all(issubclass(t, np.ndarray) for t in types):
+            return NotImplemented    # a traced argument too: its type records the call
         return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
 
 

@@ -11,41 +11,144 @@ from __future__ import annotations
 import contextvars
 from typing import Any, Callable, Sequence
 
+from .activities import Active, BatchDuplicated, Const, Duplicated
 from .errors import EscapedTracerError, OnceDifferentiableError
 
 # The stack of open traces of this thread / async task. `contextvars` keeps threads apart.
 _TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_traces", default=())
+# Strong-zero mode (tape.modifiers): read by the rules' `times_partial`, set by a trace whose
+# mode asks for it, for as long as that trace is open.
+STRONG_ZERO: contextvars.ContextVar[bool] = contextvars.ContextVar("hecate_strong_zero",
+                                                                   default=False)
 
 
 class RuleConfig:
     """What a rule is told about the call it serves (EnzymeRules' `config`).
 
-    `active[i]` says whether argument i carries a derivative (PyTorch's `needs_input_grad`);
-    `needs_primal` whether the caller uses the primal result; `width` the batch width;
-    `overwritten[i]` whether argument i may be overwritten after the call.
+    - ``active[i]``: whether argument i carries a derivative (PyTorch's ``needs_input_grad``).
+      ``activity[i]`` says the same as an Enzyme annotation class: `Const`; `Active` in reverse
+      mode (the reverse rule returns its cotangent); `Duplicated` in forward mode (it has a
+      tangent), `BatchDuplicated` when ``width > 1``.
+    - ``needs_primal`` / ``needs_shadow``: whether the caller uses the primal result / its
+      derivative. The result of a call inside the differentiated function may feed later
+      operations, so both are True there. They can be False only for the differentiated
+      function itself when it is a primitive (``autodiff(Forward, rule, ...)`` needs no primal,
+      a Const return no shadow; see `Trace.call_root`); the rule may then return None for it.
+    - ``width``: the batch width W. Tangents and cotangents are then `Batched` values (W arrays
+      on a leading axis that look like one array to NumPy calls). Rules registered with
+      `custom_rule` are told the width of what they receive; built-in rules are written
+      width-agnostic and always see 1.
+    - ``overwritten[i]``: whether argument i's memory may be written between this call and
+      the reverse rule, so that the rule must copy it rather than keep a reference. Values of
+      this level never are (the engine copies on write), so this is ``not active[i]`` unless
+      refined: rules registered with `custom_rule` get False for immutable arguments too
+      (numbers, read-only arrays, tuples of them).
+    - ``mode``: "reverse" or "forward".
+
+    Configs are immutable and shared: `config_for` builds them, `replace` changes fields.
     """
 
-    __slots__ = ("active", "needs_primal", "width", "overwritten")
+    __slots__ = ("active", "needs_primal", "needs_shadow", "width", "overwritten", "mode",
+                 "activity")
 
     def __init__(self, active: tuple, needs_primal: bool = True, width: int = 1,
-                 overwritten: tuple | None = None):
-        self.active = active
+                 overwritten: tuple | None = None, *, needs_shadow: bool = True,
+                 mode: str = "reverse"):
+        if mode not in ("reverse", "forward"):
+            raise ValueError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+        self.active = tuple(active)
         self.needs_primal = needs_primal
+        self.needs_shadow = needs_shadow
         self.width = width
-        self.overwritten = overwritten if overwritten is not None else (False,) * len(active)
+        self.overwritten = (tuple(overwritten) if overwritten is not None
+                            else tuple(not a for a in self.active))
+        if len(self.overwritten) != len(self.active):
+            raise ValueError(f"overwritten has {len(self.overwritten)} entries for "
+                             f"{len(self.active)} arguments")
+        self.mode = mode
+        shadow = (Active if mode == "reverse" else Duplicated if width == 1
+                  else BatchDuplicated)
+        self.activity = tuple(shadow if a else Const for a in self.active)
+
+    def replace(self, **changes) -> "RuleConfig":
+        """This config with some fields changed (a shared, cached object too).
+
+        >>> config_for((True, False)).replace(needs_primal=False).needs_primal
+        False
+        """
+        active = changes.pop("active", self.active)
+        fields = {"needs_primal": self.needs_primal, "width": self.width,
+                  "overwritten": self.overwritten, "needs_shadow": self.needs_shadow,
+                  "mode": self.mode}
+        fields.update(changes)
+        return config_for(active, **fields)
 
     def __repr__(self) -> str:
-        return f"RuleConfig(active={self.active}, needs_primal={self.needs_primal}, width={self.width})"
+        return (f"RuleConfig(active={self.active}, needs_primal={self.needs_primal}, "
+                f"needs_shadow={self.needs_shadow}, width={self.width}, "
+                f"overwritten={self.overwritten}, mode={self.mode!r})")
 
 
-_CONFIG_CACHE: dict = {}
+class _ConfigTable(dict):
+    """RuleConfigs by activity pattern, for one setting of the other fields.
+
+    (Speed-up: a dict whose misses build the config, so a trace finds a record's config with
+    one lookup and all records of one pattern share it.)"""
+
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: dict):
+        super().__init__()
+        self.settings = settings
+
+    def __missing__(self, active):
+        cfg = self[active] = RuleConfig(active, **self.settings)
+        return cfg
 
 
-def config_for(active: tuple) -> RuleConfig:
-    # Speed-up: configs are immutable, so one object per activity pattern is shared by all records.
-    cfg = _CONFIG_CACHE.get(active)
+_TABLES: dict = {}
+
+
+def config_table(needs_primal: bool = True, width: int = 1, *, needs_shadow: bool = True,
+                 mode: str = "reverse") -> _ConfigTable:
+    """The shared table of configs with these settings, indexed by activity pattern."""
+    key = (needs_primal, width, needs_shadow, mode)
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = _ConfigTable(
+            {"needs_primal": needs_primal, "width": width, "needs_shadow": needs_shadow,
+             "mode": mode})
+    return table
+
+
+_REVERSE_CONFIGS = config_table()
+_FORWARD_CONFIGS = config_table(mode="forward")
+_REFINED: dict = {}
+
+
+def config_for(active: tuple, needs_primal: bool = True, width: int = 1,
+               overwritten: tuple | None = None, *, needs_shadow: bool = True,
+               mode: str = "reverse") -> RuleConfig:
+    """The shared config of a call with these settings (built once, then cached).
+
+    >>> config_for((True, False)).activity
+    (<class 'tape.activities.Active'>, <class 'tape.activities.Const'>)
+    """
+    active = tuple(active)
+    if needs_primal and width == 1 and overwritten is None and needs_shadow:
+        # speed-up: the settings of every call inside a differentiated function
+        return (_REVERSE_CONFIGS if mode == "reverse" else _FORWARD_CONFIGS)[active]
+    table = config_table(needs_primal, width, needs_shadow=needs_shadow, mode=mode)
+    if overwritten is None:
+        return table[active]
+    overwritten = tuple(bool(o) for o in overwritten)
+    key = (active, overwritten, needs_primal, width, needs_shadow, mode)
+    cfg = _REFINED.get(key)
     if cfg is None:
-        cfg = _CONFIG_CACHE[active] = RuleConfig(active)
+        base = table[active]
+        cfg = base if base.overwritten == overwritten else RuleConfig(
+            active, needs_primal, width, overwritten, needs_shadow=needs_shadow, mode=mode)
+        _REFINED[key] = cfg
     return cfg
 
 
@@ -139,21 +242,55 @@ def primal(x: Any) -> Any:
 
 
 class Trace:
-    """One level of differentiation. Opened by `autodiff`, closed when it returns."""
+    """One level of differentiation. Opened by `autodiff`, closed when it returns.
 
-    def __init__(self):
+    ``strong_zero`` and ``nan_check`` are the mode modifiers of the call (see tape.modifiers).
+    """
+
+    nan_check = False
+
+    def __init__(self, *, strong_zero: bool = False, nan_check: bool = False):
         self.depth = len(_TRACE_STACK.get()) + 1
         self.alive = True
         self._token = None
+        self.strong_zero = strong_zero
+        self._strong_zero_token = None
+        if nan_check:
+            self.nan_check = True
 
     def __enter__(self):
         self._token = _TRACE_STACK.set(_TRACE_STACK.get() + (self,))
+        if self.strong_zero:
+            self._strong_zero_token = STRONG_ZERO.set(True)
         return self
 
     def __exit__(self, *exc):
+        if self._strong_zero_token is not None:
+            STRONG_ZERO.reset(self._strong_zero_token)
         _TRACE_STACK.reset(self._token)
         self.alive = False
         return False
+
+    def call_root(self, f: Callable, args: Sequence, needs_primal: bool = True,
+                  needs_shadow: bool = True) -> Any:
+        """Call the differentiated function: ``f(*args)``.
+
+        When `f` is itself a primitive (a user rule differentiated directly) that this trace
+        records, its rules are told whether the caller needs the primal result and its
+        derivative (`RuleConfig.needs_primal`, `needs_shadow`), as EnzymeRules tells a custom
+        rule at the top of a differentiated call. Any other call is simply made.
+        """
+        if needs_primal and needs_shadow or not isinstance(f, Primitive):
+            return f(*args)
+        mine = [a for a in args if isinstance(a, Tracer) and a.level is self]
+        vals = [a.value if isinstance(a, Tracer) and a.level is self else a for a in args]
+        if (not mine or not self._rules_run(mine)
+                or not f.differentiable_rules and _has_tracer(vals)):
+            return f(*args)   # the rules do not run at this level: this is not the root record
+        return self.process(_root_primitive(f, needs_primal, needs_shadow), args, {})
+
+    def _rules_run(self, mine) -> bool:
+        return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,8 +316,8 @@ class ReverseTrace(Trace):
 
     tracer_class = ReverseTracer   # replaced by the full ndarray surface in tape.tracer
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, **modifiers):
+        super().__init__(**modifiers)
         self.records: list[tuple] = []
         self.n_slots = 0
 
@@ -262,11 +399,15 @@ class ReverseTrace(Trace):
             ct[s] = g if ct[s] is None else ct[s] + g
         # `keep` holds leaf slots, which are never the output of a record, so freeing each
         # record's output cotangent below never drops one of them.
+        n_records = len(self.records)
         if consume:
             records, self.records = self.records, []
             sweep = _popping(records)
         else:
             sweep = reversed(self.records)
+        if self.nan_check:   # a wrapper, so that the ordinary sweep pays nothing for it
+            from .modifiers import nan_checked
+            sweep = nan_checked(sweep, n_records)
         for prim, cfg, saved, in_slots, out_slot in sweep:
             if type(out_slot) is int:
                 g = ct[out_slot]
@@ -281,7 +422,13 @@ class ReverseTrace(Trace):
                     ct[s] = None
             if saved is _OUTER_TRACED:
                 raise OnceDifferentiableError(prim.name)
-            cts = prim.reverse(cfg, saved, g)
+            try:
+                cts = prim.reverse(cfg, saved, g)
+            except (TypeError, ValueError):
+                # A rule that cannot take a batched cotangent runs once per direction (NumPy
+                # turns some BatchingFallbacks into ValueErrors); a real error happens again.
+                from .batching import reverse_per_direction
+                cts = reverse_per_direction(prim.reverse, cfg, saved, g)
             if len(in_slots) == 1:   # speed-up: most records have one input
                 s, c = in_slots[0], cts[0]
                 if c is not None:
@@ -308,6 +455,18 @@ def _has_tracer(vals) -> bool:
     return any(isinstance(v, Tracer) for v in vals)
 
 
+def _root_primitive(f: Primitive, needs_primal: bool, needs_shadow: bool) -> Primitive:
+    """`f`, with rules told what the caller needs (see `Trace.call_root`)."""
+    def told(cfg):
+        return cfg.replace(needs_primal=needs_primal, needs_shadow=needs_shadow)
+    aug, rev, fwd = f.augmented_primal, f.reverse, f.forward
+    return Primitive(f.name, f.impl,
+                     aug and (lambda cfg, *a, **p: aug(told(cfg), *a, **p)),
+                     rev and (lambda cfg, saved, g: rev(told(cfg), saved, g)),
+                     fwd and (lambda cfg, x, t, **p: fwd(told(cfg), x, t, **p)),
+                     f.differentiable_rules, f.multiple_results)
+
+
 # --------------------------------------------------------------------------------------------
 # Forward mode
 
@@ -326,8 +485,18 @@ class ForwardTrace(Trace):
 
     tracer_class = DualTracer   # replaced by the full ndarray surface in tape.tracer
 
+    def __init__(self, **modifiers):
+        super().__init__(**modifiers)
+        if self.nan_check:
+            # An instance attribute shadows the method, so unchecked traces pay nothing.
+            from .modifiers import nan_checked_process
+            self.process = nan_checked_process(self, self.process)
+
     def new_leaf(self, value, tangent) -> DualTracer:
         return self.tracer_class(value, self, tangent)
+
+    def _rules_run(self, mine) -> bool:
+        return any(a.tangent is not None for a in mine)   # else the call goes past this level
 
     def constant(self, value) -> DualTracer:
         """A fresh buffer at this level that carries no derivative yet (np.zeros_like)."""
@@ -358,8 +527,14 @@ class ForwardTrace(Trace):
             raise NotImplementedError(f"`{prim.name}` has no forward-mode (JVP) rule")
         if not prim.differentiable_rules and (_has_tracer(vals) or _has_tracer(tans)):
             raise OnceDifferentiableError(prim.name)
-        cfg = config_for(tuple(t is not None for t in tans))
-        out, tangent = prim.forward(cfg, vals, tans, **params)
+        cfg = _FORWARD_CONFIGS[tuple(t is not None for t in tans)]
+        try:
+            out, tangent = prim.forward(cfg, vals, tans, **params)
+        except (TypeError, ValueError):
+            # A rule that cannot take batched tangents runs once per direction (NumPy turns
+            # some BatchingFallbacks into ValueErrors); a real error happens again there.
+            from .batching import forward_per_direction
+            out, tangent = forward_per_direction(prim.forward, cfg, vals, tans, params)
         if prim.multiple_results:
             return tuple(self.tracer_class(o, self, t) for o, t in zip(out, tangent))
         return self.tracer_class(out, self, tangent)

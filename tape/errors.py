@@ -28,6 +28,51 @@ class OnceDifferentiableError(HecateError, NotImplementedError):
         self.op = name
 
 
+class RuleError(HecateError, TypeError):
+    """A user rule (custom_rule, easy_rule) returned something of the wrong structure, count
+    or shape. The message names the rule, the argument and what was expected."""
+
+
 class NonDifferentiableError(HecateError, TypeError):
     """An operation without a derivative was applied to an active value in a way that would
     silently drop the derivative."""
+
+
+class NaNError(HecateError, FloatingPointError):
+    """NaN-check mode (`set_nan_check(mode)`) found a NaN in a cotangent (or tangent).
+
+    Attributes: `op` (the primitive's name), `index` (its record on the tape, counting from 0 in
+    execution order), `total` (the number of records; None in forward mode), `argument` (the
+    argument whose cotangent holds the NaN; None when it came in with the op's own cotangent)
+    and `incoming` (True when the NaN was already in what reached the rule, False when the rule
+    made it).
+    """
+
+    def __init__(self, op: str, index: int, total, argument, *, incoming: bool,
+                 forward: bool = False):
+        self.op, self.index, self.total = op, index, total
+        self.argument, self.incoming, self.forward = argument, incoming, forward
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.forward:
+            where = f"`{self.op}` (op {self.index} of the forward pass, counting from 0)"
+            made = ("one of its input tangents already held NaN" if self.incoming else
+                    "its input tangents were finite, so the rule made it")
+            return (f"NaN check: the tangent computed by {where} holds NaN; {made}. "
+                    "Strong zero (set_strong_zero(mode)) turns 0 * inf into 0")
+        where = (f"`{self.op}` (record {self.index} of {self.total} on the tape, counting from 0 "
+                 "in execution order)")
+        if self.incoming:
+            return (f"NaN check: the cotangent reaching {where} already holds NaN: it came with "
+                    "the seed or from adding the cotangents of several uses of the result "
+                    "(inf + -inf)")
+        return (f"NaN check: the reverse rule of {where} returned a NaN cotangent for its "
+                f"argument {self.argument}; the cotangent it received was finite, so the rule "
+                "made the NaN (often 0 * inf from a branch that was not taken: strong zero, "
+                "set_strong_zero(mode), turns that into 0)")
+
+
+class BatchingFallback(TypeError):
+    """Raised inside a rule that cannot take batched (batch-mode) values; the trace catches it
+    and runs the rule once per direction instead."""

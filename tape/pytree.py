@@ -46,6 +46,8 @@ def _aux_key(td):
         return td.aux[0], td.aux[1]
     if td.kind == "custom":
         return td.aux[0]
+    if td.kind == "inactive":
+        return type(td.aux)
     return td.aux
 
 
@@ -85,6 +87,20 @@ def is_leaf(x) -> bool:
 
 
 _STATIC = (str, bytes, type(None), bool, type(Ellipsis))
+# Classes marked with `tape.inactive_type`: their instances are static leaves, never traversed
+# nor differentiated, and a shadow needs only an instance of the same class in their place.
+_INACTIVE: tuple = ()
+
+
+def mark_inactive_type(cls: type) -> None:
+    global _INACTIVE
+    if cls not in _INACTIVE:
+        _INACTIVE = _INACTIVE + (cls,)
+
+
+def is_inactive(x) -> bool:
+    """Whether `x` is an instance of a class marked with `tape.inactive_type`."""
+    return bool(_INACTIVE) and isinstance(x, _INACTIVE)
 
 
 def flatten(tree) -> tuple[list, TreeDef]:
@@ -102,6 +118,8 @@ def flatten_with_paths(tree) -> tuple[list, list, TreeDef]:
 
 
 def _flatten(x, leaves, paths, path=()):
+    if _INACTIVE and isinstance(x, _INACTIVE):
+        return TreeDef("inactive", x)
     if is_leaf(x) and not isinstance(x, bool):
         leaves.append(x)
         if paths is not None:
@@ -159,7 +177,7 @@ def _unflatten(td, it):
     kind = td.kind
     if kind == "leaf":
         return next(it)
-    if kind == "static":
+    if kind in ("static", "inactive"):
         return td.aux
     kids = [_unflatten(c, it) for c in td.children]
     if kind == "tuple":

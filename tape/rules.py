@@ -6,20 +6,32 @@ A rule set is three plain functions:
 - ``reverse(config, saved, cotangent) -> tuple`` (one cotangent per positional argument)
 - ``forward(config, primals, tangents, **params) -> (primal, tangent)``
 
-`config.active[i]` tells whether argument i carries a derivative, so rules can skip work.
+`config` (a `RuleConfig`) says which arguments are active, whether the caller needs the primal
+and its derivative, the batch width and which arguments may be overwritten, so rules can skip
+work. Users register rules with `custom_rule` (all three, checked at every call) or `easy_rule`
+(only the partial derivatives of an elementwise function); `inactive` and `inactive_type` mark
+functions and classes that carry no derivative.
 """
 from __future__ import annotations
 
 import functools
+from numbers import Number
 from typing import Callable
 
+import numpy as np
+
+from .batching import Batched
 from .core import Primitive, Tracer, primal
+from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
+from .errors import RuleError
+from .pytree import mark_inactive_type
 from .tracer import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
 
 
 def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
                 forward: Callable | None = None, differentiable: bool = False,
-                multiple_results: bool = False, name: str | None = None) -> Primitive:
+                multiple_results: bool = False, vectorized: bool = True,
+                name: str | None = None) -> Primitive:
     """Give `fn` hand-written derivative rules; returns the differentiable function.
 
     Positional arguments are the differentiable inputs (arrays or numbers); keyword arguments
@@ -27,6 +39,15 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     default, as for opaque kernels) the rule is once differentiable: a second derivative through
     it raises `OnceDifferentiableError`. Set ``differentiable=True`` when the rules are written
     with NumPy operations, so that nested autodiff differentiates them.
+
+    In batch mode the rules receive `Batched` tangents and cotangents (W of them stacked; they
+    look like one array to NumPy calls) and ``config.width == W``. With ``vectorized=False``
+    the rules are instead called once per direction, on plain arrays.
+
+    What the rules return is checked (this costs a little, so only user rules pay it): a wrong
+    structure, count or shape raises `RuleError` saying what was expected. A cotangent may be
+    of a shape that broadcasts to its argument's (it is broadcast), and real for a complex
+    argument; a tangent must have its primal's shape.
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active
@@ -37,25 +58,247 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     >>> autodiff(Reverse, cube, Active, Active(2.0))
     ((12.0,),)
     """
-    prim = Primitive(name or getattr(fn, "__name__", "custom_rule"), fn, augmented_primal,
-                     _checked_reverse(fn, reverse), forward, differentiable, multiple_results)
-    return prim
+    name = name or getattr(fn, "__name__", "custom_rule")
+    rules = _CheckedRules(name, augmented_primal, reverse, forward, multiple_results,
+                          vectorized)
+    return Primitive(name, fn, rules.augmented_primal, rules.reverse,
+                     rules.forward if forward is not None else None, differentiable,
+                     multiple_results)
 
 
-def _checked_reverse(fn, reverse):
-    """Wrong rule returns are the user's most common mistake: say what was expected."""
-    name = getattr(fn, "__name__", "custom rule")
+class _CheckedRules:
+    """A user's rules, wrapped to refine the config and check what they return."""
 
-    def checked(config, saved, g):
-        cts = reverse(config, saved, g)
-        if not isinstance(cts, tuple) or len(cts) != len(config.active):
-            got = f"a {type(cts).__name__} of length {len(cts)}" if isinstance(
-                cts, (tuple, list)) else repr(type(cts).__name__)
-            raise TypeError(f"the reverse rule of `{name}` must return a tuple of "
-                            f"{len(config.active)} cotangents (one per positional argument, None "
-                            f"for inactive ones); it returned {got}")
-        return cts
-    return checked
+    def __init__(self, name, augmented_primal, reverse, forward, multiple_results, vectorized):
+        self.name = name
+        self.user_augmented, self.user_reverse, self.user_forward = (
+            augmented_primal, reverse, forward)
+        self.multiple_results = multiple_results
+        self.vectorized = vectorized
+
+    def _fail(self, rule, message):
+        return RuleError(f"the {rule} rule of `{self.name}` {message}")
+
+    def augmented_primal(self, cfg, *args, **params):
+        cfg = cfg.replace(overwritten=_overwritten(cfg, args))
+        result = self.user_augmented(cfg, *args, **params)
+        if type(result) is not tuple or len(result) != 2:
+            raise self._fail("augmented_primal", f"must return a pair (primal, saved); it "
+                              f"returned {_describe(result)}")
+        out, saved = result
+        out = self._check_primal("augmented_primal", out, cfg)
+        # The reverse rule gets the config its augmented_primal saw, and the argument shapes
+        # against which its cotangents are checked.
+        specs = tuple((_shape(x), _is_complex(x)) for x in args)
+        return out, (cfg, specs, saved)
+
+    def reverse(self, cfg, saved, g):
+        cfg, specs, saved = saved
+        width = _width(g if self.multiple_results else (g,))
+        if width == 1:
+            return self._checked_reverse(cfg, specs, saved, g)
+        cfg = cfg.replace(width=width)
+        if self.vectorized:
+            return self._checked_reverse(cfg, specs, saved, g)
+        one = cfg.replace(width=1)
+        per_direction = [self._checked_reverse(one, specs, saved, _direction(g, w))
+                         for w in range(width)]
+        return tuple(None if all(c[i] is None for c in per_direction) else
+                     _stack([c[i] if c[i] is not None else np.zeros(specs[i][0])
+                             for c in per_direction])
+                     for i in range(len(specs)))
+
+    def _checked_reverse(self, cfg, specs, saved, g):
+        cts = self.user_reverse(cfg, saved, g)
+        n = len(specs)
+        if not isinstance(cts, (tuple, list)) or len(cts) != n:
+            got = (f"a {type(cts).__name__} of length {len(cts)}"
+                   if isinstance(cts, (tuple, list)) else _describe(cts))
+            raise self._fail("reverse", f"must return a tuple of {n} cotangents (one per "
+                              f"positional argument, None for inactive ones); it returned {got}")
+        out = []
+        for i, (c, (shape, complex_arg), active) in enumerate(zip(cts, specs, cfg.active)):
+            if c is None or not active:
+                out.append(None)
+                continue
+            if not _is_value(c):
+                raise self._fail("reverse", f"returned a {type(c).__name__} as the cotangent "
+                                  f"of argument {i}; expected an array or a number of shape "
+                                  f"{shape}")
+            if _is_complex(c) and not complex_arg:
+                raise self._fail("reverse", f"returned a complex cotangent for argument {i}, "
+                                  "which is real; a real argument's cotangent is real (take "
+                                  "the real part)")
+            cshape = _shape(c)
+            if cshape != shape:
+                if not _broadcasts_to(cshape, shape):
+                    raise self._fail(
+                        "reverse", f"returned a cotangent of shape {cshape} for argument {i}, "
+                        f"whose shape is {shape}; a cotangent has its argument's shape (or one "
+                        "that broadcasts to it: sum over broadcast axes)")
+                c = _broadcast(c, shape)
+            out.append(c)
+        return tuple(out)
+
+    def forward(self, cfg, primals, tangents, **params):
+        cfg = cfg.replace(overwritten=_overwritten(cfg, primals), mode="forward",
+                          width=_width(tangents))
+        if cfg.width == 1 or self.vectorized:
+            return self._checked_forward(cfg, primals, tangents, params)
+        one = cfg.replace(width=1)
+        runs = [self._checked_forward(one, primals, _direction(tangents, w), params)
+                for w in range(cfg.width)]
+        out = runs[0][0]
+        if not self.multiple_results:
+            return out, _stack_tangents([t for _, t in runs], out)
+        return out, tuple(_stack_tangents([t[k] for _, t in runs], o)
+                          for k, o in enumerate(out))
+
+    def _checked_forward(self, cfg, primals, tangents, params):
+        result = self.user_forward(cfg, primals, tangents, **params)
+        if type(result) is not tuple or len(result) != 2:
+            raise self._fail("forward", f"must return a pair (primal, tangent); it returned "
+                              f"{_describe(result)}")
+        out, tan = result
+        if not self.multiple_results:
+            out = self._check_primal("forward", out, cfg)
+            return out, self._check_tangent(tan, out, cfg, "")
+        if out is None and not cfg.needs_primal and isinstance(tan, (tuple, list)):
+            out = (None,) * len(tan)
+        out = self._check_primal("forward", out, cfg)
+        if tan is None and not cfg.needs_shadow:
+            tan = (None,) * len(out)
+        if not isinstance(tan, (tuple, list)) or len(tan) != len(out):
+            raise self._fail("forward", f"returned {len(out)} primals, so it must return a "
+                              f"tuple of {len(out)} tangents (None for a zero one); it returned "
+                              f"{_describe(tan)}")
+        return out, tuple(self._check_tangent(t, o, cfg, f" of result {k}")
+                          for k, (t, o) in enumerate(zip(tan, out)))
+
+    def _check_primal(self, rule, out, cfg):
+        if self.multiple_results:
+            if not isinstance(out, (tuple, list)):
+                raise self._fail(rule, f"must return a tuple of results as its primal "
+                                 f"(multiple_results=True); it returned {_describe(out)}")
+            return tuple(self._check_primal_one(rule, o, cfg, f" {k}") for k, o in
+                         enumerate(out))
+        return self._check_primal_one(rule, out, cfg, "")
+
+    def _check_primal_one(self, rule, out, cfg, which):
+        if out is None:
+            if cfg.needs_primal:
+                raise self._fail(rule, f"returned None as its primal{which}, but the caller "
+                                 "needs it (config.needs_primal is True)")
+            return out
+        if isinstance(out, (tuple, list)) and not self.multiple_results:
+            raise self._fail(rule, f"returned a {type(out).__name__} as its primal; pass "
+                              "multiple_results=True to custom_rule for a function with "
+                              "several results")
+        if not _is_value(out):
+            raise self._fail(rule, f"returned a {type(out).__name__} as its primal{which}; "
+                              "expected an array or a number")
+        return out
+
+    def _check_tangent(self, tan, out, cfg, which):
+        if tan is None:
+            return None
+        if not _is_value(tan):
+            raise self._fail("forward", f"returned a {type(tan).__name__} as the tangent"
+                              f"{which}; expected an array or a number")
+        if out is None:
+            return tan
+        if _shape(tan) != _shape(out):
+            raise self._fail("forward", f"returned a tangent{which} of shape {_shape(tan)} "
+                              f"for a primal of shape {_shape(out)}; a tangent has its "
+                              "primal's shape")
+        if _is_complex(tan) and not _is_complex(out):
+            raise self._fail("forward", f"returned a complex tangent{which} for a real "
+                              "primal")
+        return tan
+
+
+# -- small helpers on values: arrays, numbers, tracers and Batched alike ---------------------
+
+def _shape(x) -> tuple:
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(x)
+
+
+def _is_complex(x) -> bool:
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return isinstance(x, complex)
+    return np.dtype(dt).kind == "c"
+
+
+def _is_value(x) -> bool:
+    return (isinstance(x, (Number, np.ndarray, np.generic, Tracer, Batched))
+            or hasattr(x, "__cuda_array_interface__"))
+
+
+def _describe(x) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of length {len(x)}"
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"a {type(x).__name__} of shape {_shape(x)}"
+    return f"a {type(x).__name__}"
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    try:
+        return np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def _broadcast(c, shape):
+    if isinstance(c, (Tracer, Batched)):
+        return np.broadcast_to(c, shape)
+    return np.broadcast_to(c, shape).copy()   # a writable array: it may become a result
+
+
+def _width(values) -> int:
+    for v in values:
+        if isinstance(v, Batched):
+            return v.width
+    return 1
+
+
+def _direction(values, w):
+    if isinstance(values, Batched):
+        return values.data[w]
+    if isinstance(values, (tuple, list)):
+        return type(values)(_direction(v, w) for v in values)
+    return values
+
+
+def _stack(values):
+    return Batched(np.stack(values))
+
+
+def _stack_tangents(tangents, out):
+    if all(t is None for t in tangents):
+        return None
+    return _stack([t if t is not None else np.zeros_like(primal(out)) for t in tangents])
+
+
+def _overwritten(cfg, args) -> tuple:
+    return tuple(not a and _may_be_written(x) for a, x in zip(cfg.active, args))
+
+
+def _may_be_written(x) -> bool:
+    """Whether a constant argument's memory could change before the reverse sweep."""
+    if isinstance(x, (Number, np.generic, str, bytes, type(None))):
+        return False
+    if isinstance(x, np.ndarray):
+        return bool(x.flags.writeable)
+    if isinstance(x, tuple):
+        return any(_may_be_written(v) for v in x)
+    return True   # tracers of outer levels, device arrays, mutable containers
+
+
+# --------------------------------------------------------------------------------------------
+# Inactive functions and types
 
 
 def inactive(fn: Callable) -> Callable:
@@ -75,6 +318,30 @@ def inactive(fn: Callable) -> Callable:
     return call
 
 
+def inactive_type(cls: type) -> type:
+    """Mark `cls` (and its subclasses) as never differentiated (Enzyme's ``inactive_type``).
+
+    Its instances are constants wherever they appear: a top-level argument of that type is
+    treated as Const whatever its annotation (its derivative is None), and inside a pytree
+    (a field of a model passed Duplicated, an entry of a dict) it is a static leaf that is
+    neither traversed nor differentiated. A shadow holds any instance of the class in its
+    place (`make_zero` keeps the primal's own). Usable as a class decorator.
+
+    >>> import numpy as np
+    >>> from tape import autodiff, Reverse, Active
+    >>> @inactive_type
+    ... class Settings:
+    ...     def __init__(self, scale): self.scale = scale
+    >>> autodiff(Reverse, lambda p: p["w"] * p["cfg"].scale, Active,
+    ...          Active({"w": 2.0, "cfg": Settings(3.0)}))[0][0]["w"]
+    3.0
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"inactive_type expects a class, got {cls!r}")
+    mark_inactive_type(cls)
+    return cls
+
+
 def _plain_one(x):
     if isinstance(x, Tracer):
         return primal(x)
@@ -85,6 +352,10 @@ def _plain_one(x):
 
 def _plain(args):
     return [_plain_one(a) for a in args]
+
+
+# --------------------------------------------------------------------------------------------
+# Routing NumPy entry points to primitives (used by ops/)
 
 
 def register_ufunc(ufunc, rule: Callable, primitive: Primitive | None = None) -> Callable:

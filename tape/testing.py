@@ -3,19 +3,25 @@
 >>> import numpy as np
 >>> check_grads(lambda x: np.sin(x) * x, np.array([0.3, -1.2]))
 
+`check_rule` checks a user rule (custom_rule, easy_rule) in every activity combination.
+
 Hypothesis strategies (`arrays`, `shapes`, `broadcastable_shapes`, `broadcastable_arrays`) live in
 `tape.testing` too; they import hypothesis lazily, so this module works without it.
 """
 from __future__ import annotations
 
+import inspect
+import itertools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .activities import Active, Duplicated, Forward, ForwardWithPrimal, Reverse
+from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
+                         ForwardWithPrimal, Reverse, ReverseSplitNoPrimal, ReverseWithPrimal)
 from .api import autodiff
 from .core import primal
-from .pytree import flatten, tree_map
+from .pytree import flatten, is_inactive, tree_map
+from .split import autodiff_thunk
 
 
 class GradientCheckError(AssertionError):
@@ -29,26 +35,37 @@ def _is_float(x):
 def _random_like(x, rng):
     if isinstance(x, float):
         return float(rng.standard_normal())
-    return rng.standard_normal(np.shape(x)).astype(np.result_type(x))
+    if isinstance(x, complex):
+        return complex(rng.standard_normal(), rng.standard_normal())
+    dtype = np.result_type(x)
+    if dtype.kind == "c":   # complex: perturb the real and the imaginary parts
+        re, im = rng.standard_normal((2,) + np.shape(x))
+        return (re + 1j * im).astype(dtype)
+    return rng.standard_normal(np.shape(x)).astype(dtype)
 
 
 def _axpy(a, v, x):
-    """x + a*v, keeping Python floats as floats."""
-    if isinstance(x, float):
+    """x + a*v, keeping Python numbers as Python numbers."""
+    if isinstance(x, (float, complex)):
         return x + a * v
     return np.asarray(x + a * v, dtype=np.result_type(x))
+
+
+def _dot(a, b) -> float:
+    """The real inner product Re(sum(conj(a) * b)): a complex number counts as the pair of its
+    real and imaginary parts (and a derivative dx + i dy pairs with a direction vx + i vy)."""
+    return float(np.real(np.vdot(np.asarray(a), np.asarray(b))))
 
 
 def _inner(a, b) -> float:
     la, _ = flatten(a)
     lb, _ = flatten(b)
-    return float(sum(np.sum(np.asarray(x, dtype=np.float64) * np.asarray(y, dtype=np.float64))
-                     for x, y in zip(la, lb)))
+    return sum(_dot(x, y) for x, y in zip(la, lb))
 
 
 def _output_leaves(y):
     leaves, _ = flatten(y)
-    return [np.asarray(v, dtype=np.float64) for v in leaves]
+    return [np.asarray(v, dtype=np.result_type(v, np.float64)) for v in leaves]
 
 
 def _numeric_jvp(f, args, direction, eps):
@@ -62,14 +79,16 @@ def _close(a: float, b: float, rtol: float, atol: float) -> bool:
     return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
 
 
-def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev"), order: int = 2,
+def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "batch"),
+                order: int = 2,
                 eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7,
                 full_jacobian: bool = False, seed: int = 0) -> None:
     """Check `f`'s derivatives at `args` against central finite differences.
 
     Every floating-point argument is differentiated (others are passed as Const). For each mode
     in ``modes`` ("fwd": forward mode J·v, "rev": reverse mode uᵀJ) a random direction is
-    compared with finite differences; with ``order=2`` the same is done, recursively, for the
+    compared with finite differences ("batch": batch forward and reverse mode against single
+    directions); with ``order=2`` the same is done, recursively, for the
     gradient function itself (forward-over-reverse and reverse-over-reverse). With
     ``full_jacobian=True`` (slow; for debugging) every Jacobian entry is compared.
     Raises `GradientCheckError` saying which mode and order disagree.
@@ -87,15 +106,15 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev"), 
                              f"differences; got dtype {np.result_type(a)}")
     direction = [_random_like(a, rng) if i in diff else None for i, a in enumerate(args)]
     y0 = f(*args)
-    u = [rng.standard_normal(np.shape(y)) for y in _output_leaves(y0)]
+    u = [_random_like(y, rng) for y in _output_leaves(y0)]
     numeric = _numeric_jvp(f, args, direction, eps)
-    expected = sum(float(np.sum(a * b)) for a, b in zip(u, numeric))
+    expected = sum(_dot(a, b) for a, b in zip(u, numeric))
     tag = f"order {order}" if order else ""
 
     if "fwd" in modes:
         annotated = [Duplicated(a, d) if d is not None else a for a, d in zip(args, direction)]
         tangent, = autodiff(Forward, f, *annotated)
-        got = sum(float(np.sum(a * b)) for a, b in zip(u, _output_leaves(tangent)))
+        got = sum(_dot(a, b) for a, b in zip(u, _output_leaves(tangent)))
         if not _close(got, expected, rtol, atol):
             raise GradientCheckError(
                 f"forward mode (J·v) disagrees with finite differences ({tag}): "
@@ -111,6 +130,9 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev"), 
                 f"reverse mode (uᵀJ) disagrees with finite differences ({tag}): "
                 f"(uᵀJ)·v = {got!r} vs numeric {expected!r}")
 
+    if "batch" in modes:
+        _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag)
+
     if full_jacobian:
         _check_full_jacobian(f, args, diff, eps, rtol, atol)
 
@@ -119,16 +141,65 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev"), 
                     atol=atol, seed=seed + 1)
 
 
+def _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag):
+    """Batch mode against single directions: two forward tangents in one pass, and two
+    reverse seeds (1 and -2.5) in one sweep of a split-mode tape."""
+    second = [_random_like(a, rng) if i in diff else None for i, a in enumerate(args)]
+    batched = [BatchDuplicated(a, (d, e)) if d is not None else a
+               for a, d, e in zip(args, direction, second)]
+    tangents, = autodiff(Forward, f, *batched)
+    for w, dirs in enumerate((direction, second)):
+        single = [Duplicated(a, d) if d is not None else a for a, d in zip(args, dirs)]
+        expected, = autodiff(Forward, f, *single)
+        for got, want in zip(_output_leaves(tangents[w]), _output_leaves(expected)):
+            if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
+                raise GradientCheckError(f"batch forward mode, direction {w} ({tag}), disagrees "
+                                         f"with a single forward pass: {got} vs {want}")
+    scalar = _weighted_sum(f, u)
+    grads = _vjp_function(f, diff, u)(*args)
+    types, call = [], []
+    for i, a in enumerate(args):
+        if i in diff and isinstance(a, np.ndarray):
+            types.append(BatchDuplicated)
+            call.append(BatchDuplicated(a, (np.zeros_like(a), np.zeros_like(a))))
+        else:
+            types.append(Const)
+            call.append(Const(a))
+    if BatchDuplicated not in types:
+        return
+    fwd, rev = autodiff_thunk(ReverseSplitNoPrimal, scalar, Active, *types)
+    tape, _, _ = fwd(*call)
+    scales = (1.0, -2.5)
+    rev(*call, scales, tape)
+    for g, i in zip(grads, diff):
+        if types[i] is not BatchDuplicated:
+            continue
+        for w, c in enumerate(scales):
+            got = call[i].dval[w]
+            if not np.allclose(got, c * np.asarray(g), rtol=rtol, atol=atol):
+                raise GradientCheckError(
+                    f"batch reverse mode, seed {w} ({tag}), argument {i}, disagrees with a "
+                    f"single reverse sweep: {got} vs {c} * {g}")
+
+
+def _weighted_sum(f, u):
+    def scalar(*inner):
+        y = f(*inner)
+        leaves, _ = flatten(y)
+        total = 0.0
+        for leaf, w in zip(leaves, u):
+            # Complex leaves pair with w as in `_dot`, so the scalar is real.
+            total = total + (np.sum(np.real(leaf * np.conj(w))) if np.iscomplexobj(w)
+                             else np.sum(leaf * w))
+        return total
+    return scalar
+
+
 def _vjp_function(f, diff, u):
     """x -> uᵀ J(x), computed by reverse mode (itself differentiable for higher orders)."""
+    scalar = _weighted_sum(f, u)
+
     def vjp(*xs):
-        def scalar(*inner):
-            y = f(*inner)
-            leaves, _ = flatten(y)
-            total = 0.0
-            for leaf, w in zip(leaves, u):
-                total = total + np.sum(leaf * w)
-            return total
         annotated = [Active(x) if i in diff else x for i, x in enumerate(xs)]
         derivs, = autodiff(Reverse, scalar, Active, *annotated)
         return tuple(derivs[i] for i in diff)
@@ -152,6 +223,149 @@ def _check_full_jacobian(f, args, diff, eps, rtol, atol):
                     raise GradientCheckError(
                         f"Jacobian column {j} of argument {i} (output leaf {out_k}) disagrees: "
                         f"engine {got.ravel()[:6]} vs numeric {num.ravel()[:6]}")
+
+
+def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "batch"),
+               eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7,
+               seed: int = 0) -> int:
+    """Check a user rule (`custom_rule`, `easy_rule`) in every activity combination against
+    finite differences, as EnzymeTestUtils' ``test_forward`` / ``test_reverse`` do.
+
+    Each floating-point argument is tried Const and differentiated: forward mode Duplicated
+    ("fwd"; BatchDuplicated of width 2 with "batch"), reverse mode Active, and Duplicated for
+    arrays (gradients added into a non-zero shadow) ("rev"). Each combination is run with every
+    return activity: forward Duplicated with and without the primal, and Const (so the rule
+    also sees ``needs_primal`` and ``needs_shadow`` False); reverse Active (the result projected
+    onto a random cotangent, so the reverse rule gets a non-trivial seed) and Const. Primal
+    results are compared with ``f(*args)``, derivatives with finite differences argument by
+    argument. Returns the number of combinations checked; raises `GradientCheckError` naming
+    the combination and the argument at fault. Use `check_grads` for higher orders.
+
+    >>> from tape import custom_rule
+    >>> square = custom_rule(lambda x: x * x, augmented_primal=lambda cfg, x: (x * x, x),
+    ...     reverse=lambda cfg, x, g: (2 * x * g,),
+    ...     forward=lambda cfg, p, t: (p[0] * p[0], 2 * p[0] * t[0]))
+    >>> check_rule(square, np.array([0.5, -1.0]))
+    10
+    """
+    args = list(args)
+    rng = np.random.default_rng(seed)
+    labels = _argument_labels(f, len(args))
+    diff = [i for i, a in enumerate(args) if not is_inactive(a) and _is_float(a)]
+    if not diff:
+        raise ValueError("check_rule needs at least one floating-point argument")
+    want_primal = _output_leaves(f(*args))
+    dirs = {i: _random_like(args[i], rng) for i in diff}
+    dirs2 = {i: _random_like(args[i], rng) for i in diff}
+    u = [_random_like(y, rng) for y in want_primal]
+    jvp = {i: _numeric_jvp(f, args, [dirs[i] if k == i else None for k in range(len(args))],
+                           eps) for i in diff}
+    jvp2 = {i: _numeric_jvp(f, args, [dirs2[i] if k == i else None for k in range(len(args))],
+                            eps) for i in diff} if "batch" in modes else {}
+    n_checked = 0   # (argument activities, return activity) pairs
+
+    def run(combo, mode, *call_args):
+        try:
+            return autodiff(mode, *call_args)
+        except Exception as e:
+            raise GradientCheckError(f"{_rule_name(f)}, {combo}: the rule raised "
+                                     f"{type(e).__name__}: {e}") from e
+
+    def same(combo, what, got, want):
+        got = _output_leaves(got)
+        if len(got) != len(want) or not all(
+                np.shape(g) == np.shape(w) and np.allclose(g, w, rtol=rtol, atol=atol)
+                for g, w in zip(got, want)):
+            raise GradientCheckError(f"{_rule_name(f)}, {combo}: the {what} is wrong: got "
+                                     f"{_short(got)}, expected {_short(want)}")
+
+    for direction, kinds in _combinations(args, diff, modes):
+        on = [i for i in diff if kinds[i] != "Const"]
+        if not on:
+            continue
+        where = ", ".join(f"{labels[i]}: {kinds[i]}" for i in diff)
+        if direction == "forward":
+            batch = kinds[on[0]] == "BatchDuplicated"
+            ann = list(args)
+            for i in on:
+                ann[i] = (BatchDuplicated(args[i], (dirs[i], dirs2[i])) if batch
+                          else Duplicated(args[i], dirs[i]))
+            want = _summed(jvp, on)
+            for mode, ret in ((ForwardWithPrimal, Duplicated), (Forward, Duplicated),
+                              (ForwardWithPrimal, Const)):
+                combo = f"{mode.name} with ({where}) and return {ret.__name__}"
+                result = run(combo, mode, f, ret, *ann)
+                n_checked += 1
+                if mode.with_primal:
+                    same(combo, "primal", result[-1], want_primal)
+                if ret is Const:
+                    continue
+                tangent = result[0]
+                same(combo, "tangent (J·v)", tangent[0] if batch else tangent, want)
+                if batch:
+                    same(combo, "second tangent (J·v)", tangent[1], _summed(jvp2, on))
+            continue
+        # Reverse mode: Active / Duplicated arguments, Active (projected) and Const returns.
+        shadows = {}
+        ann = list(args)
+        for i in on:
+            if kinds[i] == "Active":
+                ann[i] = Active(args[i])
+            else:
+                shadows[i] = _random_like(args[i], rng)
+                ann[i] = Duplicated(args[i], shadows[i].copy())
+        combo = f"ReverseWithPrimal with ({where}) and return Active"
+        derivs, value = run(combo, ReverseWithPrimal, _weighted_sum(f, u), Active, *ann)
+        n_checked += 1
+        same(combo, "primal", value, _output_leaves(_weighted_sum(f, u)(*args)))
+        for i in on:
+            grad = derivs[i] if kinds[i] == "Active" else ann[i].dval - shadows[i]
+            got = _inner(grad, dirs[i])
+            want = sum(_dot(a, b) for a, b in zip(u, jvp[i]))
+            if not _close(got, want, rtol, atol):
+                raise GradientCheckError(
+                    f"{_rule_name(f)}, {combo}: the derivative of {labels[i]} disagrees with "
+                    f"finite differences: (uᵀJ)·v = {got!r} vs numeric {want!r}")
+        combo = f"ReverseWithPrimal with ({where}) and return Const"
+        derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
+        n_checked += 1
+        same(combo, "primal", value, want_primal)
+    return n_checked
+
+
+def _combinations(args, diff, modes):
+    """("forward" or "reverse", the kind of each differentiated argument by index)."""
+    forward = ["Duplicated"] if "fwd" in modes else []
+    if "batch" in modes:
+        forward.append("BatchDuplicated")
+    for kind in forward:
+        for pick in itertools.product((False, True), repeat=len(diff)):
+            yield "forward", {i: kind if p else "Const" for i, p in zip(diff, pick)}
+    if "rev" in modes:
+        options = [("Const", "Active", "Duplicated") if isinstance(args[i], np.ndarray)
+                   and np.ndim(args[i]) > 0 else ("Const", "Active") for i in diff]
+        for pick in itertools.product(*options):
+            yield "reverse", dict(zip(diff, pick))
+
+
+def _summed(jvp, on):
+    return [sum(jvp[i][k] for i in on) for k in range(len(jvp[on[0]]))]
+
+
+def _rule_name(f) -> str:
+    return f"check_rule(`{getattr(f, 'name', getattr(f, '__name__', 'f'))}`)"
+
+
+def _argument_labels(f, n):
+    try:
+        params = list(inspect.signature(getattr(f, "impl", f)).parameters)
+    except (TypeError, ValueError):
+        params = []
+    return [f"argument {i}" + (f" `{params[i]}`" if i < len(params) else "") for i in range(n)]
+
+
+def _short(leaves):
+    return "; ".join(np.array2string(np.asarray(v).ravel()[:6], precision=6) for v in leaves)
 
 
 def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
@@ -220,5 +434,5 @@ def broadcastable_arrays(n: int = 2, low: float = -2.0, high: float = 2.0, max_d
     return build()
 
 
-__all__ = ["check_grads", "GradientCheckError", "traced_value", "shapes", "arrays", "broadcastable_shapes",
+__all__ = ["check_grads", "check_rule", "GradientCheckError", "traced_value", "shapes", "arrays", "broadcastable_shapes",
            "broadcastable_arrays"]

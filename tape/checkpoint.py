@@ -1,0 +1,455 @@
+"""Checkpointing (rematerialisation): recompute a segment in the reverse pass instead of storing it.
+
+`checkpoint(f)` makes a call of `f` one record on the tape that keeps only the values `f`
+reads; the reverse pass recomputes `f` on a fresh tape and sweeps that. `checkpointed_scan` runs
+a loop `carry, y = step(carry, x)` as such segments, so the tape holds every k-th carry (or, with
+``schedule="revolve"``, a binomial set of snapshots) instead of every step's residuals.
+
+Design
+------
+The hard part is that a segment reads values it is not passed: an RNN step reads ``W`` from the
+enclosing function. Such closures are found while the call runs, not declared:
+
+* **Forward.** A checkpointed call is served by the innermost open trace, when it is a reverse
+  trace (level d). For the duration of `f` that trace is made *transparent*: its `process` notes
+  each of its own tracers an operation meets -- argument or closure alike -- with the value it
+  holds, and calls the primitive on the plain values, recording nothing. `f`'s results become new
+  level-d tracers: the outputs of one record whose inputs are the noted tracers and whose residuals
+  are their values (references, not copies). Outer levels, if any, see ordinary operations on
+  their own tracers and record them as usual.
+* **Reverse.** The record's rule opens a fresh `ReverseTrace` and, for the length of one call of
+  `f`, points each noted tracer *object* at a fresh leaf of it (holding the saved value). `f` still
+  refers to the same objects through its arguments and closure, so it now computes on the new tape.
+  The objects are restored, and the new tape is swept backward from the incoming cotangent; its
+  leaves' cotangents are the record's input cotangents.
+* **Higher order.** The rule uses traced operations only, so a level outside d differentiates the
+  recomputation and its sweep like any other code: forward- and reverse-over-reverse through a
+  checkpoint work (the outer level stores the segment in full; only level d saves memory). In
+  forward mode a checkpointed call is the plain call: forward mode stores nothing.
+* **Scan.** Each segment of `every` steps is a checkpointed call of a plain loop over the steps,
+  so the step's closure needs nothing special either. ``schedule="revolve"`` nests checkpoints
+  along Griewank's binomial split (each step is recomputed at most t times with s snapshots,
+  for the least t with C(s+t, s) >= n).
+
+Restrictions, checked where cheap: `f` must be deterministic (the recomputation must read the same
+differentiated values), and must not write into arrays it did not create (its arguments and
+closures are snapshots).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from .core import _TRACE_STACK, Primitive, ReverseTrace, Tracer, config_for, primal
+from .errors import HecateError
+from .pytree import flatten, flatten_with_paths, format_path, unflatten
+
+__all__ = ["checkpoint", "checkpointed_scan", "CheckpointError"]
+
+
+class CheckpointError(HecateError, RuntimeError):
+    """A checkpointed function did something its recomputation cannot reproduce."""
+
+
+def checkpoint(f: Callable) -> Callable:
+    """`f`, recomputed in the reverse pass instead of stored on the tape.
+
+    Under reverse-mode `autodiff`, a call stores only the values `f` reads (its arguments and
+    the differentiated values it closes over); the reverse pass runs `f` again and
+    differentiates that. Elsewhere (no autodiff, forward mode) it is `f`. `f` may take several
+    arrays and return any pytree; it must be deterministic and must not write into its inputs.
+
+    >>> import numpy as np
+    >>> from tape import autodiff, Reverse, Active
+    >>> W = np.array([[0.5, -0.2], [0.1, 0.3]])
+    >>> def loss(h):
+    ...     layer = checkpoint(lambda h: np.tanh(W @ h))
+    ...     return np.sum(layer(layer(h)))
+    >>> (g,), = autodiff(Reverse, loss, Active, Active(np.array([1.0, 2.0])))
+    >>> g.shape
+    (2,)
+    """
+    if not callable(f):
+        raise TypeError(f"checkpoint needs a callable, got {type(f).__name__} {f!r}")
+    name = f"checkpoint({getattr(f, '__name__', type(f).__name__)})"
+    prim = Primitive(name, f, reverse=_recompute_and_sweep, multiple_results=True)
+
+    @functools.wraps(f)
+    def checkpointed(*args, **kwargs):
+        stack = _TRACE_STACK.get()
+        trace = stack[-1] if stack else None
+        # Nested in another checkpointed call's forward run, the trace records nothing anyway.
+        if isinstance(trace, ReverseTrace) and not getattr(trace.process, "serving", False):
+            return _record(prim, f, trace, args, kwargs)
+        return f(*args, **kwargs)
+    return checkpointed
+
+
+# --------------------------------------------------------------------------------------------
+# The record
+
+
+class _Saved(NamedTuple):
+    """Residuals of a checkpointed call: how to call `f` again, and the values it read.
+
+    (A tuple, so that code walking a tape's residuals -- split mode's mutation check -- finds
+    the saved arrays.)"""
+
+    f: Callable
+    name: str
+    args: tuple
+    kwargs: dict
+    inputs: list       # [(tracer object, value it held, slot it held)]
+    treedef: Any       # structure of f's result
+    positions: list    # which result leaves are record outputs
+
+
+def _record(prim, f, trace, args, kwargs):
+    seen: dict = {}
+    with _overridden(trace, process=_transparent_process(trace, seen, prim.name),
+                     constant=lambda value: value):
+        out = f(*args, **kwargs)
+    leaves, treedef = flatten(out)
+    for leaf in leaves:   # an input returned as it is is an input too
+        if isinstance(leaf, Tracer) and leaf.level is trace:
+            _note(seen, leaf)
+    if not seen:
+        return out        # f read nothing differentiated at this level
+    values = [leaf.value if isinstance(leaf, Tracer) and leaf.level is trace else leaf
+              for leaf in leaves]
+    positions = [i for i, v in enumerate(values) if _is_float(v)]
+    if not positions:
+        return unflatten(treedef, values)
+    inputs = list(seen.values())
+    saved = _Saved(f, prim.name, args, kwargs, inputs, treedef, positions)
+    first = trace.n_slots
+    trace.n_slots = first + len(positions)
+    trace.records.append((prim, config_for((True,) * len(inputs)), saved,
+                          tuple(slot for _, _, slot in inputs),
+                          tuple(range(first, first + len(positions)))))
+    for k, i in enumerate(positions):
+        values[i] = trace.tracer_class(values[i], trace, first + k)
+    return unflatten(treedef, values)
+
+
+def _transparent_process(trace, seen, name):
+    """`trace.process` while a checkpointed call runs: unwrap, note, compute, record nothing."""
+    def process(prim, args, params):
+        vals = list(args)
+        mine = False
+        for i, a in enumerate(args):
+            if isinstance(a, Tracer) and a.level is trace:
+                if i == 0 and prim.name == "setitem":
+                    raise CheckpointError(
+                        f"`{name}` writes into an array it did not create (one of its arguments "
+                        "or a value it closes over); the recomputation would read the written "
+                        "values. Write into a copy (x = x.copy()) instead")
+                _note(seen, a)
+                a.owned = False   # a later write must copy: its value is a residual now
+                vals[i] = a.value
+                mine = True
+        out = prim(*vals, **params)
+        if mine and isinstance(out, np.ndarray) and out.base is not None:
+            # A NumPy view of an input (x[1:], x.T): writing into it would change the input.
+            out.flags.writeable = False
+        return out
+    process.serving = True
+    return process
+
+
+def _note(seen, tracer):
+    key = id(tracer)
+    if key not in seen:
+        seen[key] = (tracer, tracer.value, tracer.slot)
+
+
+def _is_float(x) -> bool:
+    if isinstance(x, (float, complex)):
+        return True
+    dt = getattr(x, "dtype", None)
+    return dt is not None and np.issubdtype(dt, np.inexact)
+
+
+@contextlib.contextmanager
+def _overridden(trace, **methods):
+    """Shadow methods of one trace object by instance attributes, restoring them afterwards."""
+    before = {k: vars(trace)[k] for k in methods if k in vars(trace)}
+    for k, fn in methods.items():
+        setattr(trace, k, fn)
+    try:
+        yield
+    finally:
+        for k in methods:
+            if k in before:
+                setattr(trace, k, before[k])
+            else:
+                delattr(trace, k)
+
+
+# --------------------------------------------------------------------------------------------
+# The reverse rule: recompute on a fresh tape, sweep it
+
+
+_TRACER_STATE = ("owned", "view_of", "views")
+
+
+def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
+    level = saved.inputs[0][0].level   # the trace that recorded the call
+    # The recomputation is swept under the same mode modifiers as the tape it stands in for.
+    with ReverseTrace(strong_zero=level.strong_zero, nan_check=level.nan_check) as inner:
+        objects = [obj for obj, _, _ in saved.inputs]
+        states = [_repoint(obj, inner, value) for obj, value, _ in saved.inputs]
+        leaf_slots = [obj.slot for obj in objects]
+        try:
+            guard = (_overridden(level, process=_unexpected_input(saved.name))
+                     if level.alive else contextlib.nullcontext())
+            with guard:
+                out = saved.f(*saved.args, **saved.kwargs)
+            seeds = _seeds(saved, out, g, inner)
+        finally:
+            for obj, state in zip(objects, states):
+                _restore(obj, state)
+        cts = inner.backward(seeds, leaf_slots) if seeds else {}
+    return tuple(cts.get(s) for s in leaf_slots)
+
+
+def _repoint(obj, trace, value):
+    """Make the tracer object `obj` a fresh leaf of `trace` holding `value`; returns its state."""
+    extra = {k: getattr(obj, k) for k in _TRACER_STATE if hasattr(obj, k)}
+    for k in extra:
+        delattr(obj, k)
+    state = (obj.value, obj.level, obj.slot, extra)
+    obj.value, obj.level, obj.slot = value, trace, trace.n_slots
+    trace.n_slots += 1
+    return state
+
+
+def _restore(obj, state):
+    obj.value, obj.level, obj.slot, extra = state
+    for k in _TRACER_STATE:
+        if hasattr(obj, k):
+            delattr(obj, k)
+    for k, v in extra.items():
+        setattr(obj, k, v)
+
+
+def _unexpected_input(name):
+    def process(prim, args, params):
+        raise CheckpointError(
+            f"`{name}` read a differentiated value in its recomputation that it did not read "
+            "when it first ran; a checkpointed function must compute the same thing every time "
+            "it is called (no randomness or state that changes between calls)")
+    return process
+
+
+def _seeds(saved, out, g, inner):
+    leaves, treedef = flatten(out)
+    if treedef != saved.treedef:
+        raise CheckpointError(
+            f"`{saved.name}` returned a result of a different structure when recomputed "
+            f"({treedef!r} instead of {saved.treedef!r}); a checkpointed function must be "
+            "deterministic")
+    seeds: dict = {}
+    for pos, gi in zip(saved.positions, g):
+        leaf = leaves[pos]
+        if gi is None or not (isinstance(leaf, Tracer) and leaf.level is inner):
+            continue
+        s = leaf.slot
+        seeds[s] = gi if s not in seeds else seeds[s] + gi
+    return seeds
+
+
+# --------------------------------------------------------------------------------------------
+# checkpointed_scan
+
+
+def checkpointed_scan(step: Callable, carry: Any, xs: Any, every: int | None = None, *,
+                      schedule: str = "every", snapshots: int | None = None,
+                      length: int | None = None) -> tuple:
+    """``for x in xs: carry, y = step(carry, x)``, storing only a few carries for the reverse pass.
+
+    Returns ``(carry, ys)``, the ys stacked along a new leading axis (a pytree of such arrays if
+    `step` returns a pytree y; None if it returns None). `carry` is a pytree of arrays whose
+    structure, shapes and dtypes `step` keeps; `xs` a pytree of arrays scanned over their
+    leading axis (or None with ``length=n``). `step` may close over differentiated values (an
+    RNN's weights): they receive their gradients.
+
+    With ``schedule="every"`` the loop runs as checkpointed segments of `every` steps (default
+    about sqrt(n)): the tape holds n/every carries and, during the reverse pass, one segment's
+    residuals; each step runs twice. ``schedule="revolve"`` with ``snapshots=s`` (default about
+    sqrt(n)) follows Griewank's binomial schedule instead: at most s stored carries, each step
+    recomputed at most t times for the least t with C(s+t, s) >= n.
+
+    >>> import numpy as np
+    >>> from tape import autodiff, Reverse, Active, Const
+    >>> def loss(W, h0, xs):
+    ...     step = lambda h, x: (np.tanh(W @ h + x), np.sum(h))
+    ...     h, ys = checkpointed_scan(step, h0, xs, every=3)
+    ...     return np.sum(h) + np.sum(ys)
+    >>> W, h0, xs = 0.5 * np.eye(2), np.ones(2), np.zeros((10, 2))
+    >>> (dW, dh0, _), = autodiff(Reverse, loss, Active, Active(W), Active(h0), Const(xs))
+    >>> dW.shape, dh0.shape
+    ((2, 2), (2,))
+    """
+    if not callable(step):
+        raise TypeError(f"checkpointed_scan needs a callable step, got {type(step).__name__}")
+    xs_leaves, xs_paths, xs_td = flatten_with_paths(xs)
+    n = _scan_length(xs_leaves, xs_paths, length)
+    loop = _Loop(step, carry, xs_td)
+    if schedule == "every":
+        if snapshots is not None:
+            raise ValueError("snapshots= is a parameter of schedule='revolve'; "
+                             "schedule='every' takes every=k")
+        k = _positive_int("every", every) if every is not None else max(1, math.isqrt(n))
+        segment = checkpoint(loop.run)
+        parts = []
+        for start in range(0, n, k):
+            stop = min(start + k, n)
+            carry, ys = segment(carry, [a[start:stop] for a in xs_leaves], start, stop - start)
+            parts.append(ys)
+    elif schedule == "revolve":
+        if every is not None:
+            raise ValueError("every= is a parameter of schedule='every'; schedule='revolve' "
+                             "takes snapshots=s")
+        s = (_positive_int("snapshots", snapshots) if snapshots is not None
+             else max(1, math.isqrt(n)))
+        t = _repetitions(s, n)
+        if t > _MAX_NESTING:
+            raise ValueError(
+                f"snapshots={s} is too few for {n} steps: the binomial schedule would recompute "
+                f"steps {t} times, nesting as many checkpoints (at most {_MAX_NESTING}); use "
+                "more snapshots")
+        carry, ys = loop.revolve(carry, xs_leaves, 0, n, s)
+        parts = [ys]
+    else:
+        raise ValueError(f"schedule must be 'every' or 'revolve', got {schedule!r}")
+    return carry, loop.join(parts)
+
+
+_MAX_NESTING = 64   # Python frames per nested checkpoint level keep this well under the limit
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"checkpointed_scan: {name} must be a positive int, got "
+                        f"{type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"checkpointed_scan: {name} must be at least 1, got {value}")
+    return int(value)
+
+
+def _scan_length(leaves, paths, length):
+    if not leaves:
+        if length is None:
+            raise ValueError("checkpointed_scan: xs holds no arrays; pass length=n to scan "
+                             "n steps without inputs")
+        return _positive_int("length", length)
+    lengths = []
+    for leaf, path in zip(leaves, paths):
+        shape = getattr(leaf, "shape", ())
+        if len(shape) == 0:
+            raise ValueError(f"checkpointed_scan: {format_path(path, 'xs')} is a scalar; every "
+                             "array of xs needs a leading axis to scan over")
+        lengths.append(shape[0])
+    if len(set(lengths)) > 1:
+        described = ", ".join(f"{format_path(p, 'xs')}: {m}" for p, m in zip(paths, lengths))
+        raise ValueError(f"checkpointed_scan: the arrays of xs have different leading lengths "
+                         f"({described}); they are scanned together, step by step")
+    if length is not None and length != lengths[0]:
+        raise ValueError(f"checkpointed_scan: length={length} but xs has leading length "
+                         f"{lengths[0]}")
+    if lengths[0] == 0:
+        raise ValueError("checkpointed_scan: xs has leading length 0; there is no step to run")
+    return lengths[0]
+
+
+def _repetitions(s, n):
+    """The least t with C(s + t, s) >= n: how often revolve recomputes a step at most."""
+    t = 0
+    while math.comb(s + t, s) < n:
+        t += 1
+    return t
+
+
+class _Loop:
+    """The step loop of one scan, with the checks that keep every step's carry congruent."""
+
+    def __init__(self, step, carry, xs_td):
+        self.step = step
+        self.xs_td = xs_td
+        leaves, paths, self.carry_td = flatten_with_paths(carry)
+        self.carry_spec = [(format_path(p, "carry"), _shape(x), getattr(x, "dtype", None))
+                           for x, p in zip(leaves, paths)]
+        self.y_td = self.y_spec = None
+
+    def run(self, carry, xs_leaves, start, n):
+        """Steps start .. start+n-1 as a plain loop; returns (carry, stacked y leaves)."""
+        ys = []
+        for i in range(n):
+            x = unflatten(self.xs_td, [a[i] for a in xs_leaves])
+            carry, y_leaves = self._checked(self.step(carry, x), start + i)
+            ys.append(y_leaves)
+        return carry, [np.stack(column) for column in zip(*ys)] if ys and ys[0] else []
+
+    def revolve(self, carry, xs_leaves, start, n, s):
+        """Steps start .. start+n-1 on Griewank's binomial schedule with s snapshots.
+
+        With t the least repetition count with C(s+t, s) >= n, the first C(s+t-1, s) steps
+        are one checkpointed segment (reversed later with all s snapshots and t-1
+        repetitions), and the rest continue at this level with one snapshot fewer. The last
+        step is taped directly."""
+        nested = checkpoint(self.revolve)
+        parts = []
+        while n > 1:
+            m = math.comb(s + _repetitions(s, n) - 1, s)
+            carry, ys = nested(carry, [a[:m] for a in xs_leaves], start, m, s)
+            parts.append(ys)
+            xs_leaves = [a[m:] for a in xs_leaves]
+            start, n, s = start + m, n - m, s - 1
+        carry, ys = self.run(carry, xs_leaves, start, n)
+        parts.append(ys)
+        return carry, [np.concatenate(c) if len(c) > 1 else c[0] for c in zip(*parts)]
+
+    def join(self, parts):
+        if self.y_td is None:
+            return None
+        columns = [np.concatenate(c) if len(c) > 1 else c[0] for c in zip(*parts)]
+        return unflatten(self.y_td, columns)
+
+    def _checked(self, out, i):
+        if not (isinstance(out, tuple) and len(out) == 2):
+            got = (f"a tuple of length {len(out)}" if isinstance(out, tuple)
+                   else type(out).__name__)
+            raise TypeError(f"checkpointed_scan: step must return a pair (carry, y); at step {i} "
+                            f"it returned {got}")
+        carry, y = out
+        leaves, td = flatten(carry)
+        if td is not self.carry_td and td != self.carry_td:   # speed-up: `is` for leaves
+            raise TypeError(f"checkpointed_scan: step changed the structure of the carry at step "
+                            f"{i}: the initial carry is {self.carry_td!r}, step returned {td!r}")
+        for x, (where, shape, dtype) in zip(leaves, self.carry_spec):
+            x = primal(x)   # speed-up: shape and dtype of a tracer go through properties
+            if _shape(x) != shape:
+                raise TypeError(f"checkpointed_scan: step changed the shape of {where} at step "
+                                f"{i} from {shape} to {_shape(x)}; the carry must keep its shape")
+            got = getattr(x, "dtype", None)
+            if dtype is not None and got is not None and got != dtype:
+                raise TypeError(f"checkpointed_scan: step changed the dtype of {where} at step "
+                                f"{i} from {dtype} to {got}; cast it back (astype) in step")
+        y_leaves, y_td = flatten(y)
+        y_spec = [_shape(primal(v)) for v in y_leaves]
+        if self.y_td is None:
+            self.y_td, self.y_spec = y_td, y_spec
+        elif (y_td is not self.y_td and y_td != self.y_td) or y_spec != self.y_spec:
+            raise TypeError(f"checkpointed_scan: step returned a y of structure {y_td!r} with "
+                            f"shapes {y_spec} at step {i}, but {self.y_td!r} with shapes "
+                            f"{self.y_spec} before; the ys are stacked, so they must agree")
+        return carry, y_leaves
+
+
+def _shape(x) -> tuple:
+    return tuple(getattr(x, "shape", ()))

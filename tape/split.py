@@ -1,0 +1,331 @@
+"""Split reverse mode: run the forward pass now, the reverse pass later (Enzyme.jl's
+`autodiff_thunk`).
+
+`autodiff_thunk(ReverseSplitWithPrimal, f, ReturnActivity, *ArgActivityTypes)` returns two
+functions. `forward(*args)` runs `f`, records the tape and returns ``(tape, primal, shadow)``;
+`reverse(*args, dret, tape)` sweeps the tape backwards from the seed `dret` (or from the
+shadow returned by `forward`, for a Duplicated return) and returns ``(derivs,)`` as `autodiff`
+does, adding into Duplicated shadows.
+
+The tape is a plain value: it can be kept, printed (`repr` lists its records) and reversed
+any number of times with different seeds. Its saved arrays are fingerprinted when `forward`
+returns; reversing it after any of them changed raises `TapeMutatedError`.
+
+>>> import numpy as np
+>>> fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, lambda x: np.sin(x) * 2, Active, Active)
+>>> tape, y, _ = fwd(Active(0.0))
+>>> rev(Active(0.0), 1.0, tape)
+((2.0,),)
+>>> rev(Active(0.0), 3.0, tape)        # the same tape, another seed
+((6.0,),)
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Any, Callable
+
+import numpy as np
+
+from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
+                         Duplicated, DuplicatedNoNeed, Mode)
+from .api import (_argument_names, _check_shadow, _describe, _is_float, _strip,
+                  _write_primals, batch_width, derivatives, guess_return, make_zero,
+                  record_reverse, sweep)
+from .backend import array_module
+from .batching import Batched, stack_directions
+from .core import ReverseTrace, Tracer
+from .errors import ActivityError, HecateError
+from .modifiers import strong_zero_scope, to_user
+
+
+class TapeMutatedError(HecateError, RuntimeError):
+    """A split-mode tape was reversed after an array it saved was modified."""
+
+
+class SplitTape:
+    """The records of one forward pass, kept for one or more reverse passes."""
+
+    def __init__(self, thunk, trace, groups, out, ret_activity, width, annotated):
+        self._thunk = thunk
+        self._trace = trace
+        self._groups = groups
+        self._out = out
+        self.ret_activity = ret_activity
+        self.width = width
+        self._primal_ids = [id(a.val) for a in annotated]
+        self._arguments = [a.val for a in annotated]
+        self._fingerprints = self._fingerprint_all()
+
+    def _fingerprint_all(self) -> list:
+        # The arguments too: a tape reversed after its inputs changed would return the
+        # derivative at the old point, which the caller would take for the new one.
+        arrays: dict = {}
+        _saved_arrays(self._arguments, arrays)
+        return _fingerprints(self._trace.records) + [
+            ("argument", None, _fingerprint(a)) for a in arrays.values()]
+
+    @property
+    def records(self) -> list:
+        return self._trace.records
+
+    def __len__(self) -> int:
+        return len(self._trace.records)
+
+    def __repr__(self) -> str:
+        lines = [f"SplitTape of `{self._thunk.name}`: {len(self)} records, "
+                 f"{self._trace.n_slots} slots"]
+        lines += ["  " + describe_record(i, r) for i, r in enumerate(self._trace.records)]
+        if self._out is not None:
+            lines.append(f"  return {_slot_names(self._out, self._trace)}")
+        return "\n".join(lines)
+
+    def check_unchanged(self) -> None:
+        """Raise `TapeMutatedError` if an array the tape saved was modified since `forward`."""
+        now = self._fingerprint_all()
+        for (i, name, before), (_, _, after) in zip(self._fingerprints, now):
+            if _same(before, after):
+                continue
+            if i == "argument":
+                raise TapeMutatedError(
+                    "an argument array of this tape was modified after the forward pass; the "
+                    "tape holds the derivative at the old values. Run forward again")
+            raise TapeMutatedError(
+                    f"record #{i} (`{name}`) of this tape saved an array that was modified after "
+                    "the forward pass; its gradient would be wrong. Run forward again after "
+                    "changing the inputs, or copy them before mutating")
+
+
+def describe_record(i: int, record: tuple) -> str:
+    """One record as a line: ``#3  %5 = sin(%2)`` (`const` for an inactive argument)."""
+    prim, cfg, saved, in_slots, out_slot = record
+    outs = (f"%{out_slot}" if type(out_slot) is int
+            else ", ".join(f"%{s}" for s in out_slot))
+    args = ", ".join("const" if s is None else f"%{s}" for s in in_slots)
+    return f"#{i:<3d} {outs} = {prim.name}({args})"
+
+
+def _slot_names(out, trace) -> str:
+    from .pytree import flatten
+    leaves, _ = flatten(out)
+    return ", ".join(f"%{x.slot}" if isinstance(x, Tracer) and x.level is trace else "const"
+                     for x in leaves)
+
+
+# --------------------------------------------------------------------------------------------
+# Fingerprints: a tape must not be reversed after an array it saved was changed.
+
+
+def _saved_arrays(saved, found: dict):
+    if isinstance(saved, (tuple, list)):
+        for v in saved:
+            _saved_arrays(v, found)
+    elif isinstance(saved, dict):
+        for v in saved.values():
+            _saved_arrays(v, found)
+    elif isinstance(saved, Annotation) or hasattr(saved, "__dataclass_fields__"):
+        from .pytree import flatten
+        _saved_arrays(flatten(saved.val if isinstance(saved, Annotation) else saved)[0], found)
+    elif hasattr(saved, "shape") and hasattr(saved, "dtype") and not isinstance(
+            saved, (Tracer, np.generic)):
+        found.setdefault(id(saved), saved)
+
+
+def _fingerprint(a):
+    if isinstance(a, np.ndarray):
+        return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
+    return a.copy()     # a device array: compare on the device later
+
+
+def _same(before, after) -> bool:
+    if isinstance(before, int):
+        return before == after
+    return bool(array_module(before).array_equal(before, after))
+
+
+def _fingerprints(records) -> list:
+    out = []
+    for i, (prim, _, saved, _, _) in enumerate(records):
+        arrays: dict = {}
+        _saved_arrays(saved, arrays)
+        for a in arrays.values():
+            out.append((i, prim.name, _fingerprint(a)))
+    return out
+
+
+def _replace_saved(saved, copies: dict):
+    """`saved` with the arrays in `copies` (by id) replaced by their copies."""
+    if isinstance(saved, tuple):
+        return tuple(_replace_saved(v, copies) for v in saved)
+    if isinstance(saved, list):
+        return [_replace_saved(v, copies) for v in saved]
+    return copies.get(id(saved), saved)
+
+
+# --------------------------------------------------------------------------------------------
+# The thunk
+
+
+class _Thunk:
+    def __init__(self, mode: Mode, f: Callable, ret_activity, arg_types: tuple):
+        self.mode, self.f, self.ret_activity, self.arg_types = mode, f, ret_activity, arg_types
+        self.name = getattr(f, "__name__", type(f).__name__)
+
+    def check_args(self, args, where: str):
+        if len(args) != len(self.arg_types):
+            raise ActivityError(f"{where} of `{self.name}` takes {len(self.arg_types)} annotated "
+                                f"arguments (as given to autodiff_thunk), got {len(args)}")
+        annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
+        for i, (a, kind) in enumerate(zip(annotated, self.arg_types)):
+            if type(a) is not kind:
+                raise ActivityError(f"{where}: argument {i} is {type(a).__name__} but "
+                                    f"autodiff_thunk was told {kind.__name__}")
+        return annotated
+
+    def forward(self, *args):
+        annotated = self.check_args(args, "forward")
+        names = _argument_names(self.f, len(annotated))
+        width = batch_width(annotated, names)
+        with ReverseTrace(strong_zero=self.mode.strong_zero,
+                          nan_check=self.mode.nan_check) as trace:
+            out, groups = record_reverse(trace, self.f, annotated, names)
+        ret = guess_return(self.ret_activity, out)
+        _protect_and_write_primals(trace, groups)
+        tape = SplitTape(self, trace, groups, out, ret, width, annotated)
+        primal = _strip(out, trace) if self.mode.with_primal else None
+        shadow = None
+        if ret in (Duplicated, DuplicatedNoNeed):
+            value = _strip(out, trace)
+            shadow = (make_zero(value) if width is None
+                      else tuple(make_zero(value) for _ in range(width)))
+            tape.return_shadow = shadow
+        return tape, primal, shadow
+
+    def reverse(self, *args):
+        if len(args) < 1 or not isinstance(args[-1], SplitTape):
+            raise ActivityError(f"reverse of `{self.name}` is called as reverse(*args, dret, "
+                                "tape) with the tape that forward returned")
+        tape = args[-1]
+        args = args[:-1]
+        dret = None
+        if len(args) == len(self.arg_types) + 1:
+            dret, args = args[-1], args[:-1]
+        annotated = self.check_args(args, "reverse")
+        if tape._thunk is not self:
+            raise ActivityError(f"this tape was recorded by another autodiff_thunk, not by the "
+                                f"one of `{self.name}`")
+        for i, (a, pid) in enumerate(zip(annotated, tape._primal_ids)):
+            if type(a) is not Const and id(a.val) != pid:
+                raise ActivityError(f"reverse: argument {i} is not the value forward recorded; "
+                                    "pass the same arrays to forward and reverse")
+        tape.check_unchanged()
+        for arg, ann in zip(tape._groups, [a for a in annotated if type(a) is not Const]):
+            arg.annotation = ann
+            if isinstance(ann, Duplicated):
+                _check_shadow(arg)   # the shadows to add into are the ones given now
+        seeds = {}
+        _seed(tape, dret, seeds)
+        with strong_zero_scope(self.mode.strong_zero):
+            cts = sweep(tape._trace, tape._groups, seeds, tape.width, consume=False)
+        return (derivatives(annotated, tape._groups, cts, tape.width),)
+
+
+def _protect_and_write_primals(trace, groups):
+    """Write the final values of overwritten arguments into the caller's arrays, first
+    giving the records that saved those arrays a copy of the values they saw."""
+    copies = {}
+    for arg in groups:
+        for i, t in enumerate(arg.tracers):
+            first = arg.first_slots[i]
+            if first is not None and t.slot != first:
+                copies[id(arg.leaves[i])] = arg.leaves[i].copy()
+    if copies:
+        trace.records = [(p, c, _replace_saved(s, copies), i, o)
+                         for p, c, s, i, o in trace.records]
+    for arg in groups:
+        _write_primals(arg)
+
+
+def _seed(tape: SplitTape, dret, seeds: dict):
+    out, trace, ret, width = tape._out, tape._trace, tape.ret_activity, tape.width
+    if ret is Const:
+        if dret is not None:
+            raise ActivityError("the return is Const: reverse takes no seed")
+        return
+    if ret in (Duplicated, DuplicatedNoNeed) and dret is None:
+        dret = tape.return_shadow
+    if dret is None:
+        raise ActivityError(f"reverse needs a seed for the {ret.__name__} return: "
+                            "reverse(*args, dret, tape)")
+    from .pytree import flatten
+    leaves, td = flatten(out)
+    if width is None:
+        per_leaf = _seed_leaves(dret, td, leaves, trace)
+    else:
+        if not isinstance(dret, (tuple, list)) or len(dret) != width:
+            raise ActivityError(f"a batch reverse of width {width} needs a tuple of {width} "
+                                "seeds")
+        directions = [_seed_leaves(d, td, leaves, trace) for d in dret]
+        per_leaf = [None if d[0] is None else stack_directions(d) for d in zip(*directions)]
+    for x, g in zip(leaves, per_leaf):
+        if g is not None and isinstance(x, Tracer) and x.level is trace:
+            seeds[x.slot] = g if x.slot not in seeds else seeds[x.slot] + g
+
+
+def _seed_leaves(dret, td, leaves, trace) -> list:
+    from .pytree import flatten
+    seed_leaves, seed_td = flatten(dret)
+    if seed_td != td:
+        raise ActivityError(f"the seed has the structure of {_describe(dret)}, not the "
+                            "structure of the function's result")
+    out = []
+    for k, (x, d) in enumerate(zip(leaves, seed_leaves)):
+        value = x.value if isinstance(x, Tracer) and x.level is trace else x
+        if np.shape(d) != np.shape(value):
+            where = f" (result leaf {k})" if len(leaves) > 1 else ""
+            raise ActivityError(f"the seed{where} has shape {np.shape(d)} but the result has "
+                                f"shape {np.shape(value)}")
+        if not _is_float(value):
+            out.append(None)
+            continue
+        xp = array_module(value)
+        # A complex seed is conjugated into the sweep's convention (docs/complex.md).
+        out.append(to_user(xp.asarray(d, dtype=getattr(value, "dtype", np.float64))))
+    return out
+
+
+def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type):
+    """Split reverse mode: returns ``(forward, reverse)`` for `f` with these activities.
+
+    - ``forward(*args) -> (tape, primal, shadow)``: `primal` is None under
+      ReverseSplitNoPrimal; `shadow` is a zero shadow of the result for a Duplicated return
+      (fill it with the seed before calling reverse), else None.
+    - ``reverse(*args, dret, tape) -> (derivs,)``: `dret` is the seed of the result (a number
+      or an array of the result's shape; a W-tuple in batch mode); it may be left out for a
+      Duplicated return, whose filled-in shadow is then the seed.
+
+    >>> import numpy as np
+    >>> fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, lambda x: x * 2.0, Duplicated,
+    ...                           Duplicated)
+    >>> x, dx = np.array([1.0, 2.0]), np.zeros(2)
+    >>> tape, y, dy = fwd(Duplicated(x, dx))
+    >>> dy[:] = [1.0, 10.0]
+    >>> rev(Duplicated(x, dx), tape)
+    ((None,),)
+    >>> dx
+    array([ 2., 20.])
+    """
+    if not isinstance(mode, Mode) or not mode.split:
+        raise ActivityError(f"autodiff_thunk takes ReverseSplitWithPrimal or "
+                            f"ReverseSplitNoPrimal, got {mode!r}")
+    if not callable(f):
+        raise ActivityError(f"autodiff_thunk needs a callable, got {type(f).__name__}")
+    for t in (ret_activity,) + arg_types:
+        if not (isinstance(t, type) and t in ACTIVITY_TYPES):
+            raise ActivityError(f"autodiff_thunk takes activity types (Const, Active, "
+                                f"Duplicated, ...), got {t!r}")
+    for i, t in enumerate(arg_types):
+        if t is Active or t is Const or issubclass(t, Duplicated):
+            continue
+        raise ActivityError(f"argument {i}: {t.__name__} is not supported in reverse mode")
+    thunk = _Thunk(mode, f, ret_activity, arg_types)
+    return thunk.forward, thunk.reverse
