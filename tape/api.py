@@ -6,8 +6,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
+from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated,
+                         BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed,
+                         MixedDuplicated, Mode)
 from .backend import array_module, module_name
 from .batching import Batched, stack_directions
 from .constbuffer import as_const
@@ -479,8 +480,9 @@ def _forward(mode, f, ret_activity, annotated, names):
     with ForwardTrace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         call_args, groups = _trace_arguments(annotated, names, _forward_argument, make_leaf)
         # A primitive differentiated directly is told what the caller needs (RuleConfig).
-        out = trace.call_root(f, call_args, needs_primal=mode.with_primal and ret_activity
-                              is not DuplicatedNoNeed, needs_shadow=ret_activity is not Const)
+        no_need = ret_activity in (DuplicatedNoNeed, BatchDuplicatedNoNeed)
+        out = trace.call_root(f, call_args, needs_primal=mode.with_primal and not no_need,
+                              needs_shadow=ret_activity is not Const)
         for arg in groups:
             _write_back_forward(arg, width)
         primal_out = _strip(out, trace)
@@ -495,7 +497,7 @@ def _forward(mode, f, ret_activity, annotated, names):
                                     for w in range(width))
     if ret_activity is Const:
         return (primal_out,) if mode.with_primal else ()
-    if mode.with_primal and ret_activity is not DuplicatedNoNeed:
+    if mode.with_primal and not no_need:
         return (tangent_out, primal_out)
     return (tangent_out,)
 

@@ -24,12 +24,14 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .backend import array_module
+from .batching import Batched
 from .core import STRONG_ZERO, Tracer, primal
 from .errors import ActivityError, NaNError
 
-__all__ = ["STRONG_ZERO", "strong_zero_enabled", "strong_zero_scope", "nan_checked", "nan_checked_process",
-           "is_complex", "to_user", "user_cotangents", "check_complex_return",
-           "holomorphic_sweep"]
+__all__ = ["STRONG_ZERO", "strong_zero_enabled", "strong_zero_scope", "nan_checked",
+           "nan_checked_process", "is_complex", "to_user", "user_cotangents",
+           "check_complex_return", "holomorphic_sweep"]
 
 
 def strong_zero_enabled() -> bool:
@@ -76,19 +78,13 @@ def _has_nan(x) -> bool:
     if isinstance(x, tuple):
         return any(_has_nan(v) for v in x)
     x = primal(x)
-    data = getattr(x, "data", None) if type(x).__name__ == "Batched" else x
+    data = x.data if isinstance(x, Batched) else x
     dt = getattr(data, "dtype", None)
     if dt is None:
         return isinstance(data, (float, complex)) and data != data
     if dt.kind not in "fc":
         return False
-    xp = np if isinstance(data, (np.ndarray, np.generic)) else _module(data)
-    return bool(xp.isnan(data).any())
-
-
-def _module(x):
-    from .backend import array_module
-    return array_module(x)
+    return bool(array_module(data).isnan(data).any())
 
 
 class _NaNCheckedRule:

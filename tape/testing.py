@@ -232,21 +232,23 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     finite differences, as EnzymeTestUtils' ``test_forward`` / ``test_reverse`` do.
 
     Each floating-point argument is tried Const and differentiated: forward mode Duplicated
-    ("fwd"; BatchDuplicated of width 2 with "batch"), reverse mode Active, and Duplicated for
-    arrays (gradients added into a non-zero shadow) ("rev"). Each combination is run with every
+    ("fwd"), reverse mode Active, and Duplicated for arrays (gradients added into a non-zero
+    shadow) ("rev"); with "batch", BatchDuplicated of width 2 in both modes. Each
+    combination is run with every
     return activity: forward Duplicated with and without the primal, and Const (so the rule
     also sees ``needs_primal`` and ``needs_shadow`` False); reverse Active (the result projected
     onto a random cotangent, so the reverse rule gets a non-trivial seed) and Const. Primal
     results are compared with ``f(*args)``, derivatives with finite differences argument by
-    argument. Returns the number of combinations checked; raises `GradientCheckError` naming
-    the combination and the argument at fault. Use `check_grads` for higher orders.
+    argument, and the arguments must be left unmodified. Returns the number of combinations
+    checked; raises `GradientCheckError` naming the combination and the argument at fault.
+    Use `check_grads` for higher orders.
 
     >>> from tape import custom_rule
     >>> square = custom_rule(lambda x: x * x, augmented_primal=lambda cfg, x: (x * x, x),
     ...     reverse=lambda cfg, x, g: (2 * x * g,),
     ...     forward=lambda cfg, p, t: (p[0] * p[0], 2 * p[0] * t[0]))
     >>> check_rule(square, np.array([0.5, -1.0]))
-    10
+    12
     """
     args = list(args)
     rng = np.random.default_rng(seed)
@@ -263,13 +265,19 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     jvp2 = {i: _numeric_jvp(f, args, [dirs2[i] if k == i else None for k in range(len(args))],
                             eps) for i in diff} if "batch" in modes else {}
     n_checked = 0   # (argument activities, return activity) pairs
+    originals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
 
     def run(combo, mode, *call_args):
         try:
-            return autodiff(mode, *call_args)
+            result = autodiff(mode, *call_args)
         except Exception as e:
             raise GradientCheckError(f"{_rule_name(f)}, {combo}: the rule raised "
                                      f"{type(e).__name__}: {e}") from e
+        for i, (a, before) in enumerate(zip(args, originals)):
+            if isinstance(a, np.ndarray) and not np.array_equal(a, before, equal_nan=True):
+                raise GradientCheckError(f"{_rule_name(f)}, {combo}: the rule wrote into "
+                                         f"{labels[i]}; rules must not modify their inputs")
+        return result
 
     def same(combo, what, got, want):
         got = _output_leaves(got)
@@ -305,27 +313,35 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
                 if batch:
                     same(combo, "second tangent (J·v)", tangent[1], _summed(jvp2, on))
             continue
-        # Reverse mode: Active / Duplicated arguments, Active (projected) and Const returns.
+        # Reverse mode: Active / (Batch)Duplicated arguments (gradients are added into random
+        # shadows), Active (projected) and Const returns.
         shadows = {}
         ann = list(args)
         for i in on:
             if kinds[i] == "Active":
                 ann[i] = Active(args[i])
+            elif kinds[i] == "Duplicated":
+                shadows[i] = (_random_like(args[i], rng),)
+                ann[i] = Duplicated(args[i], shadows[i][0].copy())
             else:
-                shadows[i] = _random_like(args[i], rng)
-                ann[i] = Duplicated(args[i], shadows[i].copy())
+                shadows[i] = (_random_like(args[i], rng), _random_like(args[i], rng))
+                ann[i] = BatchDuplicated(args[i], tuple(s.copy() for s in shadows[i]))
         combo = f"ReverseWithPrimal with ({where}) and return Active"
         derivs, value = run(combo, ReverseWithPrimal, _weighted_sum(f, u), Active, *ann)
         n_checked += 1
         same(combo, "primal", value, _output_leaves(_weighted_sum(f, u)(*args)))
         for i in on:
-            grad = derivs[i] if kinds[i] == "Active" else ann[i].dval - shadows[i]
-            got = _inner(grad, dirs[i])
-            want = sum(_dot(a, b) for a, b in zip(u, jvp[i]))
-            if not _close(got, want, rtol, atol):
-                raise GradientCheckError(
-                    f"{_rule_name(f)}, {combo}: the derivative of {labels[i]} disagrees with "
-                    f"finite differences: (uᵀJ)·v = {got!r} vs numeric {want!r}")
+            grads = ([derivs[i]] if kinds[i] == "Active" else
+                     [d - s for d, s in zip(_as_tuple(ann[i].dval), shadows[i])])
+            for w, grad in enumerate(grads):
+                got = _inner(grad, dirs[i])
+                want = sum(_dot(a, b) for a, b in zip(u, jvp[i]))
+                if not _close(got, want, rtol, atol):
+                    which = f" (shadow {w})" if len(grads) > 1 else ""
+                    raise GradientCheckError(
+                        f"{_rule_name(f)}, {combo}: the derivative of {labels[i]}{which} "
+                        f"disagrees with finite differences: (uᵀJ)·v = {got!r} vs numeric "
+                        f"{want!r}")
         combo = f"ReverseWithPrimal with ({where}) and return Const"
         derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
         n_checked += 1
@@ -346,6 +362,15 @@ def _combinations(args, diff, modes):
                    and np.ndim(args[i]) > 0 else ("Const", "Active") for i in diff]
         for pick in itertools.product(*options):
             yield "reverse", dict(zip(diff, pick))
+    if "rev" in modes and "batch" in modes:
+        options = [("Const", "BatchDuplicated") if isinstance(args[i], np.ndarray)
+                   and np.ndim(args[i]) > 0 else ("Const",) for i in diff]
+        for pick in itertools.product(*options):
+            yield "reverse", dict(zip(diff, pick))
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
 
 
 def _summed(jvp, on):
@@ -434,5 +459,5 @@ def broadcastable_arrays(n: int = 2, low: float = -2.0, high: float = 2.0, max_d
     return build()
 
 
-__all__ = ["check_grads", "check_rule", "GradientCheckError", "traced_value", "shapes", "arrays", "broadcastable_shapes",
-           "broadcastable_arrays"]
+__all__ = ["check_grads", "check_rule", "GradientCheckError", "traced_value", "shapes", "arrays",
+           "broadcastable_shapes", "broadcastable_arrays"]

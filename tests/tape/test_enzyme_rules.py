@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tape import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
-                  HecateError, PytreeError, Reverse, ReverseWithPrimal, RuleError,
+                  HecateError, PytreeError, Reverse, RuleError,
                   autodiff, custom_rule, easy_rule, inactive_type, make_zero,
                   set_strong_zero)
 from tape.activities import BatchDuplicated as BatchDuplicatedClass
@@ -304,6 +304,19 @@ def test_easy_rule_strong_zero():
     np.testing.assert_allclose(g, [0.0, 0.25])
 
 
+def test_easy_rule_keeps_a_constant_that_is_overwritten_later():
+    # config.overwritten says the Const buffer w may change before the sweep: it is copied.
+    scale = easy_rule(lambda x, w: x * w, partials=lambda x, w: (w, x))
+    w = np.array([1.0, 2.0])
+
+    def f(x):
+        y = scale(x, w)
+        w[0] = 100.0
+        return np.sum(y)
+    (g,), = autodiff(Reverse, f, Active, Active(np.ones(2)))
+    np.testing.assert_allclose(g, [1.0, 2.0])
+
+
 def test_easy_rule_wrong_partials():
     bad_count = easy_rule(lambda x, y: x * y, partials=lambda x, y: (y,), name="bad_count")
     with pytest.raises(RuleError, match="returned 1 partial derivatives for 2 arguments"):
@@ -370,7 +383,7 @@ def test_inactive_type_needs_a_class():
 
 
 def _mul_rule(wrong_when_y_const=False, wrong_without_primal=False, wrong_batch=False,
-              sum_for_scalar_y=True):
+              wrong_batch_reverse=False, sum_for_scalar_y=True):
     def augmented(cfg, x, y):
         return x * y, (x if cfg.active[1] else None, y)
 
@@ -378,7 +391,8 @@ def _mul_rule(wrong_when_y_const=False, wrong_without_primal=False, wrong_batch=
         x, y = saved
         gx = None
         if cfg.active[0]:
-            gx = g * y * (1.5 if wrong_when_y_const and not cfg.active[1] else 1.0)
+            gx = g * y * (1.5 if wrong_when_y_const and not cfg.active[1]
+                          or wrong_batch_reverse and cfg.width > 1 else 1.0)
         gy = g * x if cfg.active[1] else None
         if gy is not None and sum_for_scalar_y and np.ndim(y) == 0:
             gy = np.sum(gy)   # y was broadcast: its cotangent is summed back to a scalar
@@ -399,9 +413,9 @@ def _mul_rule(wrong_when_y_const=False, wrong_without_primal=False, wrong_batch=
 
 
 def test_check_rule_passes_a_correct_rule_in_every_combination():
-    # 2 args: forward 3 non-Const patterns x 3 returns, batch the same, reverse
-    # (3*3 - 1 array patterns with one Python float: 3*2 - 1 = 5) x 2 returns.
-    assert check_rule(_mul_rule(), np.array([0.5, -1.0]), 0.7) == 9 + 9 + 5 * 2
+    # 2 args: forward 3 non-Const patterns x 3 returns, batch the same; reverse: an array
+    # and a Python float give 3*2 - 1 = 5 patterns, batch reverse 1 (x), each x 2 returns.
+    assert check_rule(_mul_rule(), np.array([0.5, -1.0]), 0.7) == 9 + 9 + 5 * 2 + 1 * 2
 
 
 @pytest.mark.parametrize("kind, match", [
@@ -410,6 +424,9 @@ def test_check_rule_passes_a_correct_rule_in_every_combination():
     ("wrong_without_primal", r"Forward with \(argument 0 `x`: Const, argument 1 `y`: "
                              r"Duplicated\) and return Duplicated: the tangent"),
     ("wrong_batch", r"BatchDuplicated.*the tangent"),
+    ("wrong_batch_reverse", r"ReverseWithPrimal with \(argument 0 `x`: BatchDuplicated, "
+                            r"argument 1 `y`: Const\) and return Active: the derivative of "
+                            r"argument 0 `x` \(shadow 0\)"),
 ])
 def test_check_rule_names_the_failing_combination(kind, match):
     rule = _mul_rule(**{kind: True})
@@ -430,6 +447,18 @@ def test_check_rule_catches_a_cotangent_not_summed_over_broadcast_axes():
         check_rule(rule, np.array([0.5, -1.0]), 0.7)
 
 
+def test_check_rule_catches_a_rule_that_writes_into_its_input():
+    def augmented(cfg, x):
+        x *= 1.0 + 1e-3    # the classic bug: an in-place update of the caller's array
+        return x * 2, None
+    sloppy = custom_rule(lambda x: x * 2, augmented_primal=augmented,
+                         reverse=lambda cfg, s, g: (2 * g,),
+                         forward=lambda cfg, p, t: (p[0] * 2, 2 * t[0]), name="sloppy")
+    with pytest.raises(GradientCheckError, match=r"`sloppy`.*Active\) and return Active: the "
+                                                 r"rule wrote into argument 0 `x`"):
+        check_rule(sloppy, np.array([1.0, 2.0]), modes=("rev",))
+
+
 def test_check_rule_reports_a_wrong_primal_and_a_rule_error():
     wrong_primal = custom_rule(lambda x: x * 2, augmented_primal=lambda cfg, x: (x * 3, None),
                                reverse=lambda cfg, s, g: (2 * g,),
@@ -447,11 +476,11 @@ def test_check_rule_skips_non_float_arguments():
     scale = custom_rule(lambda x, n: x * n, augmented_primal=lambda cfg, x, n: (x * n, n),
                         reverse=lambda cfg, n, g: (g * n, None),
                         forward=lambda cfg, p, t: (p[0] * p[1], t[0] * p[1]))
-    assert check_rule(scale, np.array([1.0, 2.0]), 3) == 3 + 3 + 2 * 2
+    assert check_rule(scale, np.array([1.0, 2.0]), 3) == 3 + 3 + 2 * 2 + 1 * 2
     scaled = custom_rule(lambda x, s: x * s.scale,
                          augmented_primal=lambda cfg, x, s: (x * s.scale, s.scale),
                          reverse=lambda cfg, k, g: (g * k, None),
                          forward=lambda cfg, p, t: (p[0] * p[1].scale, t[0] * p[1].scale))
-    assert check_rule(scaled, np.array([1.0, 2.0]), Settings(2.0)) == 10
+    assert check_rule(scaled, np.array([1.0, 2.0]), Settings(2.0)) == 12
     with pytest.raises(ValueError, match="floating-point"):
         check_rule(scale, np.array([1, 2]), 3)
