@@ -1,9 +1,10 @@
 """np.linalg: inv, solve, det, slogdet, cholesky, eigh, svd, qr, norm, pinv, lstsq, matrix_power.
 
 Real floating-point matrices (complex ones for inv, solve, det, slogdet and matrix_power; the
-factorisations refuse them, see the end of this file); leading dimensions are batch ("stacked" matrices) wherever NumPy
-allows them. Every rule is written with differentiable NumPy calls (matmul, solve, transpose,
-...), so second derivatives work and the same code runs on CuPy arrays.
+factorisations refuse them, see the end of this file); leading dimensions are batch
+("stacked" matrices) wherever NumPy allows them. Every rule is written with differentiable
+NumPy calls (matmul, solve, transpose, ...), so second derivatives work and the same code runs
+on CuPy arrays.
 
 Conventions and assumptions (derivatives exist only where the factorisation is smooth):
 
@@ -37,7 +38,7 @@ from tape.backend import array_module
 from tape.core import Tracer, primal
 from tape.rules import inactive, register_function
 
-from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+from ._util import add_tangents, defprimitive, refuse_complex, shape_of, unbroadcast
 
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
 SVDResult = namedtuple("SVDResult", "U S Vh")
@@ -534,31 +535,10 @@ register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.red
 
 
 # -- complex matrices: inv, solve, det, slogdet and matrix_power are holomorphic, so their rules
-# hold as written (docs/complex.md). The factorisations below are not: their rules assume real
+# hold as written (docs/complex.md). The factorisations are not: their rules assume real
 # symmetric or orthogonal factors, so a complex input is refused rather than given a wrong
 # derivative.
-def _real_matrices_only(prim):
-    augmented, forward = prim.augmented_primal, prim.forward
-
-    def check(a):
-        if np.iscomplexobj(a):
-            raise NotImplementedError(
-                f"np.linalg.{prim.name}: derivatives for complex matrices are not implemented "
-                "(the rule assumes real symmetric or orthogonal factors); differentiate the "
-                "real and imaginary parts as a real block matrix instead")
-
-    def checked_augmented(cfg, a, *rest, **params):
-        check(a)
-        return augmented(cfg, a, *rest, **params)
-
-    def checked_forward(cfg, primals, tangents, **params):
-        check(primals[0])
-        return forward(cfg, primals, tangents, **params)
-
-    prim.augmented_primal, prim.forward = checked_augmented, checked_forward
-
-
 for _prim in (cholesky, eigh, eigvalsh, svd, svdvals, qr, pinv, lstsq_solution):
-    _real_matrices_only(_prim)
+    refuse_complex(_prim, f"np.linalg.{_prim.name}", "real symmetric or orthogonal factors")
 
 from . import linalg_norms  # noqa: E402,F401  (np.linalg.norm and friends)

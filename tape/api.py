@@ -460,8 +460,18 @@ def _strip(out, trace):
     leaves, td = flatten(out) if out is not None else ([], None)
     if td is None:
         return None
-    return unflatten(td, [x.value if isinstance(x, Tracer) and x.level is trace else x
-                          for x in leaves])
+    return unflatten(td, [_python_scalar(x.value) if isinstance(x, Tracer) and x.level is trace
+                          else x for x in leaves])
+
+
+def _python_scalar(v):
+    # NumPy turns Python floats into float64 scalars on the way; give back the Python type.
+    t = type(v)
+    if t is np.float64:
+        return float(v)
+    if t is np.complex128:
+        return complex(v)
+    return v
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,9 +27,12 @@ enclosing function. Such closures are found while the call runs, not declared:
   checkpoint work (the outer level stores the segment in full; only level d saves memory). In
   forward mode a checkpointed call is the plain call: forward mode stores nothing.
 * **Scan.** Each segment of `every` steps is a checkpointed call of a plain loop over the steps,
-  so the step's closure needs nothing special either. ``schedule="revolve"`` nests checkpoints
-  along Griewank's binomial split (each step is recomputed at most t times with s snapshots,
-  for the least t with C(s+t, s) >= n).
+  so the step's closure needs nothing special either. ``schedule="revolve"`` follows Griewank's
+  binomial schedule with checkpoints inside checkpoints: with s snapshots and t the least
+  repetition count with C(s+t, s) >= n, the first C(s+t-1, s) steps are one checkpointed segment
+  (scheduled the same way inside, with s snapshots), and the rest continue with s-1. Each step
+  runs at most t+1 times; each level of nested recomputation holds its own cotangent of the
+  values the step closes over.
 
 Restrictions, checked where cheap: `f` must be deterministic (the recomputation must read the same
 differentiated values), and must not write into arrays it did not create (its arguments and
@@ -101,6 +104,7 @@ class _Saved(NamedTuple):
 
     f: Callable
     name: str
+    level: Any         # the trace that recorded the call
     args: tuple
     kwargs: dict
     inputs: list       # [(tracer object, value it held, slot it held)]
@@ -125,7 +129,7 @@ def _record(prim, f, trace, args, kwargs):
     if not positions:
         return unflatten(treedef, values)
     inputs = list(seen.values())
-    saved = _Saved(f, prim.name, args, kwargs, inputs, treedef, positions)
+    saved = _Saved(f, prim.name, trace, args, kwargs, inputs, treedef, positions)
     first = trace.n_slots
     trace.n_slots = first + len(positions)
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
@@ -198,7 +202,7 @@ _TRACER_STATE = ("owned", "view_of", "views")
 
 
 def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
-    level = saved.inputs[0][0].level   # the trace that recorded the call
+    level = saved.level
     # The recomputation is swept under the same mode modifiers as the tape it stands in for.
     with ReverseTrace(strong_zero=level.strong_zero, nan_check=level.nan_check) as inner:
         objects = [obj for obj, _, _ in saved.inputs]

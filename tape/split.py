@@ -52,7 +52,7 @@ class SplitTape:
         self._out = out
         self.ret_activity = ret_activity
         self.width = width
-        self._primal_ids = [id(a.val) for a in annotated]
+        self._primals = [a.val for a in annotated]
         self._arguments = [a.val for a in annotated]
         self._fingerprints = self._fingerprint_all()
 
@@ -213,8 +213,8 @@ class _Thunk:
         if tape._thunk is not self:
             raise ActivityError(f"this tape was recorded by another autodiff_thunk, not by the "
                                 f"one of `{self.name}`")
-        for i, (a, pid) in enumerate(zip(annotated, tape._primal_ids)):
-            if type(a) is not Const and id(a.val) != pid:
+        for i, (a, recorded) in enumerate(zip(annotated, tape._primals)):
+            if type(a) is not Const and not _same_argument(a.val, recorded):
                 raise ActivityError(f"reverse: argument {i} is not the value forward recorded; "
                                     "pass the same arrays to forward and reverse")
         tape.check_unchanged()
@@ -227,6 +227,13 @@ class _Thunk:
         with strong_zero_scope(self.mode.strong_zero):
             cts = sweep(tape._trace, tape._groups, seeds, tape.width, consume=False)
         return (derivatives(annotated, tape._groups, cts, tape.width),)
+
+
+def _same_argument(value, recorded) -> bool:
+    """Arrays and containers must be the very objects forward saw; numbers equal ones."""
+    if isinstance(value, (int, float, complex, np.generic)):
+        return isinstance(recorded, (int, float, complex, np.generic)) and value == recorded
+    return value is recorded
 
 
 def _protect_and_write_primals(trace, groups):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tape import (Active, CheckpointError, Const, Duplicated, Forward, Reverse,
-                  ReverseSplitWithPrimal, autodiff, autodiff_thunk, checkpoint,
-                  checkpointed_scan, set_nan_check, set_strong_zero)
-from tape.core import ReverseTrace
+                  ReverseHolomorphic, ReverseSplitWithPrimal, autodiff, autodiff_thunk,
+                  checkpoint, checkpointed_scan, hvp, jacobian, set_nan_check, set_strong_zero)
+from tape.core import ReverseTrace, primal
 from tape.errors import NaNError
 from tape.testing import check_grads
 
@@ -143,6 +143,17 @@ def test_nested_checkpoints():
     check_grads(loss, x)
 
 
+def test_autodiff_inside_a_checkpointed_function():
+    def inner_grad(x):   # a gradient computed inside the segment: its recomputation is nested
+        (g,), = autodiff(Reverse, lambda y: np.sum(np.sin(W @ y) * y), Active, Active(x))
+        return g
+    x = RNG.standard_normal(3)
+    loss = lambda f: lambda x: np.sum(f(x) ** 2)
+    np.testing.assert_allclose(grads(loss(checkpoint(inner_grad)), x)[0],
+                               grads(loss(inner_grad), x)[0], rtol=1e-13)
+    check_grads(loss(checkpoint(inner_grad)), x, order=1)
+
+
 def test_values_written_after_the_call_do_not_reach_the_recomputation():
     def loss(fn):
         def inner(x):
@@ -166,6 +177,38 @@ def test_split_mode_tape_reversed_twice():
     want = grads(lambda Wd: np.sum(np.tanh(Wd @ B)), W)[0]
     np.testing.assert_allclose(g1, want, rtol=1e-13)
     np.testing.assert_allclose(g3, 3 * want, rtol=1e-13)
+
+
+def test_complex_inputs():
+    z = np.array([0.3 + 0.2j, -0.5 + 1.0j])
+    inner = lambda z: z ** 2 * np.exp(z)
+    for mode, loss in [(ReverseHolomorphic, lambda f: lambda z: np.sum(f(z))),
+                       (Reverse, lambda f: lambda z: np.sum(np.abs(f(z)) ** 2))]:
+        (got,), = autodiff(mode, loss(checkpoint(inner)), Active, Active(z))
+        (want,), = autodiff(mode, loss(inner), Active, Active(z))
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_batched_reverse_and_hvp_through_checkpoints():
+    x, v = RNG.standard_normal(3), RNG.standard_normal(3)
+    layer = lambda h: np.tanh(W @ h) * h
+    jac = lambda f: jacobian(Reverse, f, x, chunk=2)[0]   # BatchDuplicated reverse passes
+    np.testing.assert_allclose(jac(checkpoint(layer)), jac(layer), rtol=1e-13)
+    loss = lambda f: lambda h: np.sum(f(f(h)) ** 2)
+    np.testing.assert_allclose(hvp(loss(checkpoint(layer)), x, v), hvp(loss(layer), x, v),
+                               rtol=1e-12)
+
+
+def test_an_error_inside_the_function_leaves_the_trace_usable():
+    def f(x):
+        raise KeyError("boom")
+
+    def loss(x):
+        with pytest.raises(KeyError):
+            checkpoint(f)(x)
+        return np.sum(np.sin(x))   # recorded as usual again
+    x = RNG.standard_normal(3)
+    np.testing.assert_allclose(grads(loss, x)[0], np.cos(x), rtol=1e-14)
 
 
 # The recomputation's sweep runs under the mode modifiers of the tape it stands in for.
@@ -309,18 +352,24 @@ def test_scan_stores_every_kth_carry_and_runs_each_step_twice():
     assert len(calls) == 2 * n
 
 
-def test_revolve_recomputes_each_step_at_most_t_times():
-    n, s, calls = 40, 3, []
+def test_revolve_runs_each_step_at_most_t_plus_1_times():
+    n, s, runs = 40, 3, np.zeros(40, dtype=int)
 
     def loss(U, h0):
         def step(h, x):
-            calls.append(1)
-            return np.tanh(U @ h + x), None
-        return np.sum(checkpointed_scan(step, h0, RNG.standard_normal((n, 3)),
-                                        schedule="revolve", snapshots=s)[0])
-    grads(loss, W, H0)
-    t = 4   # the least t with C(s + t, s) >= 40: C(7, 3) = 35, C(8, 3) = 56
-    assert n < len(calls) <= (t + 1) * n
+            runs[int(primal(x)[0])] += 1   # x[0] is the step's index
+            return np.tanh(U @ h + 0.01 * x), None
+        xs = np.arange(n, dtype=float)[:, None] * np.ones(3)
+        return np.sum(checkpointed_scan(step, h0, xs, schedule="revolve", snapshots=s)[0])
+    got = grads(loss, W, H0)
+    want = grads(lambda U, h0: np.sum(python_loop(
+        lambda h, x: (np.tanh(U @ h + 0.01 * x), 0.0), h0,
+        np.arange(n, dtype=float)[:, None] * np.ones(3))[0]), W, H0)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    t = 5   # the least t with C(s + t, s) >= 40: C(3 + 4, 3) = 35, C(3 + 5, 3) = 56
+    assert runs.max() == t + 1 and runs[-1] == 1   # the last step is taped directly
+    assert runs.sum() < n * (t + 1)                # most steps run fewer times
     with ReverseTrace() as trace:
         h0 = trace.new_leaf(H0)
         checkpointed_scan(lambda h, x: (np.sin(h) + x, None), h0, XS, schedule="revolve",
