@@ -362,7 +362,7 @@ class ReverseTrace(Trace):
                     vals.append(a)
                     slots.append(None)
             in_slots = tuple(slots)
-            cfg = config_for(tuple(s is not None for s in slots))
+            cfg = _REVERSE_CONFIGS[tuple(s is not None for s in slots)]
         slot = self.n_slots
         if prim.simple:   # speed-up: the common case in a few lines
             out, saved = (prim.augmented_primal(cfg, *vals, **params) if params

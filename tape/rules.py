@@ -80,7 +80,9 @@ class _CheckedRules:
         return RuleError(f"the {rule} rule of `{self.name}` {message}")
 
     def augmented_primal(self, cfg, *args, **params):
-        cfg = cfg.replace(overwritten=_overwritten(cfg, args))
+        overwritten = _overwritten(cfg, args)
+        if overwritten != cfg.overwritten:
+            cfg = cfg.replace(overwritten=overwritten)
         result = self.user_augmented(cfg, *args, **params)
         if type(result) is not tuple or len(result) != 2:
             raise self._fail("augmented_primal", f"must return a pair (primal, saved); it "
@@ -141,8 +143,9 @@ class _CheckedRules:
         return tuple(out)
 
     def forward(self, cfg, primals, tangents, **params):
-        cfg = cfg.replace(overwritten=_overwritten(cfg, primals), mode="forward",
-                          width=_width(tangents))
+        overwritten, width = _overwritten(cfg, primals), _width(tangents)
+        if overwritten != cfg.overwritten or width != cfg.width or cfg.mode != "forward":
+            cfg = cfg.replace(overwritten=overwritten, mode="forward", width=width)
         if cfg.width == 1 or self.vectorized:
             return self._checked_forward(cfg, primals, tangents, params)
         one = cfg.replace(width=1)

@@ -35,6 +35,7 @@ from .backend import array_module
 from .batching import Batched, stack_directions
 from .core import ReverseTrace, Tracer
 from .errors import ActivityError, HecateError
+from .pytree import flatten, is_inactive
 from .modifiers import strong_zero_scope, to_user
 
 
@@ -105,7 +106,6 @@ def describe_record(i: int, record: tuple) -> str:
 
 
 def _slot_names(out, trace) -> str:
-    from .pytree import flatten
     leaves, _ = flatten(out)
     return ", ".join(f"%{x.slot}" if isinstance(x, Tracer) and x.level is trace else "const"
                      for x in leaves)
@@ -123,7 +123,6 @@ def _saved_arrays(saved, found: dict):
         for v in saved.values():
             _saved_arrays(v, found)
     elif isinstance(saved, Annotation) or hasattr(saved, "__dataclass_fields__"):
-        from .pytree import flatten
         _saved_arrays(flatten(saved.val if isinstance(saved, Annotation) else saved)[0], found)
     elif hasattr(saved, "shape") and hasattr(saved, "dtype") and not isinstance(
             saved, (Tracer, np.generic)):
@@ -176,6 +175,9 @@ class _Thunk:
                                 f"arguments (as given to autodiff_thunk), got {len(args)}")
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         for i, (a, kind) in enumerate(zip(annotated, self.arg_types)):
+            if is_inactive(a.val):      # an inactive_type is constant whatever its annotation
+                annotated[i] = Const(a.val)
+                continue
             if type(a) is not kind:
                 raise ActivityError(f"{where}: argument {i} is {type(a).__name__} but "
                                     f"autodiff_thunk was told {kind.__name__}")
@@ -263,7 +265,6 @@ def _seed(tape: SplitTape, dret, seeds: dict):
     if dret is None:
         raise ActivityError(f"reverse needs a seed for the {ret.__name__} return: "
                             "reverse(*args, dret, tape)")
-    from .pytree import flatten
     leaves, td = flatten(out)
     if width is None:
         per_leaf = _seed_leaves(dret, td, leaves, trace)
@@ -279,7 +280,6 @@ def _seed(tape: SplitTape, dret, seeds: dict):
 
 
 def _seed_leaves(dret, td, leaves, trace) -> list:
-    from .pytree import flatten
     seed_leaves, seed_td = flatten(dret)
     if seed_td != td:
         raise ActivityError(f"the seed has the structure of {_describe(dret)}, not the "
