@@ -1,0 +1,218 @@
+"""The annotated arguments of one `autodiff` call: their differentiable leaves, shadow checks
+that name the leaf at fault, batch widths, and the tracers `f` is called with."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .activities import Active, BatchDuplicated, Const, Duplicated, MixedDuplicated
+from .backend import module_name
+from .constbuffer import as_const
+from .errors import ActivityError, PytreeError
+from .pytree import flatten, flatten_with_paths, format_path, unflatten
+
+
+class _ArgumentName:
+    """`argument 1 (`model`)` for error messages, looked up only when an error needs it
+    (speed-up: inspect.signature costs more than a small differentiation)."""
+
+    __slots__ = ("f", "i")
+
+    def __init__(self, f, i):
+        self.f, self.i = f, i
+
+    def parameter(self):
+        try:
+            params = list(inspect.signature(self.f).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if self.i < len(params) and params[self.i].kind in (
+                params[self.i].POSITIONAL_ONLY, params[self.i].POSITIONAL_OR_KEYWORD):
+            return params[self.i].name
+        return None
+
+    def __str__(self):
+        name = self.parameter()
+        return f"argument {self.i}" + (f" (`{name}`)" if name else "")
+
+    @property
+    def root(self):
+        return self.parameter() or f"args[{self.i}]"
+
+
+def _argument_names(f, n):
+    return [_ArgumentName(f, i) for i in range(n)]
+
+
+def _is_float(x) -> bool:
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return isinstance(x, (float, complex))
+    return dt.kind in "fc" if isinstance(dt, np.dtype) else np.issubdtype(dt, np.inexact)
+
+
+class _Leaves:
+    """The differentiable leaves of one annotated argument, with their tracers.
+
+    ``first_slots[i]`` is None for a leaf that is not traced (an int, say); otherwise the tape
+    slot its tracer started with (reverse mode; a later slot means f overwrote it), or True
+    (forward mode)."""
+
+    __slots__ = ("annotation", "name", "leaves", "paths", "treedef", "tracers", "shadows",
+                 "first_slots", "width")
+
+    def __init__(self, annotation, name):
+        self.annotation = annotation
+        self.name = name
+        self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val)
+        kind = type(annotation).__name__
+        if not self.leaves or not any(_is_float(x) for x in self.leaves):
+            raise ActivityError(
+                f"{name} is marked {kind} but holds no floating-point value "
+                f"({_describe(annotation.val)}); integer and boolean values have no derivative. "
+                "Mark it Const, or convert it with .astype(float)")
+        self.tracers = []
+        self.shadows = None      # per leaf: the shadow, or a W-tuple of them in batch mode
+        self.first_slots = []
+        self.width = annotation.width if isinstance(annotation, BatchDuplicated) else None
+
+    def path(self, i):
+        """`model.proj.w_k (argument 0)`: the leaf as the user reaches it."""
+        if not self.paths[i]:
+            return str(self.name)
+        return f"{format_path(self.paths[i], self.name.root)} (argument {self.name.i})"
+
+
+def _describe(x):
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return f"{type(x).__name__} of dtype {x.dtype} and shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
+def _check_shadow(arg: _Leaves):
+    ann = arg.annotation
+    if arg.width is None:
+        arg.shadows = _checked_shadow_leaves(arg, ann.dval, "shadow")
+        return
+    per_direction = [_checked_shadow_leaves(arg, dval, f"shadow {w}")
+                     for w, dval in enumerate(ann.dval)]
+    arg.shadows = list(zip(*per_direction))
+
+
+def _checked_shadow_leaves(arg: _Leaves, dval, what: str) -> list:
+    ann = arg.annotation
+    shadow_leaves, shadow_td = flatten(dval)
+    if shadow_td != arg.treedef or len(shadow_leaves) != len(arg.leaves):
+        raise ActivityError(
+            f"the {what} of {arg.name} does not have the structure of its primal: the primal is "
+            f"{_describe(ann.val)} with {len(arg.leaves)} leaves, the {what} "
+            f"{_describe(dval)} with {len(shadow_leaves)} leaves. make_zero(x) builds a "
+            "matching shadow")
+    for i, (x, dx) in enumerate(zip(arg.leaves, shadow_leaves)):
+        if not _is_float(x):
+            continue
+        problem = _shadow_mismatch(x, dx)
+        if problem:
+            raise ActivityError(f"{what} of {arg.path(i)} {problem}")
+    return shadow_leaves
+
+
+def batch_width(annotated, names) -> int | None:
+    """The common width W of the BatchDuplicated arguments (None when there are none).
+
+    Every differentiated argument of a batch call must carry W shadows: a plain Duplicated
+    argument (width 1) beside a BatchDuplicated one is a width mismatch, as in Enzyme."""
+    widths = {}
+    for ann, name in zip(annotated, names):
+        if isinstance(ann, BatchDuplicated):
+            widths[str(name)] = ann.width
+    if not widths:
+        return None
+    if len(set(widths.values())) > 1:
+        listing = ", ".join(f"{n} has width {w}" for n, w in widths.items())
+        raise ActivityError(f"batch width mismatch: {listing}; every BatchDuplicated argument "
+                            "of one call needs the same number of shadows")
+    width = next(iter(widths.values()))
+    for ann, name in zip(annotated, names):
+        if isinstance(ann, Duplicated) and not isinstance(ann, BatchDuplicated):
+            raise ActivityError(
+                f"batch width mismatch: {name} is {type(ann).__name__} (width 1) but other "
+                f"arguments are BatchDuplicated with width {width}; use BatchDuplicated(x, "
+                f"(dx_1, ..., dx_{width})) for it, or Const")
+    return width
+
+
+def _shadow_mismatch(x, dx) -> str | None:
+    if np.shape(x) != np.shape(dx):
+        return f"has shape {np.shape(dx)} but the primal has shape {np.shape(x)}"
+    if hasattr(x, "dtype") and getattr(dx, "dtype", None) != x.dtype and np.ndim(x) > 0:
+        return (f"has dtype {getattr(dx, 'dtype', type(dx).__name__)} but the primal has dtype "
+                f"{x.dtype}")
+    if module_name(x) != module_name(dx):
+        return f"is a {module_name(dx)} array but the primal is a {module_name(x)} array"
+    return None
+
+
+def _trace_arguments(annotated, names, check, make_leaf):
+    """The arguments `f` is called with: Const values as they are (arrays as ConstBuffer
+    views), and the float leaves of the others replaced by tracers `make_leaf(x, dx)`."""
+    call_args, groups = [], []
+    for ann, name in zip(annotated, names):
+        if type(ann) is Const:
+            call_args.append(as_const(ann.val, name))
+            continue
+        arg = check(ann, name)
+        shadows = arg.shadows if arg.shadows is not None else [None] * len(arg.leaves)
+        for x, dx in zip(arg.leaves, shadows):
+            if _is_float(x):
+                t = make_leaf(x, dx)
+                arg.tracers.append(t)
+                arg.first_slots.append(getattr(t, "slot", True))
+            else:
+                arg.tracers.append(x)
+                arg.first_slots.append(None)
+        groups.append(arg)
+        call_args.append(unflatten(arg.treedef, arg.tracers))
+    return call_args, groups
+
+
+def _reverse_argument(ann, name):
+    if not isinstance(ann, (Active, Duplicated)):
+        raise ActivityError(f"{name}: {type(ann).__name__} is not supported in reverse mode")
+    arg = _Leaves(ann, name)
+    if isinstance(ann, Duplicated):
+        _check_shadow(arg)
+        if isinstance(ann, MixedDuplicated):
+            return arg
+        _check_shadow_writable(arg)
+        if not arg.paths[0] and not _is_mutable_leaf(ann.val):
+            raise ActivityError(
+                f"{name} is Duplicated but is an immutable scalar ({type(ann.val).__name__}); "
+                "its shadow could not be updated. Mark it Active to get its derivative returned")
+    return arg
+
+
+def _forward_argument(ann, name):
+    if isinstance(ann, Active):
+        raise ActivityError(f"{name}: Active is not allowed in forward mode; use "
+                            "Duplicated(x, dx) with the tangent dx")
+    arg = _Leaves(ann, name)
+    _check_shadow(arg)
+    return arg
+
+
+def _check_shadow_writable(arg):
+    """Reverse mode adds into shadows in place: refuse, before running f, a float shadow leaf
+    that sits in a tuple (it could not be updated)."""
+    for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
+        if (_is_float(x) and arg.paths[i] and not _is_mutable_leaf(dx)
+                and arg.paths[i][-1].kind == "index"):
+            raise PytreeError(
+                f"cannot accumulate into the immutable leaf {arg.path(i)} of the shadow: a "
+                "number inside a tuple cannot be updated in place. Use a list, a dict or a "
+                "dataclass for the shadow, or mark the argument Active")
+
+
+def _is_mutable_leaf(x):
+    return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)
