@@ -12,8 +12,8 @@ its closure) and `h0`. Three ways of running the loop are compared:
 
 Peak memory is `tracemalloc`'s peak during one gradient call, above what was allocated before it
 (NumPy reports its array allocations to tracemalloc, so it counts arrays and Python objects).
-"tape arrays" is the memory the tape's residuals keep alive when the forward pass ends. Times are the
-minimum over ``--repeat`` gradient calls, without tracemalloc, the variants taking turns.
+"tape arrays" is the memory the tape's residuals keep alive when the forward pass ends. Times
+are the minimum over ``--repeat`` gradient calls, without tracemalloc, the variants taking turns.
 Run ``python benchmarks/checkpoint.py [--quick] [--json PATH] [--steps N] [--dim D]``.
 """
 from __future__ import annotations
