@@ -2,13 +2,15 @@
 
 A view shares memory with the user's array, so non-active writes land in it as usual; writing an
 *active* value into it would silently drop the derivative, so it is refused with an error that
-names the argument. Everything else behaves as a plain ndarray (results are plain ndarrays).
+names the argument. Records that saved the buffer's memory before such a write get a copy of
+what they saw first (copy on write), so the reverse sweep never reads the new values.
+Everything else behaves as a plain ndarray (results are plain ndarrays).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .core import Tracer
+from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError
 
 
@@ -42,6 +44,7 @@ class ConstBuffer(np.ndarray):
     def __setitem__(self, index, value):
         if _has_tracer(value):
             self._refuse()
+        _protect_saved(self)
         self.view(np.ndarray)[index] = _plain(value)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -49,6 +52,9 @@ class ConstBuffer(np.ndarray):
         if out is not None:
             if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):
                 self._refuse()
+            for o in out:
+                if isinstance(o, ConstBuffer):
+                    _protect_saved(o)
             kwargs["out"] = tuple(_plain(o) for o in out)
         return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
 
@@ -56,6 +62,28 @@ class ConstBuffer(np.ndarray):
         if not all(issubclass(t, np.ndarray) for t in types):
             return NotImplemented    # a traced argument too: its type records the call
         return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+
+
+def _protect_saved(buffer):
+    """Before `buffer` is written: records of the open tapes that hold arrays sharing its memory
+    get copies of them (rare and only on writes into Const arrays, so a scan is affordable)."""
+    plain = buffer.view(np.ndarray)
+    for trace in _TRACE_STACK.get():
+        records = getattr(trace, "records", None)
+        for i, record in enumerate(records or ()):
+            saved = _copied_if_shared(record[2], plain)
+            if saved is not record[2]:
+                records[i] = record[:2] + (saved,) + record[3:]
+
+
+def _copied_if_shared(saved, buffer):
+    if isinstance(saved, np.ndarray):
+        return saved.copy() if np.may_share_memory(saved, buffer) else saved
+    if type(saved) in (tuple, list):
+        items = [_copied_if_shared(v, buffer) for v in saved]
+        if any(a is not b for a, b in zip(items, saved)):
+            return type(saved)(items)
+    return saved
 
 
 def as_const(value, name):

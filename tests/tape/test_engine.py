@@ -6,7 +6,7 @@ import weakref
 import numpy as np
 import pytest
 
-from tape import (Active, Duplicated, EscapedTracerError, Forward, Reverse, ReverseWithPrimal,
+from tape import (Active, Const, Duplicated, EscapedTracerError, Forward, Reverse, ReverseWithPrimal,
                   autodiff,
                   custom_rule,
                   primal)
@@ -259,3 +259,23 @@ def test_views_see_later_writes_into_their_base():
     np.testing.assert_allclose(g, numeric_gradient(traced, x), rtol=1e-6, atol=1e-8)
     t, = autodiff(Forward, traced, Duplicated(x, np.ones(6)))
     assert t == pytest.approx(np.sum(numeric_gradient(traced, x)), rel=1e-6)
+
+
+def test_writes_into_a_const_array_after_use_do_not_change_the_gradient():
+    def g(x, W):
+        y = x * W          # the record keeps W
+        W[0] = 100.0       # a plain (inactive) write into the Const array
+        return y.sum()
+
+    def h(x, W):
+        y = np.sin(x) @ W
+        W *= 3.0           # in place through a ufunc
+        return y
+    W = np.array([1.0, 2.0])
+    (dx, dW), = autodiff(Reverse, g, Active, Active(np.ones(2)), Const(W))
+    np.testing.assert_array_equal(dx, [1.0, 2.0])
+    np.testing.assert_array_equal(W, [100.0, 2.0])       # the write still reaches the caller
+    W = np.array([1.0, 2.0])
+    (dx, _), = autodiff(Reverse, h, Active, Active(np.ones(2)), Const(W))
+    np.testing.assert_allclose(dx, np.cos(1.0) * np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(W, [3.0, 6.0])
