@@ -21,8 +21,8 @@ Conventions and assumptions (derivatives exist only where the factorisation is s
   input raises NotImplementedError (the extra columns are not unique). With hermitian=True the
   general SVD rule is used, which is exact for symmetric perturbations.
 - qr: mode 'reduced' (or 'complete' for square input) and 'r', with m >= n and full rank.
-- pinv and the solution of lstsq: the rank must be locally constant (full rank in practice);
-  lstsq's residuals, rank and singular values are returned without derivative.
+- pinv and lstsq: the rank must be locally constant (full rank in practice); lstsq's
+  residuals and singular values are differentiable, its rank is not.
 
 Norms (norm, vector_norm, matrix_norm, cond) live in `ops.linalg_norms`.
 """
@@ -490,7 +490,11 @@ lstsq_solution = defprimitive("lstsq", lambda a, b, solution: solution, _lstsq_a
 def _lstsq(a, b, rcond=None):
     b = _as_array(b)
     x, residuals, rank, s = np.linalg.lstsq(primal(a), primal(b), rcond=rcond)
-    return lstsq_solution(a, b, solution=x), residuals, rank, s
+    x = lstsq_solution(a, b, solution=x)
+    if np.size(residuals):   # NumPy reports them only for a tall, full-rank a
+        r = b - a @ x
+        residuals = np.reshape(np.sum(r * r, axis=0), np.shape(residuals))
+    return x, residuals, rank, np.linalg.svdvals(a)
 
 
 register_function(np.linalg.lstsq, _lstsq)
@@ -529,7 +533,22 @@ register_function(np.linalg.diagonal, lambda x, /, *, offset=0: np.diagonal(
     x, offset, axis1=-2, axis2=-1))
 register_function(np.linalg.trace, lambda x, /, *, offset=0, dtype=None: np.trace(
     x, offset, axis1=-2, axis2=-1, dtype=dtype))
-register_function(np.linalg.cross, lambda x1, x2, /, *, axis=-1: np.cross(x1, x2, axis=axis))
+
+
+def _cross(x1, x2, /, *, axis=-1):
+    # np.cross has no rule of its own; np.linalg.cross takes 3-vectors only, so spell it out.
+    a, b = np.moveaxis(_as_array(x1), axis, -1), np.moveaxis(_as_array(x2), axis, -1)
+    for name, x, moved in (("x1", x1, a), ("x2", x2, b)):
+        if shape_of(moved)[-1] != 3:
+            raise ValueError(f"np.linalg.cross: {name} of shape {shape_of(_as_array(x))} "
+                             f"must have length 3 along axis {axis}")
+    c = np.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+                  a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                  a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
+    return np.moveaxis(c, -1, axis)
+
+
+register_function(np.linalg.cross, _cross)
 register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.reduce(
     np.dot, arrays))
 

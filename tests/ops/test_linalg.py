@@ -235,10 +235,13 @@ def test_lstsq_solution(seed, m, n, rhs_cols):
     x, residuals, rank, s = traced_value(lambda x, y: np.linalg.lstsq(x, y), a, b)
     expected = np.linalg.lstsq(a, b)
     np.testing.assert_allclose(x, expected[0])
-    np.testing.assert_allclose(residuals, expected[1])
+    np.testing.assert_allclose(residuals, expected[1], atol=1e-12)   # |b - a x|^2, not LAPACK's
     assert rank == expected[2]
     np.testing.assert_allclose(s, expected[3])
     check_grads(lambda x, y: np.linalg.lstsq(x, y)[0], a, b)
+    check_grads(lambda x: np.linalg.lstsq(x, b)[3], a)
+    if residuals.size:   # tall a only
+        check_grads(lambda x, y: np.linalg.lstsq(x, y)[1], a, b)
 
 
 # -- norms ----------------------------------------------------------------------------------------
@@ -314,8 +317,15 @@ def test_array_api_aliases_and_hermitian_variants():
         (lambda x: np.linalg.pinv(sym(x), 1e-10, True), a),
         (lambda x: np.linalg.pinv(x, rtol=1e-10), b),
         (lambda x: np.linalg.eigvalsh(sym(x), "U"), a),
+        (np.linalg.cross, b, v), (lambda x, y: np.linalg.cross(x, y, axis=0), a[0], b[1]),
     ]
     for f, *args in cases:
         np.testing.assert_allclose(traced_value(f, *args), f(*args), atol=1e-12)
         check_grads(f, *args)
     assert traced_value(np.linalg.matrix_rank, a).tolist() == [3, 3]
+
+
+def test_cross_needs_three_vectors():
+    with pytest.raises(ValueError, match=r"np.linalg.cross: x2 of shape \(2,\) must have length 3"):
+        autodiff(Reverse, lambda x: np.sum(np.linalg.cross(x, np.ones(2))), Active,
+                 Active(np.ones(3)))
