@@ -1,7 +1,8 @@
 """The `hecate` command line.
 
 `hecate demo` differentiates a few functions with every mode and prints each derivative next to
-a central finite difference, so a new user sees the API work end to end.
+a central finite difference, so a new user sees the API work end to end. `hecate info` prints
+the detected GPU and the backend the kernel pairs select (`kernels.info`).
 """
 from __future__ import annotations
 
@@ -91,14 +92,41 @@ def demo(out=sys.stdout) -> int:
     return failures
 
 
+def bench(argv: Sequence[str]) -> int:
+    """`hecate bench ...`: the harness in the repository's benchmarks/ folder, which sits next
+    to this package in a checkout or an editable install (it is not an installed package)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "benchmarks" / "harness.py").is_file():
+        print(f"hecate bench needs the repository's benchmarks/ folder, which is not next to "
+              f"{root / 'models'}: run it from a checkout installed with `pip install -e .`",
+              file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks.harness import main as harness_main
+    return harness_main(list(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:   # the harness parses its own options (`hecate bench --help`)
+        return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="hecate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="differentiate a few functions, checked against finite "
                                 "differences")
+    sub.add_parser("info", help="the detected GPU and the backend kernel pairs use")
+    sub.add_parser("bench", help="Hecate against autograd, PyTorch and JAX: ADBench and more "
+                                 "(see `hecate bench --help`)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return 1 if demo() else 0
+    if args.command == "info":
+        import kernels
+        print(kernels.info())
+        return 0
     return 2
 
 

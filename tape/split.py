@@ -124,8 +124,7 @@ def _saved_arrays(saved, found: dict):
             _saved_arrays(v, found)
     elif isinstance(saved, Annotation) or hasattr(saved, "__dataclass_fields__"):
         _saved_arrays(flatten(saved.val if isinstance(saved, Annotation) else saved)[0], found)
-    elif hasattr(saved, "shape") and hasattr(saved, "dtype") and not isinstance(
-            saved, (Tracer, np.generic)):
+    elif isinstance(saved, np.ndarray) or hasattr(saved, "__cuda_array_interface__"):
         found.setdefault(id(saved), saved)
 
 

@@ -192,3 +192,14 @@ def test_split_gradient_matches_finite_differences():
     x = np.array([0.3, -0.8, 1.4])
     np.testing.assert_allclose(via_split(x), np.sin(x) + x * np.cos(x))
     check_grads(via_split, x, modes=("fwd",), order=1)
+
+
+def test_residuals_may_hold_modules_and_other_objects():
+    double = custom_rule(lambda x: 2 * x, augmented_primal=lambda c, x: (2 * x, (np, "note")),
+                         reverse=lambda c, s, g: (2 * g,))
+    fwd, rev = autodiff_thunk(ReverseSplitNoPrimal, lambda x: np.sum(double(x)), Active,
+                              Duplicated)
+    x, dx = np.ones(3), np.zeros(3)
+    tape, _, _ = fwd(Duplicated(x, dx))
+    rev(Duplicated(x, dx), 1.0, tape)
+    np.testing.assert_array_equal(dx, [2.0, 2.0, 2.0])

@@ -1,0 +1,344 @@
+"""Kernel pairs: tokens/s of forward + backward, Hecate against a PyTorch implementation.
+
+For each pair (sliding-window attention, delta, Titans and Hebbian memories) at d = 64, 128 and
+s = 512, 2048 (one sequence, float32), one timed step is a full gradient of
+``L = sum(outputs * fixed weights)`` with respect to every input. Tools:
+
+- ``hecate``: the reference backend through ``autodiff`` (all states kept);
+- ``hecate-ckpt``: the same with ``checkpoint_every=64`` (memory rules only);
+- ``torch``: PyTorch eager, written as a PyTorch user would: the memory rules as a Python loop
+  over tokens whose ops autograd records (no hand-written backward), attention as
+  ``scaled_dot_product_attention`` with a boolean band mask (dense s x s, what most users write).
+
+NumPy's BLAS and PyTorch both run on one thread. Each time is the minimum over ``--repeat`` runs
+after a warm-up. ``--gpu`` adds the CUDA backend against the reference on CuPy arrays and
+PyTorch on CUDA, with the fraction of peak FP32 FLOP/s and memory bandwidth reached (README).
+Run ``python benchmarks/kernels.py [--quick] [--json PATH] [--gpu]``.
+"""
+from __future__ import annotations
+
+import os
+
+# One thread for NumPy's BLAS, set before NumPy loads it: the comparison is per core.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:   # run as a script from a checkout, without installing
+    sys.path.insert(0, str(ROOT))
+
+import kernels  # noqa: E402
+from tape import Active, Reverse, autodiff  # noqa: E402
+
+PAIRS = ("swa", "delta", "titans", "hebbian")
+WINDOW = 256          # attention window in every run
+CHECKPOINT = 64       # chunk of hecate-ckpt
+N_GATES = {"delta": 2, "titans": 3, "hebbian": 1}
+
+# --------------------------------------------------------------------------------------------
+# Inputs and the functions every tool differentiates
+
+
+def make_inputs(pair, s, d, lead=(), seed=0):
+    """float32 NumPy inputs: q, k, v for attention; k, v, q, gates, states for the memories."""
+    rng = np.random.default_rng(seed)
+    if pair == "swa":
+        arrays = [rng.standard_normal(lead + (s, d)) for _ in range(3)]
+    else:
+        k = rng.standard_normal(lead + (s, d))
+        k /= np.linalg.norm(k, axis=-1, keepdims=True)          # L2-normalised, as in the model
+        q = rng.standard_normal(lead + (s, d))
+        q /= np.linalg.norm(q, axis=-1, keepdims=True)
+        v = rng.standard_normal(lead + (s, d)) / math.sqrt(d)
+        gates = [rng.uniform(0.0, 0.1, lead + (s,)), rng.uniform(0.05, 0.5, lead + (s,)),
+                 rng.uniform(0.5, 0.9, lead + (s,))][:N_GATES[pair]]
+        states = [np.zeros(lead + (d, d))] * (2 if pair == "titans" else 1)
+        arrays = [k, v, q] + gates + states
+    return [a.astype(np.float32) for a in arrays]
+
+
+def output_weights(pair, s, d, lead=(), seed=1):
+    rng = np.random.default_rng(seed)
+    shapes = [lead + (s, d)] + ([] if pair == "swa" else
+                                [lead + (d, d)] * (2 if pair == "titans" else 1))
+    return [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+
+
+def hecate_fn(pair, checkpoint_every=None, backend=None):
+    if pair == "swa":
+        return lambda q, k, v: (kernels.swa_attention(q, k, v, WINDOW, backend=backend),)
+    kernel = {"delta": kernels.delta_rule, "titans": kernels.titans_rule,
+              "hebbian": kernels.hebbian_rule}[pair]
+    return lambda *a: kernel(*a, checkpoint_every=checkpoint_every, backend=backend)
+
+
+def hecate_step(pair, args, weights, **kw):
+    fn = hecate_fn(pair, **kw)
+
+    def loss(*a):
+        total = 0.0
+        for o, w in zip(fn(*a), weights):
+            total = total + (o * w).sum()
+        return total
+
+    def step():
+        derivs, = autodiff(Reverse, loss, Active, *[Active(a) for a in args])
+        return derivs
+    return step
+
+
+def torch_memory(pair, torch, k, v, q, *rest):
+    """The recurrence as a PyTorch user writes it: a loop over tokens, autograd records it."""
+    gates, states = rest[:N_GATES[pair]], list(rest[N_GATES[pair]:])
+    alpha = gates[0]
+    M = states[0]
+    S = states[1] if pair == "titans" else None
+    ys = []
+    for t in range(k.shape[0]):
+        if pair == "hebbian":
+            M = (1 - alpha[t]) * M + torch.outer(v[t], k[t])
+        else:
+            upd = gates[1][t] * torch.outer(M @ k[t] - v[t], k[t])
+            if pair == "delta":
+                M = (1 - alpha[t]) * M - upd
+            else:
+                S = gates[2][t] * S - upd
+                M = (1 - alpha[t]) * M + S
+        ys.append(M @ q[t])
+    return (torch.stack(ys), M) + ((S,) if pair == "titans" else ())
+
+
+def torch_attention(torch, q, k, v):
+    s = q.shape[-2]
+    i = torch.arange(s, device=q.device)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - WINDOW)
+    out = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None],
+                                                           attn_mask=band)
+    return (out[0],)
+
+
+def torch_step(pair, args, weights, device="cpu"):
+    import torch
+    ts = [torch.tensor(a, device=device, requires_grad=True) for a in args]
+    ws = [torch.tensor(w, device=device) for w in weights]
+
+    def step():
+        for t in ts:
+            t.grad = None
+        outs = torch_attention(torch, *ts) if pair == "swa" else torch_memory(pair, torch, *ts)
+        sum(((o * w).sum() for o, w in zip(outs, ws))).backward()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        return [t.grad.cpu().numpy() for t in ts]
+    return step
+
+
+def torch_version(cuda=False):
+    try:
+        import torch
+    except Exception:   # a broken install is treated like a missing one
+        return None
+    if cuda and not torch.cuda.is_available():
+        return None
+    torch.set_num_threads(1)
+    return torch.__version__
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
+
+
+def best_time(step, repeat, sync=None):
+    step()   # warm-up: caches, first-call allocations, CUDA compilation
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def grads_agree(got, want):
+    return all(np.allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-3,
+                           atol=2e-3 * max(1.0, float(np.max(np.abs(w)))))
+               for g, w in zip(got, want))
+
+
+def peak_mib(step):
+    """Peak bytes NumPy allocates during one step (tracemalloc sees NumPy's buffers)."""
+    tracemalloc.start()
+    step()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2 ** 20
+
+
+def run_cpu(sizes, repeat, measure_memory=True):
+    have_torch = torch_version() is not None
+    results = []
+    for pair in PAIRS:
+        for d, s in sizes:
+            args, weights = make_inputs(pair, s, d), output_weights(pair, s, d)
+            tools = [("hecate", hecate_step(pair, args, weights))]
+            if pair != "swa":
+                tools.append(("hecate-ckpt", hecate_step(pair, args, weights,
+                                                         checkpoint_every=CHECKPOINT)))
+            if have_torch:
+                tools.append(("torch", torch_step(pair, args, weights)))
+            reference = None
+            for name, step in tools:
+                got = step()
+                reference = got if reference is None else reference
+                row = {"pair": pair, "d": d, "s": s, "tool": name,
+                       "seconds": best_time(step, repeat), "grad_check": grads_agree(got,
+                                                                                    reference)}
+                row["tokens_per_s"] = s / row["seconds"]
+                if measure_memory and name.startswith("hecate"):
+                    row["peak_mib"] = peak_mib(step)
+                results.append(row)
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: CUDA backend vs the reference on CuPy arrays vs PyTorch on CUDA
+
+_FP32_LANES_PER_SM = {(8, 0): 64, (6, 0): 64, (7, 0): 64}   # otherwise 128 (sm_75, 86, 89, 90)
+
+
+def gpu_peaks(cp):
+    p = cp.cuda.runtime.getDeviceProperties(0)
+    lanes = _FP32_LANES_PER_SM.get((p["major"], p["minor"]), 128)
+    flops = p["multiProcessorCount"] * lanes * 2 * p["clockRate"] * 1e3
+    bandwidth = 2 * p["memoryClockRate"] * 1e3 * p["memoryBusWidth"] / 8
+    return flops, bandwidth
+
+
+def work_estimate(pair, s, d, B, checkpointed=False):
+    """(FLOPs, bytes) one forward + backward needs at least: the accounting of the README."""
+    if pair == "swa":
+        w_eff = min(WINDOW, s) - min(WINDOW, s) ** 2 / (2 * s)
+        flops = 14 * s * w_eff * d            # fwd 4 s w d, bwd 10 s w d (FlashAttention's)
+        nbytes = 4 * s * d * 10               # q k v out read/written, dq dk dv dout, twice
+        return B * flops, B * nbytes
+    per_state = 2 if pair == "titans" else 1
+    flops = 22 * d * d * s * per_state
+    state_passes = 2 if checkpointed else 3   # full: write every state, read it twice
+    nbytes = 4 * d * d * s * per_state * state_passes / (CHECKPOINT if checkpointed else 1)
+    return B * flops, B * (nbytes + 4 * s * d * 8)
+
+
+def run_gpu(sizes, repeat, batch):
+    import cupy as cp
+    sync = cp.cuda.Device().synchronize
+    peak_flops, peak_bw = gpu_peaks(cp)
+    have_torch = torch_version(cuda=True) is not None
+    results = []
+    for pair in PAIRS:
+        for d, s in sizes:
+            lead = (batch,)
+            args = [cp.asarray(a) for a in make_inputs(pair, s, d, lead)]
+            weights = [cp.asarray(w) for w in output_weights(pair, s, d, lead)]
+            tools = [("cuda", hecate_step(pair, args, weights, backend="cuda"), False),
+                     ("reference", hecate_step(pair, args, weights, backend="reference"),
+                      False)]
+            if pair != "swa":
+                tools.insert(1, ("cuda-ckpt", hecate_step(pair, args, weights, backend="cuda",
+                                                          checkpoint_every=CHECKPOINT), True))
+            if have_torch:   # the PyTorch loop runs one sequence (the first of the batch)
+                first = [cp.asnumpy(a)[0] for a in args]
+                tools.append(("torch-cuda", torch_step(
+                    pair, first, [cp.asnumpy(w)[0] for w in weights], "cuda"), False))
+            reference = None
+            for name, step, ckpt in tools:
+                got = [cp.asnumpy(g) if hasattr(g, "__cuda_array_interface__") else g
+                       for g in step()]
+                n_seq = 1 if name == "torch-cuda" else batch
+                if reference is None:
+                    reference = got
+                want = reference if n_seq == batch else [r[0] for r in reference]
+                t = best_time(step, repeat, sync)
+                flops, nbytes = work_estimate(pair, s, d, n_seq, ckpt)
+                results.append({
+                    "pair": pair, "d": d, "s": s, "batch": n_seq, "tool": name, "seconds": t,
+                    "tokens_per_s": n_seq * s / t, "grad_check": grads_agree(got, want),
+                    "flops_fraction": flops / t / peak_flops,
+                    "bandwidth_fraction": nbytes / t / peak_bw})
+    return results, peak_flops, peak_bw
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def print_cpu(rows):
+    print("| pair | d | s | tool | fwd+bwd (ms) | tokens/s | vs torch | peak MiB | grad check |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---|")
+    torch_t = {(r["pair"], r["d"], r["s"]): r["seconds"] for r in rows if r["tool"] == "torch"}
+    for r in rows:
+        base = torch_t.get((r["pair"], r["d"], r["s"]))
+        ratio = f"{base / r['seconds']:.2f}x" if base else "-"
+        mem = f"{r['peak_mib']:.1f}" if "peak_mib" in r else "-"
+        print(f"| {r['pair']} | {r['d']} | {r['s']} | {r['tool']} | {1e3 * r['seconds']:.1f} | "
+              f"{r['tokens_per_s']:,.0f} | {ratio} | {mem} | "
+              f"{'ok' if r['grad_check'] else 'MISMATCH'} |")
+
+
+def print_gpu(rows, peak_flops, peak_bw):
+    print(f"\nGPU peaks used: {peak_flops / 1e12:.1f} TFLOP/s FP32, {peak_bw / 1e9:.0f} GB/s")
+    print("| pair | d | s | batch | tool | fwd+bwd (ms) | tokens/s | % FP32 peak | "
+          "% bandwidth | grad check |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['pair']} | {r['d']} | {r['s']} | {r['batch']} | {r['tool']} | "
+              f"{1e3 * r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | "
+              f"{100 * r['flops_fraction']:.2f} | {100 * r['bandwidth_fraction']:.1f} | "
+              f"{'ok' if r['grad_check'] else 'MISMATCH'} |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smallest size (d=64, s=512), one repeat: a smoke test")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write every number to this file")
+    parser.add_argument("--gpu", action="store_true",
+                        help="also run the CUDA backend (needs CuPy and a GPU)")
+    parser.add_argument("--gpu-batch", type=int, default=16,
+                        help="sequences per call on the GPU (one CUDA block each)")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the CPU comparison")
+    args = parser.parse_args(argv)
+    sizes = [(64, 512)] if args.quick else [(64, 512), (64, 2048), (128, 512), (128, 2048)]
+    repeat = 1 if args.quick else args.repeat
+    print(f"# Kernel pairs, forward + backward; Python {platform.python_version()}, NumPy "
+          f"{np.__version__}, PyTorch {torch_version() or 'not installed'}, "
+          f"{platform.machine()}; window {WINDOW}, checkpoint every {CHECKPOINT}\n")
+    out = {"window": WINDOW, "checkpoint_every": CHECKPOINT}
+    if not args.no_cpu:
+        out["cpu"] = run_cpu(sizes, repeat)
+        print_cpu(out["cpu"])
+    if args.gpu:
+        print(f"\n{kernels.info()}")
+        rows, peak_flops, peak_bw = run_gpu(sizes, repeat, 1 if args.quick else args.gpu_batch)
+        out["gpu"] = rows
+        out["gpu_peaks"] = {"fp32_flops": peak_flops, "bandwidth_bytes_per_s": peak_bw}
+        print_gpu(rows, peak_flops, peak_bw)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Argument checks and layout helpers shared by the kernel pairs."""
+from __future__ import annotations
+
+import math
+
+from tape.core import primal
+
+
+def shape(x) -> tuple:
+    return tuple(getattr(primal(x), "shape", ()))
+
+
+def dtype(x):
+    return getattr(primal(x), "dtype", None)
+
+
+def check_same(name: str, ref_name: str, ref, others: dict, expect_shape: tuple,
+               what: str) -> None:
+    """Raise a clear error unless every array in `others` has `expect_shape` and the dtype of
+    `ref` (a floating dtype)."""
+    ref_dtype = dtype(ref)
+    if ref_dtype is None or getattr(ref_dtype, "kind", "") != "f":
+        raise TypeError(f"{name}: `{ref_name}` must be a floating-point array, got "
+                        f"{type(primal(ref)).__name__} with dtype {ref_dtype}")
+    for arg, x in others.items():
+        if shape(x) != expect_shape:
+            raise ValueError(f"{name}: `{arg}` must have shape {expect_shape} ({what}); got "
+                             f"{shape(x)}")
+        if dtype(x) != ref_dtype:
+            raise TypeError(f"{name}: `{arg}` has dtype {dtype(x)} but `{ref_name}` has "
+                            f"{ref_dtype}; kernel pairs need one floating dtype")
+
+
+def batch_size(lead: tuple) -> int:
+    return math.prod(lead) if lead else 1
+
+
+def seq_to_time_major(xp, a, B: int, s: int):
+    """[..., s, d] -> contiguous [s, B, d]."""
+    d = a.shape[-1]
+    return xp.ascontiguousarray(xp.moveaxis(xp.reshape(a, (B, s, d)), 1, 0))
+
+
+def gate_to_time_major(xp, a, B: int, s: int):
+    """[..., s] -> contiguous [s, B, 1] (broadcasts against a [B, d] vector)."""
+    return xp.ascontiguousarray(xp.reshape(a, (B, s)).T)[:, :, None]
+
+
+def seq_from_time_major(xp, a, lead: tuple):
+    """[s, B, d] -> [..., s, d]."""
+    s, _, d = a.shape
+    return xp.reshape(xp.moveaxis(a, 0, 1), lead + (s, d))
+
+
+def gate_from_time_major(xp, a, lead: tuple):
+    """[s, B] -> [..., s]."""
+    return xp.reshape(a.T, lead + (a.shape[0],))

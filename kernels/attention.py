@@ -1,0 +1,227 @@
+"""Sliding-window attention as a kernel pair, with its array-module reference.
+
+Token i attends to the `window` most recent tokens up to and including itself,
+``i - window < j <= i``, with softmax weights over ``q_i . k_j / sqrt(head_dim)``.
+
+The forward returns the output and the log-sum-exp of each row's scores (FlashAttention's
+residual). The backward uses them to rebuild each block's probabilities with one product and
+one exp, ``P = exp(S - lse)``, instead of re-running the softmax and its normalisation::
+
+    D_i = dO_i . O_i        dS = P * (dO V^T - D)       dQ = dS K / sqrt(hd)
+    dK = dS^T Q / sqrt(hd)  dV = P^T dO
+
+The reference walks the sequence in blocks of query rows; a block of B queries only ever sees
+the B + window - 1 keys of its band, so time and memory are linear in the sequence length.
+Forward mode (JVP) runs the reference on either backend.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from tape.backend import array_module
+from tape.rules import custom_rule
+
+from ._common import batch_size, check_same, dtype, shape
+from .dispatch import backend_for
+
+_BLOCK = 128   # query rows per block: large enough that NumPy's per-call cost is amortised
+
+
+def round_bf16(xp, a):
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32: the
+    reference's emulation of bf16 storage, bit for bit what the CUDA conversion does."""
+    bits = xp.ascontiguousarray(a, dtype=xp.float32).view(xp.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+    # NaN payloads must stay NaN after rounding (a carry could turn them into inf).
+    return xp.where(xp.isnan(a), a, rounded.view(xp.float32))
+
+
+def _blocks(xp, s: int, window: int):
+    """(i0, i1, j0, mask) for each block of query rows: keys j0..i1-1, `mask` True where
+    the key is inside the row's window."""
+    for i0 in range(0, s, _BLOCK):
+        i1 = min(s, i0 + _BLOCK)
+        j0 = max(0, i0 - window + 1)
+        rel = xp.arange(i0, i1)[:, None] - xp.arange(j0, i1)[None, :]
+        yield i0, i1, j0, (rel >= 0) & (rel < window)
+
+
+def _scores(xp, q, k, mask, scale):
+    S = (q @ xp.swapaxes(k, -1, -2)) * scale
+    return xp.where(mask, S, -xp.inf)
+
+
+def swa_forward(q, k, v, window: int):
+    """Reference forward on ``[B, s, hd]`` arrays: ``(out, lse)`` with lse ``[B, s]``."""
+    xp = array_module(q)
+    B, s, hd = q.shape
+    scale = 1.0 / math.sqrt(hd)
+    out = xp.empty_like(q)
+    lse = xp.empty((B, s), q.dtype)
+    for i0, i1, j0, mask in _blocks(xp, s, window):
+        S = _scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
+        m = S.max(axis=-1, keepdims=True)   # finite: the diagonal is always in the window
+        P = xp.exp(S - m)
+        denom = P.sum(axis=-1, keepdims=True)
+        out[:, i0:i1] = (P @ v[:, j0:i1]) / denom
+        lse[:, i0:i1] = (m + xp.log(denom))[..., 0]
+    return out, lse
+
+
+def swa_backward(q, k, v, out, lse, dout, window: int, need: tuple):
+    """Reference backward: ``(dq, dk, dv)`` (None where ``need`` is False)."""
+    xp = array_module(q)
+    B, s, hd = q.shape
+    scale = 1.0 / math.sqrt(hd)
+    need_q, need_k, need_v = need
+    dq = xp.empty_like(q) if need_q else None
+    dk = xp.zeros_like(k) if need_k else None
+    dv = xp.zeros_like(v) if need_v else None
+    D = (dout * out).sum(axis=-1)
+    for i0, i1, j0, mask in _blocks(xp, s, window):
+        P = xp.exp(_scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
+                   - lse[:, i0:i1, None])
+        g = dout[:, i0:i1]
+        if need_v:
+            dv[:, j0:i1] += xp.swapaxes(P, -1, -2) @ g
+        if need_q or need_k:
+            dS = P * (g @ xp.swapaxes(v[:, j0:i1], -1, -2) - D[:, i0:i1, None])
+            if need_q:
+                dq[:, i0:i1] = (dS @ k[:, j0:i1]) * scale
+            if need_k:
+                dk[:, j0:i1] += (xp.swapaxes(dS, -1, -2) @ q[:, i0:i1]) * scale
+    return dq, dk, dv
+
+
+def swa_jvp(q, k, v, tq, tk, tv, window: int):
+    """Reference forward mode: ``(out, tangent of out)``; None tangents are zeros."""
+    xp = array_module(q)
+    B, s, hd = q.shape
+    scale = 1.0 / math.sqrt(hd)
+    out, tout = xp.empty_like(q), xp.zeros_like(q)
+    for i0, i1, j0, mask in _blocks(xp, s, window):
+        S = _scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
+        P = xp.exp(S - S.max(axis=-1, keepdims=True))
+        P /= P.sum(axis=-1, keepdims=True)
+        vb = v[:, j0:i1]
+        out[:, i0:i1] = P @ vb
+        dS = xp.zeros_like(P)
+        if tq is not None:
+            dS += tq[:, i0:i1] @ xp.swapaxes(k[:, j0:i1], -1, -2)
+        if tk is not None:
+            dS += q[:, i0:i1] @ xp.swapaxes(tk[:, j0:i1], -1, -2)
+        dS *= scale
+        dP = P * (dS - (P * dS).sum(axis=-1, keepdims=True))
+        tout[:, i0:i1] = dP @ vb
+        if tv is not None:
+            tout[:, i0:i1] += P @ tv[:, j0:i1]
+    return out, tout
+
+
+# -- the primitive -------------------------------------------------------------------------------
+
+def _flat(x):
+    s, hd = x.shape[-2:]
+    return array_module(x).reshape(x, (batch_size(x.shape[:-2]), s, hd))
+
+
+def _stored(q, k, v, storage):
+    """The inputs as the kernels see them: rounded to bf16 when bf16 storage is asked for."""
+    if storage == "bf16":
+        xp = array_module(q)
+        return tuple(round_bf16(xp, a) for a in (q, k, v))
+    return q, k, v
+
+
+def _engine(backend):
+    if backend == "cuda":
+        from . import cuda_attention
+        return cuda_attention
+    return None
+
+
+def _swa_impl(q, k, v, *, window, storage="f32", backend="reference"):
+    return _swa_augmented(None, q, k, v, window=window, storage=storage, backend=backend)[0]
+
+
+def _swa_augmented(cfg, q, k, v, *, window, storage="f32", backend="reference"):
+    lead = q.shape[:-2]
+    if backend == "cuda":
+        out, saved = _engine(backend).swa_forward(_flat(q), _flat(k), _flat(v), window, storage)
+    else:
+        qf, kf, vf = _stored(_flat(q), _flat(k), _flat(v), storage)
+        out, lse = swa_forward(qf, kf, vf, window)
+        saved = (qf, kf, vf, out, lse)
+    return array_module(q).reshape(out, q.shape), (saved, lead, window, backend)
+
+
+def _swa_reverse(cfg, residuals, dout):
+    saved, lead, window, backend = residuals
+    xp = array_module(dout)
+    out = saved[3]
+    dout = xp.reshape(xp.asarray(dout, dtype=out.dtype), out.shape)
+    if backend == "cuda":
+        grads = _engine(backend).swa_backward(saved, dout, window, cfg.active)
+    else:
+        grads = swa_backward(*saved, dout, window, cfg.active)
+    return tuple(None if g is None else xp.reshape(g, lead + g.shape[1:]) for g in grads)
+
+
+def _swa_forward_mode(cfg, primals, tangents, *, window, storage="f32", backend="reference"):
+    xp = array_module(primals[0])
+    shape_ = primals[0].shape
+    qf, kf, vf = _stored(*(_flat(p) for p in primals), storage)
+    tq, tk, tv = (None if t is None else _flat(xp.asarray(t)) for t in tangents)
+    out, tout = swa_jvp(qf, kf, vf, tq, tk, tv, window)
+    return xp.reshape(out, shape_), xp.reshape(tout, shape_)
+
+
+_swa = custom_rule(_swa_impl, augmented_primal=_swa_augmented, reverse=_swa_reverse,
+                   forward=_swa_forward_mode, name="swa_attention")
+
+
+def swa_attention(q: Any, k: Any, v: Any, window: int, *, storage: Optional[str] = None,
+                  backend: Optional[str] = None) -> Any:
+    """Causal sliding-window attention: token i attends to tokens ``i - window < j <= i``
+    with softmax weights over ``q_i . k_j / sqrt(head_dim)``.
+
+    ``q, k, v``: ``[..., s, head_dim]`` (leading batch/head axes are shared). Differentiable
+    (once) in q, k and v. ``storage="bf16"`` stores q, k, v (and the saved residuals) as
+    bfloat16 and computes in float32: on the CUDA backend this halves the bytes read and kept
+    for the backward; the reference rounds the same way, so it is the CUDA variant's oracle.
+    Gradients then pass straight through the rounding. `backend` forces ``"reference"`` or
+    ``"cuda"``; by default `kernels.select_backend` decides.
+
+    >>> import numpy as np
+    >>> from tape import autodiff, Reverse, Active
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 2, 6, 8))     # batch 2, 6 tokens, head_dim 8
+    >>> out = swa_attention(q, k, v, window=3)
+    >>> out.shape
+    (2, 6, 8)
+    >>> bool(np.allclose(swa_attention(q, k, v, window=1), v))   # a window of one: itself
+    True
+    >>> (dq,), = autodiff(Reverse, lambda q: np.sum(swa_attention(q, k, v, 3) ** 2),
+    ...                   Active, Active(q))
+    >>> dq.shape
+    (2, 6, 8)
+    """
+    qs = shape(q)
+    if len(qs) < 2:
+        raise ValueError(f"swa_attention: `q` must have shape [..., s, head_dim]; got {qs}")
+    check_same("swa_attention", "q", q, {"k": k, "v": v}, qs, "the shape of `q`")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
+        raise TypeError(f"swa_attention: window must be an int, got {window!r}")
+    if window < 1:
+        raise ValueError(f"swa_attention: window must be >= 1 (the token itself), got {window}")
+    if storage not in (None, "f32", "bf16"):
+        raise ValueError(f"swa_attention: storage must be None, 'f32' or 'bf16', got "
+                         f"{storage!r}")
+    storage = storage or "f32"
+    if storage == "bf16" and str(dtype(q)) != "float32":
+        raise TypeError(f"swa_attention: storage='bf16' takes float32 arrays, got {dtype(q)}")
+    chosen = backend_for((q, k, v), qs[-1], backend, "swa_attention")
+    return _swa(q, k, v, window=int(window), storage=storage, backend=chosen)

@@ -1,0 +1,12 @@
+#!/bin/sh
+# The GPU checks of the kernel pairs, for a machine with a CUDA GPU and CuPy installed
+# (pip install -e '.[cuda,test]'): what is detected, the whole kernel test suite (test_gpu.py
+# runs instead of skipping), then the benchmark with the CUDA backend.
+#   sh tests/kernels/gpu_check.sh [results.json]
+set -e
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python}
+$PY -m models.cli info
+$PY -c "import kernels, sys; sys.exit(kernels.detect_gpu() is None and 'no usable GPU detected')"
+$PY -m pytest tests/kernels -q -rs
+$PY benchmarks/kernels.py --gpu --json "${1:-kernels-gpu.json}"

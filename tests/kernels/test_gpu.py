@@ -1,0 +1,200 @@
+"""(D) On a GPU: the CUDA backend against the reference.
+
+Skipped unless CuPy is installed and a CUDA device is usable. The CUDA results (float32) are
+compared with the reference computed in float64 from the same float32 inputs: forward within
+1e-5 and backward within 1e-4 (relative to the largest reference value when that exceeds 1),
+for seq_len 1, nonzero initial states and d = 16, 64 and 128; two runs must agree bit for bit.
+Run with `sh tests/kernels/gpu_check.sh` (this suite, then the GPU benchmark).
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import attention, memory
+from tape import Active, Reverse, autodiff
+from tape.core import config_for
+
+cp = pytest.importorskip("cupy")
+if kernels.detect_gpu() is None:
+    pytest.skip("no usable CUDA device", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def not_forced():
+    before = kernels.is_reference_forced()
+    kernels.force_reference(False)
+    yield
+    kernels.force_reference(before)
+
+
+def host(x):
+    return np.asarray(cp.asnumpy(x) if isinstance(x, cp.ndarray) else x, np.float64)
+
+
+def assert_close(got, want, tol):
+    got, want = host(got), host(want)
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
+    err = float(np.max(np.abs(got - want))) if want.size else 0.0
+    assert err <= tol * scale, f"max error {err:.3g} > {tol} x {scale:.3g}"
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def rule_vjp(prim, args, params, cotangents):
+    """Outputs and gradients through the primitive's own rules (no tape involved)."""
+    cfg = config_for((True,) * len(args))
+    out, saved = prim.augmented_primal(cfg, *args, **params)
+    cts = tuple(cotangents) if prim.multiple_results else cotangents[0]
+    return as_tuple(out), prim.reverse(cfg, saved, cts)
+
+
+def check_pair(prim, args_np, params, seed=0):
+    """CUDA on float32 GPU arrays vs the reference on float64 host arrays; returns the CUDA
+    results (for determinism checks)."""
+    rng = np.random.default_rng(seed)
+    args32 = [a.astype(np.float32) for a in args_np]
+    args64 = [a.astype(np.float64) for a in args32]
+    ref_out = as_tuple(prim(*args64, **params, backend="reference"))
+    cts64 = [rng.standard_normal(o.shape) for o in ref_out]
+    want_out, want_grads = rule_vjp(prim, args64, {**params, "backend": "reference"}, cts64)
+    got_out, got_grads = rule_vjp(prim, [cp.asarray(a) for a in args32],
+                                  {**params, "backend": "cuda"},
+                                  [cp.asarray(c, dtype=cp.float32) for c in cts64])
+    for g, w in zip(got_out, want_out):
+        assert isinstance(g, cp.ndarray) and g.dtype == cp.float32
+        assert_close(g, w, 1e-5)
+    for g, w in zip(got_grads, want_grads):
+        assert_close(g, w, 1e-4)
+    return got_out + tuple(got_grads)
+
+
+def memory_args(rule, s, d, lead=(3,), seed=0):
+    rng = np.random.default_rng(seed)
+    n_gates = {"delta": 2, "titans": 3, "hebbian": 1}[rule]
+    n_states = 2 if rule == "titans" else 1
+    seqs = [rng.standard_normal(lead + (s, d)) / np.sqrt(d) for _ in range(3)]
+    gates = [rng.uniform(0.05, 0.6, lead + (s,)) for _ in range(n_gates)]
+    states = [rng.standard_normal(lead + (d, d)) * 0.3 for _ in range(n_states)]
+    return seqs + gates + states
+
+
+PRIMS = {"delta": memory._delta, "titans": memory._titans, "hebbian": memory._hebbian}
+PUBLIC = {"delta": kernels.delta_rule, "titans": kernels.titans_rule,
+          "hebbian": kernels.hebbian_rule}
+
+
+def test_detection_selects_cuda():
+    gpu = kernels.detect_gpu()
+    assert gpu.name and len(gpu.compute_capability) == 2
+    assert kernels.select_backend(gpu) == "cuda"
+    assert "kernel backend: cuda" in kernels.info()
+
+
+@pytest.mark.parametrize("rule", PRIMS)
+@pytest.mark.parametrize("d", [16, 64, 128])
+@pytest.mark.parametrize("s,checkpoint_every", [(1, None), (37, None), (37, 8)])
+def test_memory_rules_match_reference(rule, d, s, checkpoint_every):
+    a = check_pair(PRIMS[rule], memory_args(rule, s, d, seed=d + s),
+                   {"checkpoint_every": checkpoint_every})
+    b = check_pair(PRIMS[rule], memory_args(rule, s, d, seed=d + s),
+                   {"checkpoint_every": checkpoint_every})
+    for x, y in zip(a, b):
+        assert bool(cp.array_equal(x, y)), "two runs differ"
+
+
+@pytest.mark.parametrize("hd", [16, 64, 128])
+@pytest.mark.parametrize("s,window", [(1, 1), (37, 5), (300, 64), (70, 1000)])
+def test_swa_matches_reference(hd, s, window):
+    rng = np.random.default_rng(hd + s)
+    args = [rng.standard_normal((2, 3, s, hd)) for _ in range(3)]
+    a = check_pair(attention._swa, args, {"window": window, "storage": "f32"})
+    b = check_pair(attention._swa, args, {"window": window, "storage": "f32"})
+    for x, y in zip(a, b):
+        assert bool(cp.array_equal(x, y)), "two runs differ"
+
+
+@pytest.mark.parametrize("hd", [64, 128])
+def test_swa_bf16_matches_reference_rounding(hd):
+    rng = np.random.default_rng(hd)
+    args = [rng.standard_normal((2, 45, hd)).astype(np.float32) for _ in range(3)]
+    rounded = [attention.round_bf16(np, a).astype(np.float64) for a in args]
+    cts = [rng.standard_normal((2, 45, hd))]
+    want_out, want_grads = rule_vjp(attention._swa, rounded,
+                                    {"window": 9, "backend": "reference"}, cts)
+    got_out, got_grads = rule_vjp(attention._swa, [cp.asarray(a) for a in args],
+                                  {"window": 9, "storage": "bf16", "backend": "cuda"},
+                                  [cp.asarray(cts[0], dtype=cp.float32)])
+    assert_close(got_out[0], want_out[0], 1e-5)
+    for g, w in zip(got_grads, want_grads):
+        assert_close(g, w, 1e-4)
+
+
+def test_public_api_picks_cuda_and_differentiates_through_the_tape():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((12, 32))
+    W = [rng.standard_normal((32, 32)) * 0.2 for _ in range(3)]
+
+    # Plain NumPy calls: on traced values they dispatch to the primal's module (CuPy here).
+    def model(m0, x, W_q, W_k, W_v):
+        q, k, v = x @ W_q, x @ W_k, x @ W_v
+        out = kernels.swa_attention(q, k, v, 4)
+        gates = 1 / (1 + np.exp(-out[:, 0]))
+        y, m = kernels.delta_rule(k, v, q, gates * 0.1, gates * 0.5, m0)
+        return np.sum(out * out) + np.sum(y * y) + np.sum(m)
+
+    want, = autodiff(Reverse, lambda *a: model(np.zeros((32, 32)), *a), Active,
+                     *map(Active, [x] + W))
+    gpu_args = [cp.asarray(a, dtype=cp.float32) for a in [x] + W]
+    m0 = cp.zeros((32, 32), dtype=cp.float32)
+    got, = autodiff(Reverse, lambda *a: model(m0, *a), Active, *map(Active, gpu_args))
+    for g, w in zip(got, want):
+        assert isinstance(g, cp.ndarray)
+        assert_close(g, w, 1e-4)
+
+
+def test_reference_forced_runs_on_gpu_arrays():
+    args = memory_args("titans", 9, 16)
+    want = kernels.titans_rule(*args)
+    with kernels.force_reference():
+        got = kernels.titans_rule(*[cp.asarray(a) for a in args])          # float64 on GPU
+        got32 = kernels.titans_rule(*[cp.asarray(a, dtype=cp.float32) for a in args])
+        q = cp.asarray(args[0], dtype=cp.float32)
+        out = kernels.swa_attention(q, q, q, 3)
+    for g, g32, w in zip(got, got32, want):
+        assert isinstance(g, cp.ndarray)
+        assert_close(g, w, 1e-12)
+        assert_close(g32, w, 1e-5)
+    assert_close(out, kernels.swa_attention(args[0], args[0], args[0], 3), 1e-5)
+
+
+def test_float64_gpu_arrays_use_the_reference():
+    args = memory_args("delta", 5, 16)
+    got = kernels.delta_rule(*[cp.asarray(a) for a in args])
+    for g, w in zip(got, kernels.delta_rule(*args)):
+        assert g.dtype == cp.float64
+        assert_close(g, w, 1e-12)
+
+
+def test_head_dim_over_the_maximum_falls_back_with_a_warning():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((7, 160)).astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="exceeds the CUDA kernels' maximum"):
+        out = kernels.swa_attention(*[cp.asarray(q)] * 3, 3)
+    assert_close(out, kernels.swa_attention(q, q, q, 3), 1e-5)
+    with pytest.raises(ValueError, match="exceeds"):
+        kernels.swa_attention(*[cp.asarray(q)] * 3, 3, backend="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernels.swa_attention(*[cp.asarray(q[:, :128])] * 3, 3)
+
+
+def test_memory_read_on_gpu():
+    rng = np.random.default_rng(2)
+    q, m = rng.standard_normal((2, 9, 64)), rng.standard_normal((2, 64, 64))
+    got = kernels.memory_read(cp.asarray(q, dtype=cp.float32), cp.asarray(m, dtype=cp.float32))
+    assert_close(got, kernels.memory_read(q, m), 1e-5)
