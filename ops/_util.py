@@ -32,8 +32,31 @@ def unbroadcast(g, shape: tuple):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
     if axes:
-        g = np.sum(g, axis=axes)
+        g = _sum_axes(g, axes)
     return np.reshape(g, shape) if shape_of(g) != shape else g
+
+
+def _sum_axes(g, axes: tuple):
+    """np.sum(g, axis=axes). Speed-up: NumPy reduces along short contiguous rows slowly (one
+    inner-loop call per row: summing (p, 3) over its last axis, or (K, n, d) over n with
+    d = 10, runs 8-20x slower than a pass over memory), so a run of adjacent axes that is not
+    the whole array is summed as a product with a vector of ones (BLAS) when g is a
+    C-contiguous float ndarray. Tracers, batched, strided and CuPy values take np.sum."""
+    first, last = axes[0], axes[-1]
+    if (type(g) is not np.ndarray or g.dtype not in _BLAS_FLOATS or last - first + 1 != len(axes)
+            or len(axes) == g.ndim or not g.flags.c_contiguous):
+        return np.sum(g, axis=axes)
+    outer, inner = g.shape[:first], g.shape[last + 1:]
+    n = math.prod(g.shape[first:last + 1])
+    ones = np.ones(n, dtype=g.dtype)
+    if inner:   # (outer, n, inner) -> (outer, inner)
+        summed = ones @ g.reshape(math.prod(outer), n, math.prod(inner))
+    else:       # trailing axes: (outer, n) -> (outer,)
+        summed = g.reshape(math.prod(outer), n) @ ones
+    return summed.reshape(outer + inner)
+
+
+_BLAS_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 
 
 def broadcast_tangent(t, shape: tuple):

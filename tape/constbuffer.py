@@ -90,6 +90,6 @@ def as_const(value, name):
     """`value` as seen by the differentiated function when annotated Const."""
     if type(value) is np.ndarray and value.ndim > 0:
         view = value.view(ConstBuffer)
-        view._argument = str(name)
+        view._argument = name   # formatted only if an error needs it (speed-up)
         return view
     return value

@@ -1,0 +1,1 @@
+"""Benchmarks of Hecate against its peers (never part of the test run): `hecate bench`."""

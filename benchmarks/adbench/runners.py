@@ -1,0 +1,60 @@
+"""What every tool provides for one benchmark input: an objective call and a derivative call.
+
+A *prepare* function ``prepare(inp) -> Prepared`` does the per-input set-up that a user would do
+once (converting arrays to the tool's type, building ``grad`` functions, compiling), so that
+only the two calls are timed. Each call computes its result completely (JAX results are made
+ready), and the derivative call returns it as NumPy, in ADBench's layout, for the cross-check:
+a flat gradient for GMM and LSTM, a `ba.SparseJacobian` for BA.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import ba, gmm, lstm
+
+
+@dataclass
+class Prepared:
+    """One tool's two timed calls on one input (module docstring)."""
+    objective: Callable[[], Any]
+    derivative: Callable[[], Any]
+
+
+def hecate_gmm(inp) -> Prepared:
+    """Hecate differentiates NumPy code, so its objective is the plain NumPy call."""
+    return Prepared(lambda: gmm.objective(inp), lambda: gmm.gradient(inp))
+
+
+def hecate_lstm(inp) -> Prepared:
+    return Prepared(lambda: lstm.objective(inp), lambda: lstm.gradient(inp))
+
+
+def hecate_ba(inp) -> Prepared:
+    return Prepared(lambda: ba.objective(inp), lambda: ba.jacobian(inp))
+
+
+def lower_indices(d: int):
+    """(rows, cols) of the strictly-lower entries of a d x d matrix in ADBench's packing order
+    (column by column), for the peers that scatter the packed L into a matrix."""
+    cols, rows = np.triu_indices(d, 1)
+    return rows, cols
+
+
+def rho(x, y) -> float:
+    """ADBench's comparison metric: max |x - y| / max(1, |x| + |y|), entry by entry."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        return float("inf")
+    if x.size == 0:
+        return 0.0
+    return float(np.max(np.abs(x - y) / np.maximum(1.0, np.abs(x) + np.abs(y))))
+
+
+def flat(result) -> np.ndarray:
+    """A derivative result as one flat vector (a sparse Jacobian by its CSR values)."""
+    if isinstance(result, ba.SparseJacobian):
+        return result.data
+    return np.asarray(result, dtype=np.float64).ravel()

@@ -1,0 +1,22 @@
+"""The ADBench tests import `benchmarks.adbench` from the repository root (benchmarks/ is not an
+installed package), and get ADBench's own files through the `adbench_data` fixture, which
+skips when they are absent (a user's checkout has no ../shared)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def adbench_data():
+    from benchmarks.adbench import io
+
+    folder = io.data_dir()
+    if folder is None:
+        pytest.skip(f"ADBench's files are not available (../shared/adbench next to the "
+                    f"repository, or ${io.ENV_VAR})")
+    return folder
