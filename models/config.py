@@ -1,0 +1,125 @@
+"""The model's configuration: one frozen dataclass, validated, with a JSON round trip.
+
+>>> cfg = ModelConfig(d_model=32, layers=1, window=8, seq_len=16)
+>>> cfg.validate()
+>>> ModelConfig.from_dict(cfg.to_dict()) == cfg
+True
+>>> ModelConfig(window=64, seq_len=32).validate()
+Traceback (most recent call last):
+    ...
+ValueError: ModelConfig.seq_len (32) must be >= window (64)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+RULES = ("delta", "titans", "hebbian")
+COMPOSITIONS = ("MAG", "MAL")
+DTYPES = ("float32", "float64")
+DEFAULT_PERIODS = (1, 8, 64, 512)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and choices of the Nested-Learning model (see `models.model`).
+
+    ``levels`` CMS levels are used, with periods ``periods[:levels]``: level i updates its memory
+    once every ``periods[i]`` tokens.
+    """
+    vocab: int = 256            # byte-level
+    d_model: int = 64
+    layers: int = 2
+    window: int = 32            # sliding-window attention
+    seq_len: int = 128          # tokens per training chunk
+    levels: int = 2             # CMS levels, periods[:levels]
+    periods: tuple = DEFAULT_PERIODS
+    rule: str = "delta"         # "delta" | "titans" | "hebbian"
+    composition: str = "MAG"    # "MAG" | "MAL"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
+        if isinstance(self.periods, list):
+            object.__setattr__(self, "periods", tuple(self.periods))
+
+    def validate(self) -> None:
+        """Raise a ValueError naming the offending field; return None when the config is usable.
+
+        >>> ModelConfig(rule="lstm").validate()
+        Traceback (most recent call last):
+            ...
+        ValueError: ModelConfig.rule must be one of ('delta', 'titans', 'hebbian'); got 'lstm'
+        """
+        for name in ("vocab", "d_model", "layers", "window", "seq_len", "levels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive int; got {value!r}")
+        if self.vocab < 2:
+            raise ValueError(f"ModelConfig.vocab must be >= 2; got {self.vocab}")
+        if self.seq_len < self.window:
+            raise ValueError(f"ModelConfig.seq_len ({self.seq_len}) must be >= window "
+                             f"({self.window})")
+        periods = self.periods
+        if (not isinstance(periods, tuple) or not periods
+                or any(isinstance(p, bool) or not isinstance(p, int) or p < 1 for p in periods)):
+            raise ValueError(f"ModelConfig.periods must be a non-empty tuple of positive ints; "
+                             f"got {periods!r}")
+        if list(periods) != sorted(set(periods)):
+            raise ValueError(f"ModelConfig.periods must be strictly increasing; got {periods!r}")
+        if periods[0] != 1:
+            raise ValueError(f"ModelConfig.periods must start with 1 (the per-token level); "
+                             f"got {periods!r}")
+        if self.levels > len(periods):
+            raise ValueError(f"ModelConfig.levels must be between 1 and {len(periods)} "
+                             f"(len(periods)); got {self.levels}")
+        if self.levels > 4:
+            raise ValueError(f"ModelConfig.levels must be between 1 and 4 (DESIGN §5 gives gate "
+                             f"biases for four levels); got {self.levels}")
+        if self.rule not in RULES:
+            raise ValueError(f"ModelConfig.rule must be one of {RULES}; got {self.rule!r}")
+        if self.composition not in COMPOSITIONS:
+            raise ValueError(f"ModelConfig.composition must be one of {COMPOSITIONS}; "
+                             f"got {self.composition!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"ModelConfig.dtype must be one of {DTYPES}; got {self.dtype!r}")
+
+    @property
+    def level_periods(self) -> tuple:
+        """The periods of the levels in use: ``periods[:levels]``.
+
+        >>> ModelConfig(levels=3).level_periods
+        (1, 8, 64)
+        """
+        return tuple(self.periods[:self.levels])
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (periods as a list).
+
+        >>> ModelConfig().to_dict()["periods"]
+        [1, 8, 64, 512]
+        """
+        d = dataclasses.asdict(self)
+        d["periods"] = list(self.periods)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        """Inverse of `to_dict`; unknown keys are an error naming them. Missing keys take their
+        defaults. The result is validated.
+
+        >>> ModelConfig.from_dict({"d_model": 16, "colour": "red"})
+        Traceback (most recent call last):
+            ...
+        ValueError: ModelConfig.from_dict: unknown key(s) ['colour']
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"ModelConfig.from_dict: unknown key(s) {unknown}")
+        kwargs = dict(d)
+        if "periods" in kwargs and isinstance(kwargs["periods"], list):
+            kwargs["periods"] = tuple(kwargs["periods"])
+        cfg = cls(**kwargs)
+        cfg.validate()
+        return cfg

@@ -1,0 +1,215 @@
+"""The memory branch of one block: continuum memory system (CMS) levels over a matrix memory.
+
+Each level has its own projections ``k, v, q = x W_K, x W_V, x W_Q`` (k and q L2-normalised)
+and gates from ``c = concat(k, v)`` (DESIGN §5):
+
+- ``alpha = sigmoid(c . w_a + b_a)``: the *retention* of the memory per update; the rule
+  kernels take the forget rate, so they are given ``1 - alpha`` (computed as
+  ``sigmoid(-(c . w_a + b_a))``, which keeps its precision when alpha is near 1). With the
+  table's initial ``b_a = 3.0 / 4.0 / 4.5 / 5.0`` the memory keeps 95% / 98% / 99% / 99.3% of
+  itself per update, so slower levels also remember longer.
+- ``theta = softplus(c . w_t + b_t)``: the inner learning rate (delta, Titans).
+- ``eta = sigmoid(c . w_e + b_e)``: the momentum (Titans).
+
+CMS semantics (exact). Level i has period ``p = periods[i]`` and counts tokens globally, across
+chunks, from the start of the stream (``State.pos``). `conductor` says which levels *fire* at a
+global token t: those with ``(t + 1) % p == 0``. When a level fires at token t it advances its
+memory by running its rule kernel over all tokens since its previous firing (the p tokens
+``t - p + 1 .. t``, in order, with their own gates), and token t reads the advanced memory
+(read after write, as in DESIGN §5). Every other token reads the memory as of the level's
+last firing, through the read-only kernel `kernels.memory_read`. For ``p = 1`` this is exactly
+the per-token rule ``y_t = M_{t+1} q_t``: one rule-kernel call over the whole chunk. For
+``p > 1`` the chunk is cut into segments ending at the firing tokens (one rule call per
+segment); tokens of a segment that started in an earlier chunk wait in a pending buffer of the
+level's state, as plain arrays, so they advance the memory but receive no gradient. The
+memory itself carries across chunks without gradient too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+import kernels
+from ops import sigmoid, softplus
+from tape import array_module, primal
+
+# DESIGN §5: gate-bias initial values by level.
+B_ALPHA = (3.0, 4.0, 4.5, 5.0)
+B_THETA = (-4.6, -5.6, -6.6, -7.6)
+B_ETA = (1.5, 2.0, 2.5, 3.0)
+
+_NORM_EPS = 1e-6
+
+
+@dataclasses.dataclass
+class Level:
+    """Parameters of one CMS level: projections ``[d, d]``, gate weights ``[2d]``, gate biases
+    ``[1]``."""
+    w_k: Any
+    w_v: Any
+    w_q: Any
+    w_a: Any
+    b_a: Any
+    w_t: Any
+    b_t: Any
+    w_e: Any
+    b_e: Any
+
+
+@dataclasses.dataclass
+class LevelState:
+    """A level's carried state (plain arrays, no gradient): memory ``m [B, d, d]``, Titans
+    momentum ``s [B, d, d]`` (None for the other rules) and the pending tokens of an unfinished
+    segment: ``pend = (k, v, q [B, period - 1, d], decay, theta, eta [B, period - 1])``, of
+    which the first ``pos % period`` tokens are valid (the rest are zeros). A fixed shape, so a
+    checkpointed state always matches `init_level_state`."""
+    m: Any
+    s: Optional[Any]
+    pend: tuple
+
+
+def conductor(t: int, periods: tuple) -> tuple:
+    """Which CMS levels fire at global token `t` (0-based): level i fires when
+    ``(t + 1) % periods[i] == 0``, i.e. once it has seen ``periods[i]`` new tokens.
+
+    >>> conductor(0, (1, 8, 64))
+    (True, False, False)
+    >>> conductor(7, (1, 8, 64))
+    (True, True, False)
+    """
+    return tuple((t + 1) % p == 0 for p in periods)
+
+
+def init_level(rng: np.random.Generator, d: int, index: int, dtype: str) -> Level:
+    """Random projections (std 1/sqrt(d)), small gate weights, and the DESIGN §5 gate biases of
+    level `index`.
+
+    >>> lv = init_level(np.random.default_rng(0), 4, 1, "float64")
+    >>> float(lv.b_a[0]), float(lv.b_t[0]), float(lv.b_e[0])
+    (4.0, -5.6, 2.0)
+    """
+    def mat():
+        return (rng.standard_normal((d, d)) / math.sqrt(d)).astype(dtype)
+
+    def vec():
+        # Small, so the gates start near their bias values but still depend on the token.
+        return (rng.standard_normal(2 * d) * 0.1 / math.sqrt(2 * d)).astype(dtype)
+
+    def bias(table):
+        return np.full(1, table[index], dtype=dtype)
+
+    return Level(w_k=mat(), w_v=mat(), w_q=mat(), w_a=vec(), b_a=bias(B_ALPHA), w_t=vec(),
+                 b_t=bias(B_THETA), w_e=vec(), b_e=bias(B_ETA))
+
+
+def init_level_state(batch: int, d: int, rule: str, period: int, xp: Any = np,
+                     dtype: str = "float64") -> LevelState:
+    """An empty memory (zeros) with an empty pending buffer.
+
+    >>> st = init_level_state(2, 4, "titans", 8)
+    >>> st.m.shape, st.s.shape, st.pend[0].shape, st.pend[3].shape
+    ((2, 4, 4), (2, 4, 4), (2, 7, 4), (2, 7))
+    """
+    m = xp.zeros((batch, d, d), dtype=dtype)
+    s = xp.zeros((batch, d, d), dtype=dtype) if rule == "titans" else None
+    seq = xp.zeros((batch, period - 1, d), dtype=dtype)
+    gate = xp.zeros((batch, period - 1), dtype=dtype)
+    return LevelState(m=m, s=s, pend=(seq, seq, seq, gate, gate, gate))
+
+
+def _l2_normalise(x):
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _NORM_EPS)
+
+
+def _projections(level: Level, x) -> tuple:
+    """``k, v, q`` and the three gate pre-activations ``z_a, z_t, z_e`` of one level."""
+    k = _l2_normalise(x @ level.w_k)
+    v = x @ level.w_v
+    q = _l2_normalise(x @ level.w_q)
+    c = np.concatenate([k, v], axis=-1)
+    return k, v, q, c @ level.w_a + level.b_a, c @ level.w_t + level.b_t, c @ level.w_e + level.b_e
+
+
+def level_inputs(level: Level, x) -> tuple:
+    """Keys, values, queries and gates of one level for ``x [B, T, d]``: returns
+    ``(k, v, q, alpha, theta, eta)`` with ``alpha`` the retention (see the module docstring).
+
+    >>> lv = init_level(np.random.default_rng(0), 4, 0, "float64")
+    >>> k, v, q, alpha, theta, eta = level_inputs(lv, np.ones((2, 3, 4)))
+    >>> alpha.shape, bool(0.9 < alpha.min() and alpha.max() < 1)
+    ((2, 3), True)
+    """
+    k, v, q, za, zt, ze = _projections(level, x)
+    return k, v, q, sigmoid(za), softplus(zt), sigmoid(ze)
+
+
+def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
+    """One rule-kernel call; returns ``(y, m_final, s_final or None)``."""
+    if rule == "delta":
+        y, m = kernels.delta_rule(k, v, q, decay, theta, m)
+        return y, m, None
+    if rule == "titans":
+        return kernels.titans_rule(k, v, q, decay, theta, eta, m, s)
+    y, m = kernels.hebbian_rule(k, v, q, decay, m)
+    return y, m, None
+
+
+def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str) -> tuple:
+    """One CMS level over a chunk ``x [B, T, d]`` that starts at global token `pos`.
+    Returns ``(y [B, T, d], new LevelState)``; the new state holds plain arrays only.
+    Semantics in the module docstring.
+    """
+    k, v, q, za, zt, ze = _projections(level, x)
+    # The kernels take the forget rate 1 - alpha; sigmoid(-z) is that without cancellation.
+    decay, theta, eta = sigmoid(-za), softplus(zt), sigmoid(ze)
+    T = k.shape[1]
+    m, s = st.m, st.s
+    if period == 1:
+        y, m, s = _run_rule(rule, k, v, q, decay, theta, eta, m, s)
+        return y, LevelState(m=primal(m), s=None if s is None else primal(s), pend=st.pend)
+
+    cur = (k, v, q, decay, theta, eta)
+    outs = []
+    pend = tuple(a[:, :pos % period] for a in st.pend)   # the valid pending tokens
+    start = 0
+    first_fire = (period - 1 - pos) % period       # local index of the first firing token
+    for end in range(first_fire, T, period):       # segment [start, end] ends with a firing
+        seg = tuple(a[:, start:end + 1] for a in cur)
+        if end > start:                            # tokens before the firing read frozen memory
+            outs.append(kernels.memory_read(seg[2][:, :-1], m))
+        full = tuple(np.concatenate([p, a], axis=1) for p, a in zip(pend, seg))
+        y, m, s = _run_rule(rule, *full, m, s)
+        outs.append(y[:, -1:])                     # the firing token reads after the write
+        pend = tuple(a[:, :0] for a in pend)
+        start = end + 1
+    if start < T:                                  # an unfinished segment: read, then wait
+        tail = tuple(a[:, start:] for a in cur)
+        outs.append(kernels.memory_read(tail[2], m))
+        pend = tuple(np.concatenate([p, a], axis=1) for p, a in zip(pend, tail))
+    y = outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
+    new = LevelState(m=primal(m), s=None if s is None else primal(s),
+                     pend=tuple(_pad_pending(primal(a), period) for a in pend))
+    return y, new
+
+
+def _pad_pending(a, period: int):
+    """Zero-pad a pending array along its token axis to the fixed length ``period - 1``."""
+    xp = array_module(a)
+    pad = xp.zeros((a.shape[0], period - 1 - a.shape[1]) + tuple(a.shape[2:]), dtype=a.dtype)
+    return xp.concatenate([a, pad], axis=1)
+
+
+def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str) -> tuple:
+    """All CMS levels of a block: the sum of their reads, times 1/sqrt(k) when k > 2 levels.
+    Returns ``(y [B, T, d], new level states)``."""
+    total, new_states = None, []
+    for level, st, p in zip(levels, states, periods):
+        y, ns = level_forward(level, x, st, p, pos, rule)
+        total = y if total is None else total + y
+        new_states.append(ns)
+    if len(levels) > 2:
+        total = total * (1.0 / math.sqrt(len(levels)))
+    return total, new_states

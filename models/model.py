@@ -1,0 +1,215 @@
+"""Hecate's Nested-Learning language model (DESIGN §5).
+
+``embed -> blocks -> rms_norm -> unembed -> mean cross-entropy``. Each block reads the residual
+stream through a pre-norm ``h = rms_norm(x) * norm``, then
+
+- MAG: ``out = swa(h) * sigmoid(cms(h))``: the memory read gates the attention output;
+- MAL: ``out = swa(h + cms(h))``: the memory branch runs first and feeds the attention;
+
+and adds ``out @ w_o`` to the stream. ``swa`` is single-head causal sliding-window attention
+(`kernels.swa_attention`, within the chunk) with its own q, k, v projections; ``cms`` is the
+continuum memory system of `models.layers` (its exact semantics are documented there). The
+memory state (`State`) carries across chunks without gradient: `loss` and `logits` return a new
+state of plain arrays.
+
+The parameters are a pytree of dataclasses, so one reverse pass gives the whole gradient:
+
+>>> import numpy as np
+>>> from tape import autodiff, Reverse, Active, Duplicated, Const, make_zero
+>>> from models.config import ModelConfig
+>>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8, dtype="float64")
+>>> params, state = init_params(cfg, seed=0), init_state(cfg, batch=2)
+>>> tokens = np.random.default_rng(0).integers(0, 11, size=(2, 9))
+>>> grads = make_zero(params)
+>>> _ = autodiff(Reverse, lambda p, t: loss(p, t, state, cfg)[0], Active,
+...              Duplicated(params, grads), Const(tokens))
+>>> grads.blocks[0].memory[0].w_k.shape
+(8, 8)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+import kernels
+from ops import cross_entropy, rms_norm, sigmoid
+from tape import array_module, primal
+
+from .config import ModelConfig
+from .layers import cms_forward, init_level, init_level_state
+
+
+@dataclasses.dataclass
+class Attention:
+    """Projections of the sliding-window attention branch, each ``[d, d]``."""
+    w_q: Any
+    w_k: Any
+    w_v: Any
+
+
+@dataclasses.dataclass
+class Block:
+    """One block: pre-norm weight ``[d]``, attention, CMS levels, output projection ``[d, d]``."""
+    norm: Any
+    attn: Attention
+    memory: list
+    w_o: Any
+
+
+@dataclasses.dataclass
+class Params:
+    """All parameters: ``embed [vocab, d]``, blocks, ``final_norm [d]``, ``unembed [d, vocab]``."""
+    embed: Any
+    blocks: list
+    final_norm: Any
+    unembed: Any
+
+
+@dataclasses.dataclass
+class State:
+    """Carried memory: ``pos`` (global tokens seen, drives the CMS conductor) and, per block and
+    level, a `models.layers.LevelState` of plain arrays."""
+    pos: int
+    blocks: list
+
+
+def init_params(cfg: ModelConfig, seed: int, xp: Any = np) -> Params:
+    """Seeded random parameters (float `cfg.dtype`, on `xp`: numpy or cupy).
+
+    >>> cfg = ModelConfig(d_model=8, layers=2, levels=3, window=4, seq_len=8)
+    >>> p = init_params(cfg, seed=0)
+    >>> len(p.blocks), len(p.blocks[0].memory), p.embed.shape
+    (2, 3, (256, 8))
+    >>> [float(lv.b_a[0]) for lv in p.blocks[0].memory]
+    [3.0, 4.0, 4.5]
+    """
+    cfg.validate()
+    rng = np.random.default_rng(seed)
+    d, dt = cfg.d_model, cfg.dtype
+
+    def mat(rows, cols, scale=1.0):
+        return (rng.standard_normal((rows, cols)) * scale / math.sqrt(rows)).astype(dt)
+
+    blocks = []
+    for _ in range(cfg.layers):
+        attn = Attention(w_q=mat(d, d), w_k=mat(d, d), w_v=mat(d, d))
+        memory = [init_level(rng, d, i, dt) for i in range(cfg.levels)]
+        # Scaled down with depth so the residual stream does not grow with the layer count.
+        w_o = mat(d, d, 1.0 / math.sqrt(2 * cfg.layers))
+        blocks.append(Block(norm=np.ones(d, dtype=dt), attn=attn, memory=memory, w_o=w_o))
+    params = Params(embed=rng.standard_normal((cfg.vocab, d)).astype(dt), blocks=blocks,
+                    final_norm=np.ones(d, dtype=dt), unembed=mat(d, cfg.vocab))
+    if xp is not np:
+        params = _to_module(params, xp)
+    return params
+
+
+def _to_module(tree: Any, xp: Any) -> Any:
+    """Move every array leaf of a Params/State tree to `xp`."""
+    if dataclasses.is_dataclass(tree):
+        return type(tree)(**{f.name: _to_module(getattr(tree, f.name), xp)
+                             for f in dataclasses.fields(tree)})
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_module(t, xp) for t in tree)
+    if isinstance(tree, np.ndarray):
+        return xp.asarray(tree)
+    return tree
+
+
+def init_state(cfg: ModelConfig, batch: int, xp: Any = np) -> State:
+    """Fresh memory for a batch of `batch` streams: zero matrices, position 0.
+
+    >>> st = init_state(ModelConfig(d_model=8, window=4, seq_len=8), batch=3)
+    >>> st.pos, st.blocks[0][0].m.shape
+    (0, (3, 8, 8))
+    """
+    cfg.validate()
+    return State(pos=0, blocks=[[init_level_state(batch, cfg.d_model, cfg.rule, p, xp, cfg.dtype)
+                                 for p in cfg.level_periods] for _ in range(cfg.layers)])
+
+
+def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig) -> tuple:
+    h = rms_norm(x, block.norm)
+    mem, new_states = cms_forward(block.memory, h, states, cfg.level_periods, pos, cfg.rule)
+    a_in = h + mem if cfg.composition == "MAL" else h
+    a = kernels.swa_attention(a_in @ block.attn.w_q, a_in @ block.attn.w_k,
+                              a_in @ block.attn.w_v, cfg.window)
+    out = a * sigmoid(mem) if cfg.composition == "MAG" else a
+    return x + out @ block.w_o, new_states
+
+
+def logits(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) -> tuple:
+    """Next-token logits ``[batch, s, vocab]`` for integer `tokens` ``[batch, s]``, and the new
+    (gradient-free) state. ``state=None`` starts from fresh memory.
+
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> p = init_params(cfg, seed=0)
+    >>> out, st = logits(p, np.zeros((2, 5), dtype=np.int64), None, cfg)
+    >>> out.shape, st.pos
+    ((2, 5, 11), 5)
+    """
+    xp = array_module(params.embed)
+    tokens = xp.asarray(primal(tokens))
+    if tokens.ndim != 2:
+        raise ValueError(f"logits: tokens must have shape [batch, s]; got {tokens.shape}")
+    if state is None:
+        state = init_state(cfg, tokens.shape[0], xp)
+    x = params.embed[tokens]
+    new_blocks = []
+    for block, states in zip(params.blocks, state.blocks):
+        x, ns = _block(block, x, states, state.pos, cfg)
+        new_blocks.append(ns)
+    out = rms_norm(x, params.final_norm) @ params.unembed
+    return out, State(pos=state.pos + tokens.shape[1], blocks=new_blocks)
+
+
+def loss(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) -> tuple:
+    """Mean cross-entropy of predicting ``tokens[:, 1:]`` from ``tokens[:, :-1]`` (tokens
+    ``[batch, seq_len + 1]``), and the new state (plain arrays: no gradient reaches it).
+
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> p, st = init_params(cfg, seed=0), init_state(cfg, batch=2)
+    >>> value, st = loss(p, np.zeros((2, 9), dtype=np.int64), st, cfg)
+    >>> bool(0 < float(value) < 10), st.pos
+    (True, 8)
+    """
+    xp = array_module(params.embed)
+    tokens = xp.asarray(primal(tokens))
+    out, new_state = logits(params, tokens[:, :-1], state, cfg)
+    return cross_entropy(out, tokens[:, 1:]), new_state
+
+
+def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
+             temperature: float = 1.0, seed: int = 0, xp: Any = np) -> np.ndarray:
+    """Sample `n_new` tokens after `prompt_tokens` (a 1-D int sequence); returns the whole
+    sequence (prompt + new) as a NumPy int64 array. Naive: each step recomputes the logits of
+    the last `cfg.seq_len` tokens from fresh memory. ``temperature=0`` is greedy.
+
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> out = generate(init_params(cfg, seed=0), [1, 2, 3], cfg, n_new=4, seed=0)
+    >>> out.shape, bool(out.max() < 11)
+    ((7,), True)
+    """
+    rng = np.random.default_rng(seed)
+    seq = [int(t) for t in np.asarray(prompt_tokens).reshape(-1)]
+    if not seq:
+        raise ValueError("generate: prompt_tokens must hold at least one token")
+    for _ in range(n_new):
+        window = xp.asarray(np.asarray(seq[-cfg.seq_len:], dtype=np.int64)[None, :])
+        out, _ = logits(params, window, None, cfg)
+        last = np.asarray(_to_numpy(primal(out)[0, -1]), dtype=np.float64)
+        if temperature <= 0:
+            nxt = int(np.argmax(last))
+        else:
+            z = last / temperature
+            prob = np.exp(z - z.max())
+            nxt = int(rng.choice(len(prob), p=prob / prob.sum()))
+        seq.append(nxt)
+    return np.asarray(seq, dtype=np.int64)
+
+
+def _to_numpy(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)

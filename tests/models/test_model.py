@@ -1,0 +1,262 @@
+"""The NL model: gradients against finite differences, gates, CMS semantics, state, config."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from models.config import ModelConfig
+from models.layers import (B_ALPHA, B_ETA, B_THETA, conductor, init_level, init_level_state,
+                           level_forward, level_inputs)
+from models.model import Params, State, generate, init_params, init_state, logits, loss
+from tape import Active, Const, Duplicated, Reverse, Tracer, autodiff, make_zero
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(vocab=11, d_model=8, layers=1, window=4, seq_len=8, levels=2,
+                periods=(1, 4), dtype="float64")
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def leaves(tree):
+    """Array leaves of a Params/State tree, in a fixed order."""
+    return [a for _, a in named_leaves(tree)]
+
+
+def named_leaves(tree, path=""):
+    """``(path, array)`` for every array leaf, e.g. ``("blocks.0.memory.1.w_a", ...)``."""
+    if dataclasses.is_dataclass(tree):
+        return [x for f in dataclasses.fields(tree)
+                for x in named_leaves(getattr(tree, f.name), f"{path}.{f.name}")]
+    if isinstance(tree, (list, tuple)):
+        return [x for i, t in enumerate(tree) for x in named_leaves(t, f"{path}.{i}")]
+    return [(path.lstrip("."), tree)] if isinstance(tree, np.ndarray) else []
+
+
+def shifted(tree, direction, eps):
+    """A copy of `tree` with every array leaf moved by eps * its direction leaf."""
+    it = iter(direction)
+
+    def go(t):
+        if dataclasses.is_dataclass(t):
+            return type(t)(**{f.name: go(getattr(t, f.name)) for f in dataclasses.fields(t)})
+        if isinstance(t, (list, tuple)):
+            return type(t)(go(x) for x in t)
+        return t + eps * next(it) if isinstance(t, np.ndarray) else t
+    return go(tree)
+
+
+def check_model_gradient(cfg, state, tokens, seed=0, eps=1e-6):
+    """Reverse-mode gradient over the whole Params pytree against a central difference along
+    a random direction."""
+    params = init_params(cfg, seed=seed)
+    # Larger gate weights than at init, so the gate paths carry visible gradient.
+    for block in params.blocks:
+        for lv in block.memory:
+            for name in ("w_a", "w_t", "w_e"):
+                setattr(lv, name, getattr(lv, name) * 20)
+    grads = make_zero(params)
+    autodiff(Reverse, lambda p, t: loss(p, t, state, cfg)[0], Active,
+             Duplicated(params, grads), Const(tokens))
+    rng = np.random.default_rng(seed + 1)
+    named = named_leaves(params)
+    # The whole tree, then only the memory levels, then only the gate weights and biases: the
+    # memory's gradients are small next to the embedding's and must not hide inside its error.
+    for keep in (lambda n: True, lambda n: ".memory." in n,
+                 lambda n: n.rsplit(".", 1)[-1] in ("w_a", "b_a", "w_t", "b_t", "w_e", "b_e")):
+        direction = [rng.standard_normal(a.shape) * keep(n) for n, a in named]
+        analytic = sum(float(np.sum(g * d)) for g, d in zip(leaves(grads), direction))
+        up = float(loss(shifted(params, direction, eps), tokens, state, cfg)[0])
+        down = float(loss(shifted(params, direction, -eps), tokens, state, cfg)[0])
+        numeric = (up - down) / (2 * eps)
+        assert abs(analytic) > 1e-6
+        assert abs(analytic - numeric) <= 1e-9 + 1e-5 * abs(numeric), (analytic, numeric)
+    # Every leaf that should learn gets a gradient (the gate weights of unused gates aside).
+    unused = {"delta": ("w_e", "b_e"), "hebbian": ("w_t", "b_t", "w_e", "b_e"), "titans": ()}
+    for block in grads.blocks:
+        for lv in block.memory:
+            for f in dataclasses.fields(lv):
+                if f.name not in unused[cfg.rule]:
+                    assert np.abs(getattr(lv, f.name)).max() > 0, f.name
+
+
+def tokens_for(cfg, batch=2, seed=0):
+    return np.random.default_rng(seed).integers(0, cfg.vocab, size=(batch, cfg.seq_len + 1))
+
+
+@pytest.mark.parametrize("composition", ["MAG", "MAL"])
+@pytest.mark.parametrize("rule", ["delta", "titans", "hebbian"])
+def test_full_model_gradient_matches_finite_differences(rule, composition):
+    cfg = tiny(rule=rule, composition=composition)
+    check_model_gradient(cfg, init_state(cfg, 2), tokens_for(cfg))
+
+
+@pytest.mark.parametrize("rule", ["delta", "titans"])
+def test_gradient_with_carried_state_and_pending_tokens(rule):
+    # Two layers, three levels (1/sqrt(3) scaling), and a chunk that starts mid-segment: the
+    # state after 6 tokens holds pending tokens for the period-4 level.
+    cfg = tiny(rule=rule, layers=2, levels=3, periods=(1, 2, 4), seq_len=6, window=3)
+    params = init_params(cfg, seed=3)
+    _, state = loss(params, tokens_for(cfg, seed=5), init_state(cfg, 2), cfg)
+    assert state.pos == 6 and state.blocks[0][2].pend[0].shape == (2, 3, 8)
+    assert np.abs(state.blocks[0][2].pend[0][:, :2]).min() > 0     # two valid pending tokens
+    assert not state.blocks[0][2].pend[0][:, 2].any()
+    check_model_gradient(cfg, state, tokens_for(cfg, seed=6))
+
+
+def test_gates_in_open_unit_interval_at_init():
+    cfg = tiny(levels=4, periods=(1, 8, 64, 512), rule="titans", d_model=16)
+    params = init_params(cfg, seed=0)
+    x = np.random.default_rng(0).standard_normal((2, 8, 16))
+    for i, lv in enumerate(params.blocks[0].memory):
+        assert (float(lv.b_a[0]), float(lv.b_t[0]), float(lv.b_e[0])) == \
+            (B_ALPHA[i], B_THETA[i], B_ETA[i])
+        _, _, _, alpha, theta, eta = level_inputs(lv, x)
+        for g in (alpha, eta):
+            assert 0.5 < g.min() and g.max() < 0.999      # in (0, 1), not saturated
+        assert 0 < theta.min() and theta.max() < 0.05     # small positive inner learning rate
+        sig = 1 / (1 + np.exp(-B_ALPHA[i]))
+        assert np.allclose(alpha, sig, atol=0.02)
+
+
+def reference_level(level, chunks, period, rule):
+    """The CMS semantics of `models.layers`, token by token with ordinary NumPy: a level fires
+    at global token t when (t + 1) % period == 0, absorbing every token since its last firing
+    with the rule; each token reads the memory after any firing at that token."""
+    d = level.w_k.shape[0]
+    B = chunks[0].shape[0]
+    m, s = np.zeros((B, d, d)), np.zeros((B, d, d))
+    pending, outs, t = [], [], 0
+    for x in chunks:
+        k, v, q, alpha, theta, eta = level_inputs(level, x)
+        ys = []
+        for i in range(x.shape[1]):
+            pending.append((k[:, i], v[:, i], alpha[:, i], theta[:, i], eta[:, i]))
+            if (t + 1) % period == 0:
+                for kk, vv, a, th, e in pending:
+                    keep = a[:, None, None]
+                    err = np.einsum("bij,bj->bi", m, kk) - vv
+                    outer = np.einsum("bi,bj->bij", err, kk)
+                    if rule == "delta":
+                        m = keep * m - th[:, None, None] * outer
+                    elif rule == "titans":
+                        s = e[:, None, None] * s - th[:, None, None] * outer
+                        m = keep * m + s
+                    else:
+                        m = keep * m + np.einsum("bi,bj->bij", vv, kk)
+                pending = []
+            ys.append(np.einsum("bij,bj->bi", m, q[:, i]))
+            t += 1
+        outs.append(np.stack(ys, axis=1))
+    return outs
+
+
+@pytest.mark.parametrize("rule", ["delta", "titans", "hebbian"])
+@pytest.mark.parametrize("period", [1, 3])
+def test_cms_level_matches_per_token_reference(rule, period):
+    d = 4
+    level = init_level(np.random.default_rng(0), d, 0, "float64")
+    level.w_a = level.w_a * 10          # token-dependent gates
+    level.b_a = np.array([1.0])         # retention ~0.73: a forgetting memory shows up clearly
+    level.b_t = np.array([-1.0])
+    rng = np.random.default_rng(1)
+    chunks = [rng.standard_normal((2, n, d)) for n in (5, 7, 2)]   # segments cross chunks
+    expected = reference_level(level, chunks, period, rule)
+    st, pos = init_level_state(2, d, rule, period, np, "float64"), 0
+    for x, want in zip(chunks, expected):
+        got, st = level_forward(level, x, st, period, pos, rule)
+        pos += x.shape[1]
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        assert st.pend[0].shape[1] == period - 1     # fixed shape: checkpoints stay compatible
+        assert not st.pend[0][:, pos % period:].any()
+
+
+def test_conductor():
+    assert [conductor(t, (1, 2, 4)) for t in range(4)] == [
+        (True, False, False), (True, True, False), (True, False, False), (True, True, True)]
+
+
+def test_state_carries_across_chunks_without_gradient():
+    cfg = tiny(rule="titans")
+    params, fresh = init_params(cfg, seed=0), init_state(cfg, 2)
+    tokens = tokens_for(cfg)
+    first, carried = loss(params, tokens, fresh, cfg)
+    again, _ = loss(params, tokens, fresh, cfg)
+    second, _ = loss(params, tokens, carried, cfg)
+    assert float(first) == float(again)            # the fresh state was not mutated
+    assert float(second) != float(first)           # the carried memory changes the output
+    assert carried.pos == cfg.seq_len
+    assert np.abs(carried.blocks[0][0].m).max() > 0
+
+    captured = []
+
+    def f(p, t):
+        value, new = loss(p, t, carried, cfg)
+        captured.append(new)
+        return value
+    autodiff(Reverse, f, Active, Duplicated(params, make_zero(params)), Const(tokens))
+    new_leaves = leaves(captured[0])
+    assert new_leaves and all(type(a) is np.ndarray for a in new_leaves)
+    assert not any(isinstance(a, Tracer) for a in new_leaves)
+
+
+def test_logits_and_generate():
+    cfg = tiny()
+    params = init_params(cfg, seed=0)
+    out, st = logits(params, np.zeros((3, 5), dtype=np.int64), None, cfg)
+    assert out.shape == (3, 5, 11) and st.pos == 5
+    seq = generate(params, [1, 2, 3], cfg, n_new=10, temperature=0.8, seed=1)
+    assert seq.shape == (13,) and list(seq[:3]) == [1, 2, 3] and seq.max() < 11
+    assert np.array_equal(seq, generate(params, [1, 2, 3], cfg, n_new=10, temperature=0.8,
+                                        seed=1))
+    greedy = generate(params, [1], cfg, n_new=3, temperature=0)
+    assert greedy.shape == (4,)
+
+
+def test_init_is_seeded_and_typed():
+    cfg = tiny(dtype="float32")
+    a, b, c = init_params(cfg, 0), init_params(cfg, 0), init_params(cfg, 1)
+    assert all(np.array_equal(x, y) for x, y in zip(leaves(a), leaves(b)))
+    assert not np.array_equal(a.embed, c.embed)
+    assert all(x.dtype == np.float32 for x in leaves(a))
+    assert isinstance(a, Params) and isinstance(init_state(cfg, 1), State)
+    value, _ = loss(a, tokens_for(cfg), None, cfg)
+    assert np.asarray(value).dtype == np.float32
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(seq_len=4, window=8), "seq_len"),
+    (dict(rule="lstm"), "rule"),
+    (dict(levels=0), "levels"),
+    (dict(levels=5), "levels"),
+    (dict(composition="MAC2"), "composition"),
+    (dict(periods=(2, 4)), "periods"),
+    (dict(periods=(1, 8, 4)), "periods"),
+    (dict(dtype="int8"), "dtype"),
+    (dict(d_model=0), "d_model"),
+])
+def test_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+        ModelConfig(**kwargs).validate()
+    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+        init_params(ModelConfig(**kwargs), seed=0)
+
+
+def test_config_json_round_trip():
+    import json
+    cfg = tiny(rule="hebbian", composition="MAL")
+    assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="unknown key"):
+        ModelConfig.from_dict({**cfg.to_dict(), "heads": 2})
+
+
+def test_state_shapes_are_fixed_across_chunks():
+    # Checkpoints restore the state into `init_state`'s shapes, whatever the position.
+    cfg = tiny(levels=4, periods=(1, 2, 4, 16), seq_len=6, window=3)
+    params, state = init_params(cfg, seed=0), init_state(cfg, 2)
+    shapes = [a.shape for a in leaves(state)]
+    for i in range(4):
+        _, state = loss(params, tokens_for(cfg, seed=i), state, cfg)
+        assert [a.shape for a in leaves(state)] == shapes
+    assert state.pos == 24
+    assert np.abs(state.blocks[0][3].m).max() > 0      # the period-16 level has fired once
