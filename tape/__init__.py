@@ -20,6 +20,7 @@ from .pytree import register_pytree, tree_map
 from .rules import custom_rule, easy_rule, inactive, inactive_type
 from .checkpoint import CheckpointError, checkpoint, checkpointed_scan
 from .split import SplitTape, TapeMutatedError, autodiff_thunk
+from .visualize import GraphvizNotFound, record, show, to_dot
 from .convenience import (GradientResult, gradient, gradient_, hessian, hvp, hvp_,
                           hvp_and_gradient_, jacobian, make_zero_, onehot)
 
@@ -40,4 +41,5 @@ __all__ = [
     "PytreeError", "NaNError", "register_pytree", "tree_map", "custom_rule", "inactive",
     "easy_rule", "inactive_type", "RuleError",
     "checkpoint", "checkpointed_scan", "CheckpointError",
+    "show", "to_dot", "record", "GraphvizNotFound",
 ]
