@@ -2,7 +2,9 @@
 
 `hecate demo` differentiates a few functions with every mode and prints each derivative next to
 a central finite difference, so a new user sees the API work end to end. `hecate info` prints
-the detected GPU and the backend the kernel pairs select (`kernels.info`).
+the detected GPU and the backend the kernel pairs select (`kernels.info`). `hecate train`,
+`hecate sample` and `hecate eval` train the Nested-Learning model and use its checkpoints
+(`models.commands`).
 """
 from __future__ import annotations
 
@@ -120,7 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("info", help="the detected GPU and the backend kernel pairs use")
     sub.add_parser("bench", help="Hecate against autograd, PyTorch and JAX: ADBench and more "
                                  "(see `hecate bench --help`)")
+    from .commands import add_parsers, run
+    add_parsers(sub)   # train, sample, eval
     args = parser.parse_args(argv)
+    if args.command in ("train", "sample", "eval"):
+        return run(args)
     if args.command == "demo":
         return 1 if demo() else 0
     if args.command == "info":

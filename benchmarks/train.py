@@ -1,0 +1,213 @@
+"""Training tokens/s: Hecate's NL model against the same model written in PyTorch.
+
+    python benchmarks/train.py            # default model config, batch 8, a few timed steps
+    python benchmarks/train.py --quick    # a smoke test: tiny model, one timed step
+    python benchmarks/train.py --json out.json
+
+A training step is the same on both sides: forward, mean cross-entropy, backward, a global-norm
+clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
+recurrence as `models.model` (MAG or MAL composition, CMS levels with the conductor's firing
+rule, the delta / Titans / Hebbian rule), with the memory written as a Python loop over tokens,
+the way one writes a recurrence in eager PyTorch. (The PyTorch side keeps no pending buffer
+across chunks: with seq_len a multiple of every period, as here, none is ever needed.) Before timing, the PyTorch loss on Hecate's
+initial parameters is checked against Hecate's loss (same number to float32 precision), so both
+sides compute the same function. Both run on one thread (``torch.set_num_threads(1)``; NumPy's
+BLAS is limited by the environment variables set below before NumPy loads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from models import model  # noqa: E402
+from models.config import ModelConfig  # noqa: E402
+from models.layers import conductor  # noqa: E402
+from models.optim import AdamW, clip_by_global_norm  # noqa: E402
+from tape import (Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero,  # noqa
+                  make_zero_, primal, tree_map)
+from tape.pytree import flatten  # noqa: E402
+
+
+def hecate_step_fn(cfg: ModelConfig, batch: int):
+    params = model.init_params(cfg, 0)
+    grads = make_zero(params)
+    opt = AdamW(params, lr=1e-3)
+    box = {"state": model.init_state(cfg, batch)}
+
+    def step(tokens):
+        make_zero_(grads)
+        out = []
+
+        def f(p, t):
+            value, st = model.loss(p, t, box["state"], cfg)
+            out.append(st)
+            return value
+        _, value = autodiff(ReverseWithPrimal, f, Active, Duplicated(params, grads),
+                            Const(tokens))
+        clip_by_global_norm(grads, 1.0)
+        opt.step(params, grads)
+        box["state"] = tree_map(primal, out[-1])
+        return float(value)
+    return step, params
+
+
+def torch_model(cfg: ModelConfig, params, torch):
+    """The same model in eager PyTorch, on copies of Hecate's initial parameters."""
+    leaves, _ = flatten(params)
+    tleaves = [torch.tensor(np.asarray(x), requires_grad=True) for x in leaves]
+    it = iter(tleaves)
+    # Rebuild the same structure with torch leaves (flatten order is the dataclass order).
+    tp = tree_map(lambda _: next(it), params)
+    F = torch.nn.functional
+
+    def rms(x, w):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+    def l2(x):
+        return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+    def swa(q, k, v):
+        T, d = q.shape[1], q.shape[2]
+        s = q @ k.transpose(1, 2) / math.sqrt(d)
+        i = torch.arange(T)
+        mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - cfg.window)
+        return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+
+    def update(m, s, k, v, decay, theta, eta):
+        # one token: k, v [B, d]; gates [B]
+        if cfg.rule == "hebbian":
+            return (1 - decay)[:, None, None] * m + v[:, :, None] * k[:, None, :], s
+        err = torch.einsum("bij,bj->bi", m, k) - v
+        upd = theta[:, None, None] * err[:, :, None] * k[:, None, :]
+        if cfg.rule == "delta":
+            return (1 - decay)[:, None, None] * m - upd, s
+        s = eta[:, None, None] * s - upd
+        return (1 - decay)[:, None, None] * m + s, s
+
+    def level(lv, x, st, period, pos):
+        k, v, q = l2(x @ lv.w_k), x @ lv.w_v, l2(x @ lv.w_q)
+        c = torch.cat([k, v], -1)
+        decay = torch.sigmoid(-(c @ lv.w_a + lv.b_a))
+        theta = F.softplus(c @ lv.w_t + lv.b_t)
+        eta = torch.sigmoid(c @ lv.w_e + lv.b_e)
+        m, s = st
+        pending, ys = [], []
+        for t in range(x.shape[1]):     # the per-token recurrence, as eager PyTorch writes it
+            pending.append(t)
+            if conductor(pos + t, (period,))[0]:
+                for u in pending:
+                    m, s = update(m, s, k[:, u], v[:, u], decay[:, u], theta[:, u], eta[:, u])
+                pending = []
+            ys.append(torch.einsum("bij,bj->bi", m, q[:, t]))
+        return torch.stack(ys, 1), (m.detach(), s.detach())
+
+    def loss(tokens, state, pos):
+        x = tp.embed[tokens[:, :-1]]
+        new = []
+        for bi, block in enumerate(tp.blocks):
+            h = rms(x, block.norm)
+            mem, ns = 0, []
+            for li, lv in enumerate(block.memory):
+                y, st = level(lv, h, state[bi][li], cfg.level_periods[li], pos)
+                mem, _ = mem + y, ns.append(st)
+            if len(block.memory) > 2:
+                mem = mem / math.sqrt(len(block.memory))
+            a_in = h + mem if cfg.composition == "MAL" else h
+            a = swa(a_in @ block.attn.w_q, a_in @ block.attn.w_k, a_in @ block.attn.w_v)
+            out = a * torch.sigmoid(mem) if cfg.composition == "MAG" else a
+            x = x + out @ block.w_o
+            new.append(ns)
+        logits = rms(x, tp.final_norm) @ tp.unembed
+        return F.cross_entropy(logits.reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1)), new
+
+    return tleaves, loss
+
+
+def torch_step_fn(cfg: ModelConfig, batch: int, params, torch):
+    tleaves, loss = torch_model(cfg, params, torch)
+    opt = torch.optim.AdamW(tleaves, lr=1e-3)
+    d = cfg.d_model
+    zeros = torch.zeros(batch, d, d)
+    box = {"state": [[(zeros, zeros) for _ in range(cfg.levels)] for _ in range(cfg.layers)],
+           "pos": 0}
+
+    def step(tokens):
+        opt.zero_grad(set_to_none=True)
+        value, box["state"] = loss(torch.as_tensor(tokens), box["state"], box["pos"])
+        box["pos"] += tokens.shape[1] - 1
+        value.backward()
+        torch.nn.utils.clip_grad_norm_(tleaves, 1.0)
+        opt.step()
+        return float(value.detach())
+    return step, loss
+
+
+def measure(step, batches, repeat: int) -> float:
+    """Tokens/s: the best of `repeat` timed steps after one warm-up step."""
+    step(batches[0])
+    best = float("inf")
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        step(batches[(i + 1) % len(batches)])
+        best = min(best, time.perf_counter() - t0)
+    return batches[0].shape[0] * (batches[0].shape[1] - 1) / best
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    cfg = ModelConfig(dtype="float32")
+    if args.quick:
+        cfg = ModelConfig(d_model=16, layers=1, window=8, seq_len=16, levels=2)
+        args.repeat, args.batch = 1, 2
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, cfg.vocab, size=(args.batch, cfg.seq_len + 1))
+               for _ in range(4)]
+    h_step, params = hecate_step_fn(cfg, args.batch)
+    result = {"config": cfg.to_dict(), "batch": args.batch}
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.set_num_threads(1)
+        _, tloss = torch_model(cfg, params, torch)
+        st = [[(torch.zeros(args.batch, cfg.d_model, cfg.d_model),) * 2
+               for _ in range(cfg.levels)] for _ in range(cfg.layers)]
+        t_val = float(tloss(torch.as_tensor(batches[0]), st, 0)[0].detach())
+        h_val = float(primal(model.loss(params, batches[0], model.init_state(cfg, args.batch),
+                                        cfg)[0]))
+        result["loss_check"] = {"hecate": h_val, "torch": t_val}
+        print(f"same function: hecate loss {h_val:.6f}, torch loss {t_val:.6f}")
+    result["hecate_tokens_per_s"] = measure(h_step, batches, args.repeat)
+    print(f"hecate  : {result['hecate_tokens_per_s']:10,.0f} tokens/s")
+    if torch is not None:
+        t_step, _ = torch_step_fn(cfg, args.batch, params, torch)
+        result["torch_tokens_per_s"] = measure(t_step, batches, args.repeat)
+        result["ratio"] = result["hecate_tokens_per_s"] / result["torch_tokens_per_s"]
+        print(f"pytorch : {result['torch_tokens_per_s']:10,.0f} tokens/s")
+        print(f"hecate / pytorch: {result['ratio']:.2f}x")
+    else:
+        print("pytorch : not installed (skipped)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The `hecate train`, `hecate sample` and `hecate eval` subcommands (parsers and handlers).
+
+Every expected failure (missing data file, binary corpus, seq-len < window, incompatible or
+corrupt checkpoint, `--device gpu` without a GPU) is printed as one ``hecate <cmd>: error: ...``
+line on stderr with exit status 2; tracebacks are for bugs only.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser(); sub = p.add_subparsers(dest="command")
+>>> add_parsers(sub)
+>>> p.parse_args(["train", "--steps", "5", "--rule", "titans"]).steps
+5
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import COMPOSITIONS, RULES
+from .data import DataError
+
+# flag name -> config field; flags left unset (None) keep the default or the resumed run's value
+MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
+               "rule": str, "composition": str}
+TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
+               "task": str, "device": str}
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the three subcommands on an argparse subparsers object."""
+    t = sub.add_parser("train", help="train the Nested-Learning model (default: a few minutes "
+                                     "on the CPU on Python's own sources)")
+    t.add_argument("--run-dir", help="run directory (default runs/<timestamp>)")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir from its last checkpoint")
+    t.add_argument("--data", help="train on this text file instead of the default corpus")
+    t.add_argument("--task", choices=("text", "recall"), help="text (default) or synthetic "
+                                                              "associative recall")
+    t.add_argument("--device", choices=("cpu", "gpu"), help="cpu (default) or gpu (CuPy + "
+                                                            "CUDA kernels)")
+    t.add_argument("--rule", choices=RULES)
+    t.add_argument("--composition", choices=COMPOSITIONS)
+    for name in ("levels", "d_model", "layers", "seq_len", "window", "steps", "seed",
+                 "batch_size"):
+        t.add_argument("--" + name.replace("_", "-"), type=int)
+    t.add_argument("--lr", type=float, help="peak learning rate")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    s = sub.add_parser("sample", help="generate text from a run's last checkpoint")
+    s.add_argument("--run", required=True, help="run directory")
+    s.add_argument("--prompt", default="def ")
+    s.add_argument("--length", type=int, default=200, help="bytes to generate")
+    s.add_argument("--temperature", type=float, default=0.8)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+
+    e = sub.add_parser("eval", help="validation loss and bits per byte of a run")
+    e.add_argument("--run", required=True, help="run directory")
+    e.add_argument("--batches", type=int, help="validation chunks (default: the run's final "
+                                               "evaluation size)")
+    e.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+
+
+def _flags(args: argparse.Namespace, names: dict) -> dict:
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import resolve_configs, train
+    if args.resume and not args.run_dir:
+        raise DataError("--resume needs --run-dir DIR (the run to continue)")
+    run_dir = Path(args.run_dir) if args.run_dir else Path(
+        "runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    cfg, tcfg = resolve_configs(run_dir, args.resume, _flags(args, MODEL_FLAGS),
+                                _flags(args, TRAIN_FLAGS))
+    print(f"hecate train: run directory {run_dir}", file=sys.stderr)
+    train(cfg, tcfg, run_dir, resume=args.resume, progress=not args.no_progress)
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from .train import load_run, sample_text
+    cfg, _, params, _, xp = load_run(args.run, args.device)
+    print(sample_text(params, cfg, args.prompt, args.length, args.temperature, args.seed, xp))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .train import eval_run
+    ev = eval_run(args.run, args.device, args.batches)
+    print(f"step {ev['step']}: validation loss {ev['val_loss']:.4f} nats/token, "
+          f"{ev['bits_per_byte']:.4f} bits per byte")
+    if ev.get("accuracy") is not None:
+        print(f"recall accuracy {ev['accuracy']:.3f}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch a parsed `train` / `sample` / `eval` command; expected errors -> exit 2."""
+    from .checkpoint import CheckpointFileError
+    from .train import RunError
+    handler = {"train": _train, "sample": _sample, "eval": _eval}[args.command]
+    try:
+        return handler(args)
+    except (DataError, CheckpointFileError, RunError) as e:
+        print(f"hecate {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["add_parsers", "run"]

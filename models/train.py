@@ -1,0 +1,430 @@
+"""The training loop behind `hecate train`, and the `sample` / `eval` helpers.
+
+One step: draw a batch, one reverse pass for the whole gradient
+``autodiff(ReverseWithPrimal, lambda p, t: model.loss(p, t, state, cfg)[0], Active,
+Duplicated(params, grads), Const(tokens))``, clip by global norm, AdamW with a warmup + cosine
+schedule, and carry the memory state (returned by the loss as plain arrays) to the next chunk.
+
+A run directory holds ``config.json`` (model and training configs), ``metrics.jsonl`` (one line
+per step: step, loss, lr, grad_norm, tokens_per_s, and val_loss on evaluation steps),
+``loss.png`` (train and validation curves) and ``checkpoints/`` (``last.npz`` plus
+``step_<N>.npz`` every `ckpt_every` steps; format in `models.checkpoint`). Everything a step
+depends on (params, AdamW moments, memory state, data RNG and stream positions, step) is in a
+checkpoint, so ``resume=True`` reproduces the losses of an uninterrupted run exactly.
+
+>>> import tempfile
+>>> from models.config import ModelConfig
+>>> cfg = ModelConfig(d_model=8, layers=1, window=4, seq_len=8, levels=1)
+>>> tcfg = TrainConfig(steps=2, batch_size=2, eval_every=2, eval_batches=1, sample_bytes=0)
+>>> result = train(cfg, tcfg, tempfile.mkdtemp(), progress=False, out=None,
+...                corpus=b"hello world. " * 50)
+>>> result.step, len(result.losses)
+(2, 2)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero, make_zero_
+from tape import primal, tree_map
+
+from . import model
+from .checkpoint import (CheckpointFileError, check_compatible, fill_tree, load_checkpoint,
+                         save_checkpoint, to_numpy, tree_arrays)
+from .config import ModelConfig
+from .data import DataError, RecallTask, TextData, make_data, unigram_entropy
+from .optim import AdamW, clip_by_global_norm, warmup_cosine
+
+
+class RunError(ValueError):
+    """A training/eval request that cannot run (bad flags, no GPU, existing run, NaN loss)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything about a run that is not the model: optimizer, schedule, data, logging."""
+    steps: int = 500
+    batch_size: int = 8
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 30
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    seed: int = 0
+    task: str = "text"
+    data: Optional[str] = None
+    pairs: int = 8                 # recall task: key-value pairs per sequence
+    device: str = "cpu"
+    eval_every: int = 100
+    eval_batches: int = 4
+    final_eval_batches: int = 16
+    ckpt_every: int = 200
+    sample_bytes: int = 200
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise RunError(f"TrainConfig: unknown key(s) {unknown}")
+        return cls(**d)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    losses: list
+    val_loss: float
+    bits_per_byte: float
+    unigram: Optional[float]
+    accuracy: Optional[float]
+    seconds: float
+    sample: str = ""
+
+
+def array_module_for(device: str) -> Any:
+    """`numpy` for ``cpu``; `cupy` for ``gpu`` when `kernels.detect_gpu` finds one, else a
+    `RunError` that says what the detection found."""
+    if device == "cpu":
+        return np
+    if device != "gpu":
+        raise RunError(f"--device must be 'cpu' or 'gpu'; got {device!r}")
+    from kernels.dispatch import cupy_module, detect_gpu
+    cp = cupy_module()
+    if cp is None:
+        raise RunError("--device gpu: no GPU available: kernels.detect_gpu() found no CuPy "
+                       "install (pip install cupy-cuda12x); use --device cpu")
+    info = detect_gpu()
+    if info is None:
+        raise RunError("--device gpu: no GPU available: kernels.detect_gpu() returned None "
+                       "(CuPy is installed but no usable CUDA device or driver was found); "
+                       "use --device cpu")
+    return cp
+
+
+def _plain(tree: Any) -> Any:
+    return tree_map(lambda x: primal(x), tree)
+
+
+def _ckpt_path(run_dir: Path, name: str = "last") -> Path:
+    return run_dir / "checkpoints" / f"{name}.npz"
+
+
+def _save(run_dir: Path, names: list, cfg: ModelConfig, tcfg: TrainConfig, step: int,
+          params: Any, opt: AdamW, state: Any, data: Any) -> None:
+    arrays = tree_arrays(params, "params", "params")
+    arrays.update({f"opt/{k}": v for k, v in opt.state_arrays().items()})
+    arrays.update({k: np.asarray(to_numpy(v)) for k, v in
+                   tree_arrays(state, "state", "state").items()})
+    header = {"step": step, "opt_step": opt.t, "model": cfg.to_dict(), "train": tcfg.to_dict(),
+              "data_state": data.state()}
+    for name in names:
+        save_checkpoint(_ckpt_path(run_dir, name), arrays, header)
+
+
+def restore(path: Path, cfg: ModelConfig, tcfg: TrainConfig, xp: Any) -> tuple:
+    """``(params, opt, state, header)`` from the checkpoint at `path`, verified against `cfg`."""
+    arrays, header = load_checkpoint(path)
+    check_compatible(path, header, cfg.to_dict())
+    params = fill_tree(model.init_params(cfg, 0, xp), arrays, "params", "params", str(path), xp)
+    state = fill_tree(model.init_state(cfg, tcfg.batch_size, xp), arrays, "state", "state",
+                      str(path), xp)
+    opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+    try:
+        opt.load_state_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("opt/")},
+                              header["opt_step"])
+    except (KeyError, ValueError) as e:
+        raise CheckpointFileError(f"checkpoint {path}: {e}") from None
+    return params, opt, state, header
+
+
+def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int) -> dict:
+    """Validation loss (nats/token), bits per byte, and for the recall task the accuracy at the
+    answer positions. Text streams carry their memory state from chunk to chunk."""
+    losses, accs = [], []
+    state = None
+    for chunk in data.val_batches(max_batches):
+        tokens = xp.asarray(chunk)
+        if state is None or isinstance(data, RecallTask):
+            state = model.init_state(cfg, chunk.shape[0], xp)
+        if isinstance(data, RecallTask):
+            out, _ = model.logits(params, tokens[:, :-1], state, cfg)
+            out = to_numpy(primal(out))
+            accs.append(RecallTask.accuracy(out, chunk, data.answer_mask()[:chunk.shape[0]]))
+            z = out - out.max(axis=-1, keepdims=True)
+            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+            losses.append(float(-np.take_along_axis(logp, chunk[:, 1:, None], -1).mean()))
+        else:
+            value, state = model.loss(params, tokens, state, cfg)
+            losses.append(float(primal(value)))
+            state = _plain(state)
+    val = float(np.mean(losses)) if losses else float("nan")
+    return {"val_loss": val, "bits_per_byte": val / math.log(2),
+            "accuracy": float(np.mean(accs)) if accs else None}
+
+
+def _plot(run_dir: Path, history: list, baseline: Optional[float]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")   # no display: write a file, never open a window
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [h["step"] for h in history]
+    ax.plot(steps, [h["loss"] for h in history], lw=0.8, label="train")
+    val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
+    if val:
+        ax.plot(*zip(*val), "o-", label="validation")
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", ls="--", label=f"unigram ({baseline:.2f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "loss.png", dpi=100)
+    plt.close(fig)
+
+
+def _read_history(path: Path, upto: int) -> list:
+    """Metrics lines with step <= `upto` (lines past the last checkpoint are dropped on resume:
+    the resumed run writes them again)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row["step"] <= upto:
+                rows.append(row)
+    return rows
+
+
+def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature: float = 0.8,
+                seed: int = 0, xp: Any = np) -> str:
+    """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced)."""
+    raw = prompt.encode() or b"\n"
+    out = model.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
+                         temperature=temperature, seed=seed, xp=xp)
+    return bytes(int(t) for t in out).decode("utf-8", errors="replace")
+
+
+def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool = False,
+          progress: bool = True, out: Any = "stdout", corpus: Optional[bytes] = None,
+          stop_after: Optional[int] = None) -> TrainResult:
+    """Train `cfg` under `tcfg`, writing the run directory; see the module docstring.
+
+    `corpus` (bytes) replaces the default corpus for the text task (tests); `stop_after` ends
+    the run after that many steps as if interrupted, with a checkpoint (tests of `resume`).
+    `out` is where the summary goes: ``"stdout"`` (looked up at call time), a file, or None.
+    """
+    out = sys.stdout if isinstance(out, str) and out == "stdout" else out
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    xp = array_module_for(tcfg.device)
+    run_dir = Path(run_dir)
+    last = _ckpt_path(run_dir)
+    if not resume and last.exists():
+        raise RunError(f"{run_dir} already holds a run (checkpoint {last}): pass --resume to "
+                       f"continue it, or another --run-dir")
+    if resume and not last.exists():
+        raise RunError(f"--resume: no checkpoint at {last}")
+    if corpus is not None and tcfg.task == "text":
+        data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed, source="corpus")
+    else:
+        data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
+                         pairs=tcfg.pairs)
+    if isinstance(data, RecallTask) and cfg.vocab < 129:
+        raise RunError(f"--task recall needs vocab >= 129; got {cfg.vocab}")
+    baseline = unigram_entropy(data.train) if isinstance(data, TextData) else None
+
+    if resume:
+        params, opt, state, header = restore(last, cfg, tcfg, xp)
+        data.set_state(header["data_state"])
+        start = int(header["step"])
+    else:
+        params = model.init_params(cfg, tcfg.seed, xp)
+        opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+        state = model.init_state(cfg, tcfg.batch_size, xp)
+        start = 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(
+        {"model": cfg.to_dict(), "train": tcfg.to_dict(), "data": data.describe(),
+         "unigram_entropy": baseline}, indent=2))
+    metrics_path = run_dir / "metrics.jsonl"
+    history = _read_history(metrics_path, start)
+    metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+
+    grads = make_zero(params)
+    tokens_per_step = tcfg.batch_size * cfg.seq_len
+    interrupted = []
+    old_handler = None
+    try:   # Ctrl-C ends the run at the next step boundary, with a checkpoint
+        old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    except ValueError:   # not the main thread
+        pass
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=tcfg.steps, initial=start, unit="step", dynamic_ncols=True,
+                   file=sys.stderr)
+    t_start = time.perf_counter()
+    losses, step, ev = [], start, None
+    try:
+        with metrics_path.open("a") as log:
+            while step < tcfg.steps:
+                t0 = time.perf_counter()
+                tokens = xp.asarray(data.next_batch())
+                make_zero_(grads)
+                box = []
+
+                def objective(p, t):
+                    value, new_state = model.loss(p, t, state, cfg)
+                    box.append(new_state)
+                    return value
+
+                _, value = autodiff(ReverseWithPrimal, objective, Active,
+                                    Duplicated(params, grads), Const(tokens))
+                value = float(value)
+                norm = clip_by_global_norm(grads, tcfg.clip)
+                if not (math.isfinite(value) and math.isfinite(norm)):
+                    kept = f"last good checkpoint kept: {last}" if last.exists() else \
+                        "no checkpoint was written before it"
+                    raise RunError(f"non-finite loss ({value}) or gradient norm ({norm}) at step "
+                                   f"{step + 1}; training stopped; {kept}")
+                lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
+                opt.step(params, grads, lr)
+                state = _plain(box[-1])
+                step += 1
+                losses.append(value)
+                tps = tokens_per_step / (time.perf_counter() - t0)
+                row = {"step": step, "loss": value, "lr": lr, "grad_norm": norm,
+                       "tokens_per_s": tps, "val_loss": None}
+                if step % tcfg.eval_every == 0 or step == tcfg.steps:
+                    batches = tcfg.final_eval_batches if step == tcfg.steps else tcfg.eval_batches
+                    ev = evaluate(params, cfg, data, xp, batches)
+                    row["val_loss"] = ev["val_loss"]
+                    if ev["accuracy"] is not None:
+                        row["val_accuracy"] = ev["accuracy"]
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                history.append(row)
+                stopping = bool(interrupted) or (stop_after is not None
+                                                 and step - start >= stop_after)
+                names = ["last"] if (step % tcfg.ckpt_every == 0 or step == tcfg.steps
+                                     or stopping) else []
+                if step % tcfg.ckpt_every == 0:
+                    names.append(f"step_{step:06d}")
+                if names:
+                    _save(run_dir, names, cfg, tcfg, step, params, opt, state, data)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
+                    bar.update(1)
+                if stopping:
+                    if interrupted and out is not None:
+                        print(f"interrupted at step {step}; checkpoint {last}; continue with "
+                              f"--resume --run-dir {run_dir}", file=out)
+                    break
+    finally:
+        if bar is not None:
+            bar.close()
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+        if history:
+            _plot(run_dir, history, baseline)
+    seconds = time.perf_counter() - t_start
+    if ev is None or (history and history[-1]["val_loss"] is None):
+        ev = evaluate(params, cfg, data, xp, tcfg.eval_batches)
+    text = ""
+    if tcfg.sample_bytes and isinstance(data, TextData) and step >= tcfg.steps:
+        text = sample_text(params, cfg, "def ", tcfg.sample_bytes, seed=tcfg.seed, xp=xp)
+    result = TrainResult(run_dir, step, losses, ev["val_loss"], ev["bits_per_byte"], baseline,
+                         ev["accuracy"], seconds, text)
+    if out is not None:
+        print(summary(result), file=out)
+    return result
+
+
+def summary(r: TrainResult) -> str:
+    """The lines `hecate train` ends with."""
+    lines = [f"run {r.run_dir}: step {r.step}, {r.seconds:.1f} s",
+             f"validation loss {r.val_loss:.4f} nats/token ({r.bits_per_byte:.4f} bits per byte)"]
+    if r.unigram is not None:
+        lines.append(f"unigram baseline (train split entropy) {r.unigram:.4f} nats/token "
+                     f"({r.unigram / math.log(2):.4f} bits per byte)")
+    if r.accuracy is not None:
+        lines.append(f"recall accuracy at answer positions {r.accuracy:.3f} (chance 0.016)")
+    if r.sample:
+        lines.append("sample:\n" + r.sample)
+    return "\n".join(lines)
+
+
+def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: dict,
+                    train_flags: dict) -> tuple[ModelConfig, TrainConfig]:
+    """Configs for a run: the defaults (or, with `resume`, the run's saved config.json) with the
+    explicitly given flags on top. A model flag that contradicts the checkpoint is an error
+    naming every differing field."""
+    model_base, train_base = ModelConfig().to_dict(), TrainConfig().to_dict()
+    if resume:
+        saved = load_run_config(run_dir)
+        model_base, train_base = saved["model"], saved["train"]
+    try:
+        cfg = ModelConfig.from_dict({**model_base, **model_flags})
+        tcfg = TrainConfig.from_dict({**train_base, **train_flags})
+    except (TypeError, ValueError) as e:
+        raise RunError(str(e)) from None
+    if resume:
+        _, header = load_checkpoint(_ckpt_path(Path(run_dir)))
+        check_compatible(_ckpt_path(Path(run_dir)), header, cfg.to_dict())
+    return cfg, tcfg
+
+
+def load_run_config(run_dir: Optional[str | Path]) -> dict:
+    path = Path(run_dir or ".") / "config.json"
+    if not path.is_file():
+        raise RunError(f"no run at {run_dir}: {path} not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise RunError(f"{path} is not valid JSON ({e})") from None
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
+    """``(cfg, tcfg, params, header, xp)`` from a run directory's last checkpoint."""
+    saved = load_run_config(run_dir)
+    cfg = ModelConfig.from_dict(saved["model"])
+    tcfg = TrainConfig.from_dict(saved["train"])
+    xp = array_module_for(device)
+    params, _, _, header = restore(_ckpt_path(Path(run_dir)), cfg, tcfg, xp)
+    return cfg, tcfg, params, header, xp
+
+
+def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = None,
+             corpus: Optional[bytes] = None) -> dict:
+    """`hecate eval`: validation loss and bits per byte of a run's last checkpoint."""
+    cfg, tcfg, params, header, xp = load_run(run_dir, device)
+    if corpus is not None and tcfg.task == "text":
+        data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed)
+    else:
+        data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
+                         pairs=tcfg.pairs)
+    ev = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches)
+    ev["step"] = header["step"]
+    return ev
+
+
+__all__ = ["TrainConfig", "TrainResult", "RunError", "train", "evaluate", "resolve_configs",
+           "load_run", "eval_run", "sample_text", "summary", "array_module_for", "DataError",
+           "CheckpointFileError"]

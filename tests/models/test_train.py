@@ -1,0 +1,126 @@
+"""The training loop on tiny configs: run directory, resume exactness, NaN stop, eval, sample."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from models import model as model_mod
+from models import train as train_mod
+from models.checkpoint import CheckpointFileError, load_checkpoint
+from models.config import ModelConfig
+from models.train import (RunError, TrainConfig, eval_run, load_run, resolve_configs,
+                          sample_text, train)
+
+CORPUS = b"def f(x):\n    return x + 1\n\nclass A:\n    pass\n" * 40
+CFG = ModelConfig(d_model=8, layers=1, window=4, seq_len=8, levels=2)
+
+
+def _tcfg(**kw):
+    base = dict(steps=6, batch_size=2, lr=1e-2, warmup=2, eval_every=3, eval_batches=1,
+                final_eval_batches=2, ckpt_every=2, sample_bytes=0)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_run_directory_contents(tmp_path):
+    result = train(CFG, _tcfg(sample_bytes=5), tmp_path / "run", progress=False, out=None,
+                   corpus=CORPUS)
+    run = tmp_path / "run"
+    assert {p.name for p in run.iterdir()} >= {"config.json", "metrics.jsonl", "loss.png",
+                                                "checkpoints"}
+    assert {p.name for p in (run / "checkpoints").iterdir()} == {
+        "last.npz", "step_000002.npz", "step_000004.npz", "step_000006.npz"}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert set(rows[0]) >= {"step", "loss", "val_loss", "lr", "tokens_per_s", "grad_norm"}
+    assert rows[2]["val_loss"] is not None and rows[0]["val_loss"] is None
+    assert math.isfinite(result.val_loss) and result.unigram > 0
+    assert result.sample.startswith("def ") and len(result.sample) >= 5
+    config = json.loads((run / "config.json").read_text())
+    assert config["model"] == CFG.to_dict() and config["train"]["steps"] == 6
+    assert (run / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_resume_reproduces_the_uninterrupted_losses(tmp_path):
+    full = train(CFG, _tcfg(), tmp_path / "a", progress=False, out=None, corpus=CORPUS)
+    first = train(CFG, _tcfg(), tmp_path / "b", progress=False, out=None, corpus=CORPUS,
+                  stop_after=3)
+    assert first.step == 3
+    second = train(CFG, _tcfg(), tmp_path / "b", resume=True, progress=False, out=None,
+                   corpus=CORPUS)
+    assert first.losses + second.losses == full.losses   # bit for bit
+    rows = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    a, _ = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.npz")
+    b, _ = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.npz")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_existing_run_needs_resume_and_resume_needs_a_run(tmp_path):
+    train(CFG, _tcfg(steps=2), tmp_path, progress=False, out=None, corpus=CORPUS)
+    with pytest.raises(RunError, match="--resume"):
+        train(CFG, _tcfg(steps=2), tmp_path, progress=False, out=None, corpus=CORPUS)
+    with pytest.raises(RunError, match="no checkpoint"):
+        train(CFG, _tcfg(), tmp_path / "new", resume=True, progress=False, out=None,
+              corpus=CORPUS)
+
+
+def test_incompatible_and_corrupt_checkpoints(tmp_path):
+    train(CFG, _tcfg(steps=2), tmp_path, progress=False, out=None, corpus=CORPUS)
+    with pytest.raises(CheckpointFileError, match="d_model: 8 .checkpoint. vs 16"):
+        resolve_configs(tmp_path, True, {"d_model": 16}, {})
+    cfg, tcfg = resolve_configs(tmp_path, True, {}, {"steps": 4})
+    assert cfg == CFG and tcfg.steps == 4
+    last = tmp_path / "checkpoints" / "last.npz"
+    last.write_bytes(last.read_bytes()[:100])
+    with pytest.raises(CheckpointFileError, match="last.npz is truncated or corrupt"):
+        train(CFG, _tcfg(steps=4), tmp_path, resume=True, progress=False, out=None,
+              corpus=CORPUS)
+
+
+def test_non_finite_loss_stops_naming_the_step(tmp_path, monkeypatch):
+    real = model_mod.loss
+    calls = []
+
+    def poisoned(params, tokens, state, cfg):
+        value, st = real(params, tokens, state, cfg)
+        calls.append(1)
+        return (value * float("nan") if len(calls) == 5 else value), st
+    monkeypatch.setattr(train_mod.model, "loss", poisoned)
+    with pytest.raises(RunError, match="non-finite loss .* at step 5.*last good checkpoint"):
+        train(CFG, _tcfg(eval_every=100), tmp_path, progress=False, out=None, corpus=CORPUS)
+    _, header = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
+    assert header["step"] == 4   # the good checkpoint is kept, not overwritten
+
+
+def test_seq_len_shorter_than_window_is_an_error(tmp_path):
+    bad = ModelConfig(d_model=8, layers=1, window=16, seq_len=8)
+    with pytest.raises(RunError, match="seq_len .8. must be >= window .16."):
+        train(bad, _tcfg(), tmp_path, progress=False, out=None, corpus=CORPUS)
+
+
+def test_eval_and_sample_from_a_run(tmp_path):
+    result = train(CFG, _tcfg(steps=3), tmp_path, progress=False, out=None, corpus=CORPUS)
+    ev = eval_run(tmp_path, batches=2, corpus=CORPUS)
+    assert ev["step"] == 3 and ev["val_loss"] == pytest.approx(result.val_loss)
+    assert ev["bits_per_byte"] == pytest.approx(ev["val_loss"] / math.log(2))
+    cfg, _, params, _, xp = load_run(tmp_path)
+    text = sample_text(params, cfg, "class", 4, seed=1, xp=xp)
+    assert text.startswith("class") and len(text.encode("utf-8", "replace")) >= 9
+
+
+def test_recall_task_trains_and_reports_accuracy(tmp_path):
+    cfg = ModelConfig(d_model=8, layers=1, window=4, seq_len=16, levels=1)
+    result = train(cfg, _tcfg(steps=2, task="recall", pairs=2), tmp_path, progress=False,
+                   out=None)
+    assert result.accuracy is not None and 0.0 <= result.accuracy <= 1.0
+    assert result.unigram is None
+
+
+def test_gpu_without_gpu_is_a_clear_error(monkeypatch):
+    import kernels.dispatch as dispatch
+    monkeypatch.setattr(dispatch, "detect_gpu", lambda: None)
+    with pytest.raises(RunError, match="--device gpu: no GPU available: kernels.detect_gpu"):
+        train_mod.array_module_for("gpu")
