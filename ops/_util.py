@@ -19,6 +19,13 @@ def shape_of(x) -> tuple:
         return ()
 
 
+def as_float(x):
+    """x as a floating-point array of its array module (impls write into temporaries)."""
+    xp = array_module(x)
+    x = xp.asarray(x)
+    return x if x.dtype.kind in "fc" else x.astype(np.float64)
+
+
 def unbroadcast(g, shape: tuple):
     """Sum the cotangent `g` down to `shape`: the reverse of NumPy broadcasting.
 

@@ -1,4 +1,5 @@
-"""Fused neural-network ops: the softmax family, cross-entropy, activations, normalisations.
+"""Fused neural-network ops: the softmax family, cross-entropy, normalisations (the elementwise
+activations sigmoid, softplus, silu and gelu live in `ops.activations` and are re-exported here).
 
 Each op is one primitive whose reverse rule is cheaper than differentiating its composite
 formula: softmax's vector-Jacobian product is `y * (g - sum(g * y))`, one pass over the saved
@@ -33,8 +34,9 @@ import numpy as np
 from tape.backend import array_module
 from tape.core import Tracer, primal
 
-from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
-from .special import ndtr, unary_primitive as _unary, unary_with_intermediate
+from ._util import (add_tangents, as_float, broadcast_tangent, defprimitive, shape_of,
+                    unbroadcast)
+from .activations import gelu, sigmoid, silu, softplus  # noqa: F401  (part of ops' public API)
 
 _AxisError = getattr(np, "exceptions", np).AxisError
 
@@ -72,12 +74,6 @@ def _mean(a, axes: tuple, n: int):
     return np.sum(a, axis=axes, keepdims=True) / n
 
 
-def _as_float(x):
-    """x as a floating-point array of its array module (impls write into temporaries)."""
-    xp = array_module(x)
-    x = xp.asarray(x)
-    return x if x.dtype.kind in "fc" else x.astype(np.float64)
-
 
 def _finite_max(x, axes):
     """The max over `axes` (kept), replaced by 0 where it is +-inf: a safe shift for exp."""
@@ -96,7 +92,7 @@ def _shifted_exp(x, axis):
 
 
 def _lse_impl(x, axis, keepdims):
-    x = _as_float(x)
+    x = as_float(x)
     xp = array_module(x)
     e, m = _shifted_exp(x, axis)
     out = xp.log(xp.sum(e, axis=axis, keepdims=True)) + m
@@ -139,7 +135,7 @@ def logsumexp(x, axis=None, keepdims=False):
 
 
 def _softmax_impl(x, axis):
-    e, _ = _shifted_exp(_as_float(x), axis)
+    e, _ = _shifted_exp(as_float(x), axis)
     e /= array_module(e).sum(e, axis=axis, keepdims=True)
     return e
 
@@ -304,7 +300,7 @@ def cross_entropy(logits, targets, axis=-1, ignore_index=-100, reduction="mean")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if not isinstance(logits, Tracer):
-        logits = _as_float(logits)
+        logits = as_float(logits)
     shape = shape_of(logits)
     ax, = _axes(axis, len(shape))
     t = array_module(logits).asarray(primal(targets))
@@ -319,99 +315,6 @@ def cross_entropy(logits, targets, axis=-1, ignore_index=-100, reduction="mean")
                          f"ignore_index={ignore_index}")
     return _cross_entropy(logits, targets=t, axis=ax, ignore_index=ignore_index,
                           reduction=reduction)
-
-
-# -- elementwise activations -----------------------------------------------------------------------
-def _sigmoid_impl(x):
-    x = _as_float(x)
-    xp = array_module(x)
-    e = xp.abs(x, out=xp.empty_like(x))           # out=: a 0-d result stays an array
-    e = xp.exp(xp.negative(e, out=e), out=e)     # exp(-|x|) never overflows
-    r = xp.reciprocal(e + 1)                      # 1 / (1 + exp(-|x|)): sigmoid for x >= 0
-    e *= r                                        # exp(-|x|) / (1 + exp(-|x|)): for x < 0
-    xp.copyto(e, r, where=x >= 0)
-    return e
-
-
-def _softplus_impl(x):
-    xp = array_module(x)
-    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
-
-
-def _silu_parts(x):
-    s = _sigmoid(x)
-    return x * s, s
-
-
-_sigmoid = _unary("sigmoid", _sigmoid_impl, lambda y: y * (1 - y), save_output=True)
-_softplus = _unary("softplus", _softplus_impl, lambda x: _sigmoid(x))
-_silu = unary_with_intermediate("silu", _silu_parts, lambda x, s: s * (1 + x * (1 - s)))
-
-
-def sigmoid(x):
-    """The logistic function 1 / (1 + exp(-x)), without overflow for large |x|.
-
-    >>> sigmoid(np.array([-1000.0, 0.0, 1000.0]))
-    array([0. , 0.5, 1. ])
-    """
-    return _sigmoid(x)
-
-
-def softplus(x):
-    """log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|)): exact for large |x|.
-
-    >>> softplus(np.array([-1000.0, 0.0, 1000.0])) - np.array([0.0, np.log(2.0), 1000.0])
-    array([0., 0., 0.])
-    """
-    return _softplus(x)
-
-
-def silu(x):
-    """x * sigmoid(x) (also called swish).
-
-    >>> silu(np.array([0.0, 1000.0]))
-    array([   0., 1000.])
-    """
-    return _silu(x)
-
-
-# -- gelu ------------------------------------------------------------------------------------------
-_GELU_K = math.sqrt(2.0 / math.pi)
-_GELU_C = 0.044715
-
-
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-
-
-def _gelu_tanh_parts(x):
-    th = np.tanh(_GELU_K * (x + _GELU_C * x * x * x))
-    return 0.5 * x * (1 + th), th
-
-
-def _gelu_tanh_derivative(x, th):
-    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * _GELU_K * (1 + 3 * _GELU_C * x * x)
-
-
-def _gelu_erf_parts(x):
-    cdf = ndtr(x)
-    return x * cdf, cdf
-
-
-_gelu_tanh = unary_with_intermediate("gelu_tanh", _gelu_tanh_parts, _gelu_tanh_derivative)
-_gelu_erf = unary_with_intermediate("gelu", _gelu_erf_parts, lambda x, cdf: cdf + x * (
-    _INV_SQRT_2PI * np.exp(-0.5 * x * x)))
-
-
-def gelu(x, approximate=False):
-    """GELU: x * Phi(x) with the exact normal CDF, or with `approximate=True` the tanh form
-    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-
-    >>> gelu(np.array([-1000.0, 0.0, 1000.0]))
-    array([  -0.,    0., 1000.])
-    >>> bool(abs(gelu(np.array(1.0), approximate=True) - 0.8411919906) < 1e-9)
-    True
-    """
-    return _gelu_tanh(x) if approximate else _gelu_erf(x)
 
 
 # -- layer_norm, rms_norm ------------------------------------------------------------------------
