@@ -1,15 +1,18 @@
 """Evidence that the NL model learns, beyond the default `hecate train` run.
 
-    python benchmarks/train_evidence.py recall --steps 300   # memory model vs SWA alone
+    python benchmarks/train_evidence.py recall               # memory model vs SWA alone
     python benchmarks/train_evidence.py stream --run DIR     # gates and memory norms, 10k tokens
 
-``recall`` trains the same configuration twice on `--task recall`: once as is, once as SWA alone
-(the CMS branch replaced by zeros, so the MAG gate is a constant 1/2 that the output projection
-absorbs: exactly a sliding-window transformer with the same window), and prints the accuracy at
-the answer positions. ``stream`` runs a trained model (or a fresh one) over a 10,000-token
-stream of the default corpus chunk by chunk and reports, per level, the range of the retention
-gate alpha, the share of saturated gates (alpha < 0.01 or > 0.99) and the largest memory
-Frobenius norm seen.
+``recall`` trains the `hecate train --task recall` configuration (`models.train.RECALL_MODEL`,
+`RECALL_TRAIN`) twice on the same data: once with its memory, once with ``levels=0`` (no
+memory branch: a sliding-window transformer with the same window, sizes, steps and seed), and
+prints a table of the accuracy at the answer positions. ``stream`` runs a trained model (or a
+fresh one) over a 10,000-token stream of the default corpus chunk by chunk and reports, per
+level, the range of the retention gate alpha and the inner learning rate theta, the share of
+saturated gates and the largest memory Frobenius norm seen. A gate counts as saturated when its
+pre-activation has |z| > 6: then sigmoid'(z) < 0.0025 (alpha outside [0.0025, 0.9975]), 1/100
+of its slope at z = 0, so it barely learns; DESIGN §5's own slowest retention bias (5.0) sits
+inside that bound.
 """
 from __future__ import annotations
 
@@ -25,35 +28,37 @@ import numpy as np  # noqa: E402
 from models import model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.data import stdlib_corpus  # noqa: E402
-from models.layers import level_inputs  # noqa: E402
-from models.train import TrainConfig, load_run, train  # noqa: E402
+from models.layers import _projections  # noqa: E402
+from models.train import RECALL_MODEL, RECALL_TRAIN, TrainConfig, load_run, train  # noqa: E402
 from ops import rms_norm  # noqa: E402
 from tape import primal  # noqa: E402
 
+SATURATED = 6.0   # |pre-activation| beyond which a gate counts as saturated (see above)
+
 
 def recall(args) -> None:
-    cfg = ModelConfig(d_model=args.d_model, layers=2, window=args.window, seq_len=args.seq_len,
-                      levels=1, composition=args.composition)
-    tcfg = TrainConfig(steps=args.steps, batch_size=16, lr=args.lr, warmup=20, task="recall",
-                       pairs=args.pairs, eval_every=max(args.steps // 4, 1), eval_batches=4,
-                       final_eval_batches=8, ckpt_every=10**9, sample_bytes=0)
-    real_cms = model.cms_forward
-
-    def no_memory(levels, x, states, periods, pos, rule):
-        return x * 0.0, states
-    results = {}
-    runs = [(f"memory ({args.composition}, delta)", real_cms), ("SWA alone", no_memory)]
-    for name, cms in runs[:1] if args.memory_only else runs:
-        model.cms_forward = cms
-        try:
-            r = train(cfg, tcfg, tempfile.mkdtemp(), progress=False, out=None)
-        finally:
-            model.cms_forward = real_cms
-        results[name] = r
-        print(f"{name:22s} accuracy {r.accuracy:.3f}  val loss {r.val_loss:.3f}  "
+    base = {**ModelConfig().to_dict(), **RECALL_MODEL}
+    if args.composition:
+        base["composition"] = args.composition
+    tcfg = TrainConfig(**{**TrainConfig().to_dict(), **RECALL_TRAIN, "task": "recall",
+                          "steps": args.steps, "ckpt_every": 10**9, "sample_bytes": 0})
+    runs = [(f"memory ({base['composition']}, {base['rule']}, key shift)", base),
+            ("SWA alone (levels 0)", {**base, "levels": 0})]
+    rows = []
+    for name, d in runs[:1] if args.memory_only else runs:
+        r = train(ModelConfig.from_dict(d), tcfg, tempfile.mkdtemp(), progress=False, out=None)
+        rows.append((name, r))
+        print(f"{name:34s} accuracy {r.accuracy:.3f}  val loss {r.val_loss:.3f}  "
               f"({r.seconds:.0f} s)", flush=True)
-    print(f"chance 1/64 = {1 / 64:.3f}; window {cfg.window}, layers {cfg.layers}, "
-          f"least key-query distance {args.seq_len + 2 - 4 * args.pairs}")
+    cfg = ModelConfig.from_dict(base)
+    least = cfg.seq_len + 2 - 4 * tcfg.pairs
+    print(f"\n| model | recall accuracy | val loss | train time |\n|---|---|---|---|")
+    for name, r in rows:
+        print(f"| {name} | {r.accuracy:.3f} | {r.val_loss:.3f} | {r.seconds:.0f} s |")
+    print(f"| chance (1/64) | {1 / 64:.3f} | | |")
+    print(f"\nwindow {cfg.window}, layers {cfg.layers}, d_model {cfg.d_model}, {tcfg.pairs} pairs, "
+          f"seq_len {cfg.seq_len}, least key-query distance {least}, {tcfg.steps} steps, "
+          f"batch {tcfg.batch_size}, lr {tcfg.lr}")
 
 
 def stream(args) -> None:
@@ -62,12 +67,15 @@ def stream(args) -> None:
     else:
         cfg = ModelConfig()
         params = model.init_params(cfg, 0)
+    if cfg.levels == 0:
+        print("levels=0: no memory branch, no gates")
+        return
     tokens = np.frombuffer(stdlib_corpus(), np.uint8).astype(np.int64)[:args.tokens + 1]
     state = model.init_state(cfg, 1)
-    lo = np.full((cfg.layers, cfg.levels), np.inf)
-    hi = np.full((cfg.layers, cfg.levels), -np.inf)
-    sat = np.zeros((cfg.layers, cfg.levels))
-    norm = np.zeros((cfg.layers, cfg.levels))
+    shape = (cfg.layers, cfg.levels)
+    a_lo, a_hi = np.full(shape, np.inf), np.full(shape, -np.inf)
+    t_lo, t_hi = np.full(shape, np.inf), np.full(shape, -np.inf)
+    sat_a, sat_t, norm = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     n = 0
     for start in range(0, args.tokens - cfg.seq_len + 1, cfg.seq_len):
         chunk = tokens[None, start:start + cfg.seq_len + 1]
@@ -76,9 +84,13 @@ def stream(args) -> None:
         for b, block in enumerate(params.blocks):
             h = rms_norm(x, block.norm)
             for i, lv in enumerate(block.memory):
-                alpha = np.asarray(primal(level_inputs(lv, h)[3]))
-                lo[b, i], hi[b, i] = min(lo[b, i], alpha.min()), max(hi[b, i], alpha.max())
-                sat[b, i] += ((alpha < 0.01) | (alpha > 0.99)).sum()
+                za, zt = (np.asarray(primal(z)) for z in
+                          _projections(lv, h, cfg.key_shift)[3:5])
+                alpha, theta = 1 / (1 + np.exp(-za)), np.logaddexp(0, zt)
+                a_lo[b, i], a_hi[b, i] = min(a_lo[b, i], alpha.min()), max(a_hi[b, i], alpha.max())
+                t_lo[b, i], t_hi[b, i] = min(t_lo[b, i], theta.min()), max(t_hi[b, i], theta.max())
+                sat_a[b, i] += (np.abs(za) > SATURATED).sum()
+                sat_t[b, i] += (zt < -SATURATED).sum()   # softplus saturates only downwards
             x, _ = model._block(block, x, state.blocks[b], state.pos, cfg)
             x = primal(x)
         _, state = model.loss(params, chunk, state, cfg)
@@ -86,25 +98,24 @@ def stream(args) -> None:
             for i in range(cfg.levels):
                 norm[b, i] = max(norm[b, i], float(np.linalg.norm(state.blocks[b][i].m)))
         n += cfg.seq_len
-    print(f"{n} tokens, {'run ' + args.run if args.run else 'fresh parameters'}")
+    print(f"{n} tokens, {'run ' + args.run if args.run else 'fresh parameters'}; saturated: "
+          f"|pre-activation| > {SATURATED:g}")
+    print("| block | level (period) | alpha range | alpha saturated | theta range | "
+          "theta saturated | max \\|M\\|_F |\n|---|---|---|---|---|---|---|")
     for b in range(cfg.layers):
         for i in range(cfg.levels):
-            print(f"block {b} level {i} (period {cfg.level_periods[i]}): alpha in "
-                  f"[{lo[b, i]:.4f}, {hi[b, i]:.4f}], saturated {sat[b, i] / n:.1%}, "
-                  f"max |M|_F {norm[b, i]:.3f}")
+            print(f"| {b} | {i} ({cfg.level_periods[i]}) | [{a_lo[b, i]:.4f}, {a_hi[b, i]:.4f}] "
+                  f"| {sat_a[b, i] / n:.1%} | [{t_lo[b, i]:.2g}, {t_hi[b, i]:.2g}] "
+                  f"| {sat_t[b, i] / n:.1%} | {norm[b, i]:.2f} |")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("recall")
-    r.add_argument("--steps", type=int, default=300)
-    r.add_argument("--d-model", type=int, default=64)
-    r.add_argument("--window", type=int, default=16)
-    r.add_argument("--seq-len", type=int, default=64)
-    r.add_argument("--pairs", type=int, default=4)
-    r.add_argument("--lr", type=float, default=3e-3)
-    r.add_argument("--composition", default="MAG", choices=("MAG", "MAL"))
+    r.add_argument("--steps", type=int, default=RECALL_TRAIN["steps"])
+    r.add_argument("--composition", choices=("MAG", "MAL"),
+                   help=f"default {RECALL_MODEL['composition']} (the recall default)")
     r.add_argument("--memory-only", action="store_true", help="skip the SWA-alone run")
     s = sub.add_parser("stream")
     s.add_argument("--run")

@@ -164,8 +164,14 @@ def config_differences(saved: dict, current: dict) -> list[str]:
 
 
 def check_compatible(path: str | Path, header: dict, model_config: dict) -> None:
-    """Raise `CheckpointFileError` naming every differing model-config field."""
-    diffs = config_differences(header.get("model", {}), model_config)
+    """Raise `CheckpointFileError` naming every differing model-config field. Fields the
+    checkpoint predates (added to `ModelConfig` later) count as their defaults."""
+    from .config import ModelConfig
+    saved = dict(header.get("model", {}))
+    if saved:
+        defaults = ModelConfig().to_dict()
+        saved.update({k: defaults[k] for k in model_config if k not in saved and k in defaults})
+    diffs = config_differences(saved, model_config)
     if diffs:
         raise CheckpointFileError(f"checkpoint {path} was written for another model "
                                   f"configuration; differing fields: " + "; ".join(diffs))

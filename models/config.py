@@ -25,18 +25,26 @@ class ModelConfig:
     """Sizes and choices of the Nested-Learning model (see `models.model`).
 
     ``levels`` CMS levels are used, with periods ``periods[:levels]``: level i updates its memory
-    once every ``periods[i]`` tokens.
+    once every ``periods[i]`` tokens. ``levels=0`` removes the memory branch: each block is then
+    plain sliding-window attention (the SWA-only baseline of the recall comparison).
     """
     vocab: int = 256            # byte-level
     d_model: int = 64
     layers: int = 2
     window: int = 32            # sliding-window attention
     seq_len: int = 128          # tokens per training chunk
-    levels: int = 2             # CMS levels, periods[:levels]
+    levels: int = 2             # CMS levels, periods[:levels]; 0 = SWA only, no memory
     periods: tuple = DEFAULT_PERIODS
     rule: str = "delta"         # "delta" | "titans" | "hebbian"
     composition: str = "MAG"    # "MAG" | "MAL"
     dtype: str = "float32"
+    # Added to the DESIGN §5 initial gate biases of every level (0 = the table as is). The
+    # recall task uses them: its keys must survive ~50 tokens of filler (retention) and be
+    # written strongly enough to be read back (inner learning rate); see `RECALL_MODEL`.
+    alpha_bias_shift: float = 0.0
+    theta_bias_shift: float = 0.0
+    # Memory keys from the previous token (`models.layers._projections`); off for DESIGN §5.
+    key_shift: bool = False
 
     def __post_init__(self) -> None:
         # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
@@ -51,10 +59,13 @@ class ModelConfig:
             ...
         ValueError: ModelConfig.rule must be one of ('delta', 'titans', 'hebbian'); got 'lstm'
         """
-        for name in ("vocab", "d_model", "layers", "window", "seq_len", "levels"):
+        for name in ("vocab", "d_model", "layers", "window", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be a positive int; got {value!r}")
+        if isinstance(self.levels, bool) or not isinstance(self.levels, int) or self.levels < 0:
+            raise ValueError(f"ModelConfig.levels must be an int >= 0 (0: no memory branch); "
+                             f"got {self.levels!r}")
         if self.vocab < 2:
             raise ValueError(f"ModelConfig.vocab must be >= 2; got {self.vocab}")
         if self.seq_len < self.window:
@@ -71,16 +82,24 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.periods must start with 1 (the per-token level); "
                              f"got {periods!r}")
         if self.levels > len(periods):
-            raise ValueError(f"ModelConfig.levels must be between 1 and {len(periods)} "
+            raise ValueError(f"ModelConfig.levels must be between 0 and {len(periods)} "
                              f"(len(periods)); got {self.levels}")
         if self.levels > 4:
-            raise ValueError(f"ModelConfig.levels must be between 1 and 4 (DESIGN §5 gives gate "
+            raise ValueError(f"ModelConfig.levels must be between 0 and 4 (DESIGN §5 gives gate "
                              f"biases for four levels); got {self.levels}")
         if self.rule not in RULES:
             raise ValueError(f"ModelConfig.rule must be one of {RULES}; got {self.rule!r}")
         if self.composition not in COMPOSITIONS:
             raise ValueError(f"ModelConfig.composition must be one of {COMPOSITIONS}; "
                              f"got {self.composition!r}")
+        for name in ("alpha_bias_shift", "theta_bias_shift"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not abs(value) < 20):
+                raise ValueError(f"ModelConfig.{name} must be a finite number in (-20, 20); "
+                                 f"got {value!r}")
+        if not isinstance(self.key_shift, bool):
+            raise ValueError(f"ModelConfig.key_shift must be a bool; got {self.key_shift!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"ModelConfig.dtype must be one of {DTYPES}; got {self.dtype!r}")
 

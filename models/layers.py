@@ -83,9 +83,11 @@ def conductor(t: int, periods: tuple) -> tuple:
     return tuple((t + 1) % p == 0 for p in periods)
 
 
-def init_level(rng: np.random.Generator, d: int, index: int, dtype: str) -> Level:
+def init_level(rng: np.random.Generator, d: int, index: int, dtype: str,
+               alpha_shift: float = 0.0, theta_shift: float = 0.0) -> Level:
     """Random projections (std 1/sqrt(d)), small gate weights, and the DESIGN §5 gate biases of
-    level `index`.
+    level `index` (the retention and inner-learning-rate biases moved by `alpha_shift` and
+    `theta_shift`: `ModelConfig.alpha_bias_shift` / ``theta_bias_shift``).
 
     >>> lv = init_level(np.random.default_rng(0), 4, 1, "float64")
     >>> float(lv.b_a[0]), float(lv.b_t[0]), float(lv.b_e[0])
@@ -98,11 +100,11 @@ def init_level(rng: np.random.Generator, d: int, index: int, dtype: str) -> Leve
         # Small, so the gates start near their bias values but still depend on the token.
         return (rng.standard_normal(2 * d) * 0.1 / math.sqrt(2 * d)).astype(dtype)
 
-    def bias(table):
-        return np.full(1, table[index], dtype=dtype)
+    def bias(table, shift=0.0):
+        return np.full(1, table[index] + shift, dtype=dtype)
 
-    return Level(w_k=mat(), w_v=mat(), w_q=mat(), w_a=vec(), b_a=bias(B_ALPHA), w_t=vec(),
-                 b_t=bias(B_THETA), w_e=vec(), b_e=bias(B_ETA))
+    return Level(w_k=mat(), w_v=mat(), w_q=mat(), w_a=vec(), b_a=bias(B_ALPHA, alpha_shift),
+                 w_t=vec(), b_t=bias(B_THETA, theta_shift), w_e=vec(), b_e=bias(B_ETA))
 
 
 def init_level_state(batch: int, d: int, rule: str, period: int, xp: Any = np,
@@ -124,16 +126,27 @@ def _l2_normalise(x):
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _NORM_EPS)
 
 
-def _projections(level: Level, x) -> tuple:
-    """``k, v, q`` and the three gate pre-activations ``z_a, z_t, z_e`` of one level."""
-    k = _l2_normalise(x @ level.w_k)
+def _projections(level: Level, x, key_shift: bool = False) -> tuple:
+    """``k, v, q`` and the three gate pre-activations ``z_a, z_t, z_e`` of one level.
+
+    With `key_shift` the key of token t is projected from token t - 1 (zeros before the
+    chunk's first token), so one write binds the previous token (a recall key) to the current
+    one (its value). Attention has no positional signal, so without this an order-dependent
+    binding must be found by the memory recurrence alone. It is the one-step case of the short
+    causal convolution Titans puts after its k, v, q projections; off by default (DESIGN §5)."""
+    if key_shift:
+        xp = array_module(primal(x))
+        pad = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=primal(x).dtype)
+        k = _l2_normalise(np.concatenate([pad, x[:, :-1]], axis=1) @ level.w_k)
+    else:
+        k = _l2_normalise(x @ level.w_k)
     v = x @ level.w_v
     q = _l2_normalise(x @ level.w_q)
     c = np.concatenate([k, v], axis=-1)
     return k, v, q, c @ level.w_a + level.b_a, c @ level.w_t + level.b_t, c @ level.w_e + level.b_e
 
 
-def level_inputs(level: Level, x) -> tuple:
+def level_inputs(level: Level, x, key_shift: bool = False) -> tuple:
     """Keys, values, queries and gates of one level for ``x [B, T, d]``: returns
     ``(k, v, q, alpha, theta, eta)`` with ``alpha`` the retention (see the module docstring).
 
@@ -142,7 +155,7 @@ def level_inputs(level: Level, x) -> tuple:
     >>> alpha.shape, bool(0.9 < alpha.min() and alpha.max() < 1)
     ((2, 3), True)
     """
-    k, v, q, za, zt, ze = _projections(level, x)
+    k, v, q, za, zt, ze = _projections(level, x, key_shift)
     return k, v, q, sigmoid(za), softplus(zt), sigmoid(ze)
 
 
@@ -157,12 +170,13 @@ def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
     return y, m, None
 
 
-def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str) -> tuple:
+def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str,
+                  key_shift: bool = False) -> tuple:
     """One CMS level over a chunk ``x [B, T, d]`` that starts at global token `pos`.
     Returns ``(y [B, T, d], new LevelState)``; the new state holds plain arrays only.
-    Semantics in the module docstring.
+    Semantics in the module docstring; `key_shift` as in `_projections`.
     """
-    k, v, q, za, zt, ze = _projections(level, x)
+    k, v, q, za, zt, ze = _projections(level, x, key_shift)
     # The kernels take the forget rate 1 - alpha; sigmoid(-z) is that without cancellation.
     decay, theta, eta = sigmoid(-za), softplus(zt), sigmoid(ze)
     T = k.shape[1]
@@ -202,12 +216,13 @@ def _pad_pending(a, period: int):
     return xp.concatenate([a, pad], axis=1)
 
 
-def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str) -> tuple:
+def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str,
+                key_shift: bool = False) -> tuple:
     """All CMS levels of a block: the sum of their reads, times 1/sqrt(k) when k > 2 levels.
     Returns ``(y [B, T, d], new level states)``."""
     total, new_states = None, []
     for level, st, p in zip(levels, states, periods):
-        y, ns = level_forward(level, x, st, p, pos, rule)
+        y, ns = level_forward(level, x, st, p, pos, rule, key_shift)
         total = y if total is None else total + y
         new_states.append(ns)
     if len(levels) > 2:

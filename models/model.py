@@ -6,7 +6,8 @@ stream through a pre-norm ``h = rms_norm(x) * norm``, then
 - MAG: ``out = swa(h) * sigmoid(cms(h))``: the memory read gates the attention output;
 - MAL: ``out = swa(h + cms(h))``: the memory branch runs first and feeds the attention;
 
-and adds ``out @ w_o`` to the stream. ``swa`` is single-head causal sliding-window attention
+and adds ``out @ w_o`` to the stream. With ``levels=0`` there is no memory branch and
+``out = swa(h)``: a plain sliding-window transformer, the baseline that shows what memory buys. ``swa`` is single-head causal sliding-window attention
 (`kernels.swa_attention`, within the chunk) with its own q, k, v projections; ``cms`` is the
 continuum memory system of `models.layers` (its exact semantics are documented there). The
 memory state (`State`) carries across chunks without gradient: `loss` and `logits` return a new
@@ -96,7 +97,8 @@ def init_params(cfg: ModelConfig, seed: int, xp: Any = np) -> Params:
     blocks = []
     for _ in range(cfg.layers):
         attn = Attention(w_q=mat(d, d), w_k=mat(d, d), w_v=mat(d, d))
-        memory = [init_level(rng, d, i, dt) for i in range(cfg.levels)]
+        memory = [init_level(rng, d, i, dt, cfg.alpha_bias_shift, cfg.theta_bias_shift)
+                  for i in range(cfg.levels)]
         # Scaled down with depth so the residual stream does not grow with the layer count.
         w_o = mat(d, d, 1.0 / math.sqrt(2 * cfg.layers))
         blocks.append(Block(norm=np.ones(d, dtype=dt), attn=attn, memory=memory, w_o=w_o))
@@ -133,7 +135,14 @@ def init_state(cfg: ModelConfig, batch: int, xp: Any = np) -> State:
 
 def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig) -> tuple:
     h = rms_norm(x, block.norm)
-    mem, new_states = cms_forward(block.memory, h, states, cfg.level_periods, pos, cfg.rule)
+    if not block.memory:
+        # levels=0: no memory branch at all, so the block is exactly pre-norm sliding-window
+        # attention (not a gate stuck at sigmoid(0) = 1/2): the SWA-only baseline.
+        a = kernels.swa_attention(h @ block.attn.w_q, h @ block.attn.w_k, h @ block.attn.w_v,
+                                  cfg.window)
+        return x + a @ block.w_o, []
+    mem, new_states = cms_forward(block.memory, h, states, cfg.level_periods, pos, cfg.rule,
+                                  cfg.key_shift)
     a_in = h + mem if cfg.composition == "MAL" else h
     a = kernels.swa_attention(a_in @ block.attn.w_q, a_in @ block.attn.w_k,
                               a_in @ block.attn.w_v, cfg.window)

@@ -82,6 +82,18 @@ class TrainConfig:
         return cls(**d)
 
 
+# `hecate train --task recall` starts from these instead of the text defaults (explicit flags
+# still win). Measured in benchmarks/README.md (training section): one MAG block whose memory
+# keys come from the previous token (attention has no positional signal, so it cannot bind a
+# value to the key before it), retention and inner-learning-rate biases raised so a key
+# written ~40 tokens before its query survives the filler (alpha ~0.9933 per token) and is
+# written in one step (theta ~0.69). The SWA-only baseline is the same with ``--levels 0``.
+RECALL_MODEL = {"layers": 1, "levels": 1, "seq_len": 64, "window": 16, "composition": "MAG",
+                "key_shift": True, "alpha_bias_shift": 2.0, "theta_bias_shift": 4.6}
+RECALL_TRAIN = {"steps": 2000, "batch_size": 16, "lr": 1e-2, "warmup": 20, "pairs": 8,
+                "eval_every": 500, "eval_batches": 4, "final_eval_batches": 8}
+
+
 @dataclasses.dataclass
 class TrainResult:
     run_dir: Path
@@ -287,6 +299,11 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
             while step < tcfg.steps:
                 t0 = time.perf_counter()
                 tokens = xp.asarray(data.next_batch())
+                if isinstance(data, RecallTask):
+                    # Recall sequences are independent episodes (as in `evaluate`): memory
+                    # carried over from the previous batch would hold the same keys bound to
+                    # other values, a conflict the model could not resolve.
+                    state = model.init_state(cfg, tcfg.batch_size, xp)
                 make_zero_(grads)
                 box = []
 
@@ -373,10 +390,13 @@ def summary(r: TrainResult) -> str:
 
 def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: dict,
                     train_flags: dict) -> tuple[ModelConfig, TrainConfig]:
-    """Configs for a run: the defaults (or, with `resume`, the run's saved config.json) with the
-    explicitly given flags on top. A model flag that contradicts the checkpoint is an error
+    """Configs for a run: the defaults (`RECALL_MODEL` / `RECALL_TRAIN` over them for
+    ``task="recall"``; with `resume`, the run's saved config.json) with the explicitly given
+    flags on top. A model flag that contradicts the checkpoint is an error
     naming every differing field."""
     model_base, train_base = ModelConfig().to_dict(), TrainConfig().to_dict()
+    if train_flags.get("task") == "recall":
+        model_base, train_base = {**model_base, **RECALL_MODEL}, {**train_base, **RECALL_TRAIN}
     if resume:
         saved = load_run_config(run_dir)
         model_base, train_base = saved["model"], saved["train"]
@@ -425,6 +445,6 @@ def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = 
     return ev
 
 
-__all__ = ["TrainConfig", "TrainResult", "RunError", "train", "evaluate", "resolve_configs",
+__all__ = ["RECALL_MODEL", "RECALL_TRAIN", "TrainConfig", "TrainResult", "RunError", "train", "evaluate", "resolve_configs",
            "load_run", "eval_run", "sample_text", "summary", "array_module_for", "DataError",
            "CheckpointFileError"]

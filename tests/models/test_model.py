@@ -91,6 +91,51 @@ def test_full_model_gradient_matches_finite_differences(rule, composition):
     check_model_gradient(cfg, init_state(cfg, 2), tokens_for(cfg))
 
 
+@pytest.mark.parametrize("composition", ["MAG", "MAL"])
+def test_levels_zero_is_pure_sliding_window_attention(composition):
+    # levels=0 is the SWA-only baseline: no memory parameters or state, and every block is
+    # exactly x + swa(rms_norm(x)) @ w_o, with no memory gate (MAG) or memory input (MAL) left.
+    import kernels
+    from ops import cross_entropy, rms_norm
+    from tape.testing import check_grads
+    cfg = tiny(levels=0, layers=2, composition=composition)
+    params, state = init_params(cfg, seed=0), init_state(cfg, 2)
+    assert all(b.memory == [] for b in params.blocks) and state.blocks == [[], []]
+    tokens = tokens_for(cfg)
+
+    def reference(embed, w_o0, w_q1):
+        x = embed[tokens[:, :-1]]
+        for i, b in enumerate(params.blocks):
+            h = rms_norm(x, b.norm)
+            w_q = w_q1 if i == 1 else b.attn.w_q
+            a = kernels.swa_attention(h @ w_q, h @ b.attn.w_k, h @ b.attn.w_v, cfg.window)
+            x = x + a @ (w_o0 if i == 0 else b.w_o)
+        return cross_entropy(rms_norm(x, params.final_norm) @ params.unembed, tokens[:, 1:])
+
+    value, new_state = loss(params, tokens, state, cfg)
+    assert new_state.blocks == [[], []] and new_state.pos == cfg.seq_len
+    args = (params.embed, params.blocks[0].w_o, params.blocks[1].attn.w_q)
+    np.testing.assert_allclose(float(value), float(reference(*args)), rtol=1e-12)
+
+    def model_loss(embed, w_o0, w_q1):
+        p = dataclasses.replace(params, embed=embed, blocks=[
+            dataclasses.replace(params.blocks[0], w_o=w_o0),
+            dataclasses.replace(params.blocks[1], attn=dataclasses.replace(
+                params.blocks[1].attn, w_q=w_q1))])
+        return loss(p, tokens, None, cfg)[0]
+    check_grads(model_loss, *args, modes=("rev",), order=1)
+    # And the whole pytree in one reverse pass, against a central difference.
+    grads = make_zero(params)
+    autodiff(Reverse, lambda p, t: loss(p, t, state, cfg)[0], Active,
+             Duplicated(params, grads), Const(tokens))
+    rng = np.random.default_rng(1)
+    direction = [rng.standard_normal(a.shape) for a in leaves(params)]
+    analytic = sum(float(np.sum(g * d)) for g, d in zip(leaves(grads), direction))
+    up = float(loss(shifted(params, direction, 1e-6), tokens, state, cfg)[0])
+    down = float(loss(shifted(params, direction, -1e-6), tokens, state, cfg)[0])
+    assert abs(analytic - (up - down) / 2e-6) <= 1e-9 + 1e-5 * abs(analytic)
+
+
 @pytest.mark.parametrize("rule", ["delta", "titans"])
 def test_gradient_with_carried_state_and_pending_tokens(rule):
     # Two layers, three levels (1/sqrt(3) scaling), and a chunk that starts mid-segment: the
@@ -227,7 +272,7 @@ def test_init_is_seeded_and_typed():
 @pytest.mark.parametrize("kwargs, field", [
     (dict(seq_len=4, window=8), "seq_len"),
     (dict(rule="lstm"), "rule"),
-    (dict(levels=0), "levels"),
+    (dict(levels=-1), "levels"),
     (dict(levels=5), "levels"),
     (dict(composition="MAC2"), "composition"),
     (dict(periods=(2, 4)), "periods"),
