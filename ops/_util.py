@@ -6,7 +6,7 @@ import numpy as np
 import math
 import numbers
 
-from tape.backend import array_module
+from tape.backend import array_module, broadcast_axes
 from tape.core import STRONG_ZERO, Primitive, primal
 from tape.rules import register_function, register_ufunc
 
@@ -35,9 +35,7 @@ def unbroadcast(g, shape: tuple):
     gshape = shape_of(g)
     if gshape == shape:
         return g
-    lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
+    axes = broadcast_axes(gshape, shape)
     if axes:
         g = _sum_axes(g, axes)
     return np.reshape(g, shape) if shape_of(g) != shape else g

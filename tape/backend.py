@@ -23,3 +23,15 @@ def array_module(x) -> ModuleType:
 
 def module_name(x) -> str:
     return "cupy" if hasattr(primal(x), "__cuda_array_interface__") else "numpy"
+
+
+def broadcast_axes(from_shape: tuple, to_shape: tuple) -> tuple:
+    """The axes of `from_shape` that NumPy broadcasting added or stretched to reach it from
+    `to_shape`: summing a cotangent over them is the reverse of broadcasting.
+
+    >>> broadcast_axes((4, 2, 3), (2, 1))
+    (0, 2)
+    """
+    lead = len(from_shape) - len(to_shape)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(to_shape) if n == 1 and from_shape[lead + i] != 1)

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from .backend import broadcast_axes
 from .core import STRONG_ZERO, Primitive
 from .errors import RuleError
 
@@ -122,9 +123,7 @@ def _unbroadcast(g, shape: tuple):
     gshape = _shape(g)
     if gshape == shape:
         return g
-    lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
+    axes = broadcast_axes(gshape, shape)
     if axes:
         g = np.sum(g, axis=axes)
     return np.reshape(g, shape) if _shape(g) != shape else g
