@@ -66,14 +66,22 @@ class ConstBuffer(np.ndarray):
 
 def _protect_saved(buffer):
     """Before `buffer` is written: records of the open tapes that hold arrays sharing its memory
-    get copies of them (rare and only on writes into Const arrays, so a scan is affordable)."""
+    get copies of them. Records already scanned for this buffer hold copies by now, so each
+    write scans only the records added since the last one (a loop writing into a Const
+    scratch buffer stays linear)."""
     plain = buffer.view(np.ndarray)
+    scanned = buffer.__dict__.setdefault("_scanned", {})
     for trace in _TRACE_STACK.get():
         records = getattr(trace, "records", None)
-        for i, record in enumerate(records or ()):
+        if not records:
+            continue
+        start = scanned.get(id(trace), 0)
+        for i in range(start, len(records)):
+            record = records[i]
             saved = _copied_if_shared(record[2], plain)
             if saved is not record[2]:
                 records[i] = record[:2] + (saved,) + record[3:]
+        scanned[id(trace)] = len(records)
 
 
 def _copied_if_shared(saved, buffer):

@@ -279,3 +279,15 @@ def test_writes_into_a_const_array_after_use_do_not_change_the_gradient():
     (dx, _), = autodiff(Reverse, h, Active, Active(np.ones(2)), Const(W))
     np.testing.assert_allclose(dx, np.cos(1.0) * np.array([1.0, 2.0]))
     np.testing.assert_array_equal(W, [3.0, 6.0])
+
+
+def test_a_const_scratch_buffer_rewritten_in_a_loop_keeps_every_saved_value():
+    def f(x, buf):
+        total = 0.0
+        for i in range(50):
+            total = total + np.sum(x * buf)   # the record keeps buf as it is now
+            buf[0] = float(i)                  # later writes must not reach that record
+        return total
+    (dx, _), = autodiff(Reverse, f, Active, Active(np.ones(3)), Const(np.ones(3)))
+    # buf[0] is 1 at step 0 and i - 1 at step i >= 1
+    np.testing.assert_array_equal(dx, [1.0 + sum(range(49)), 50.0, 50.0])
