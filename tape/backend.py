@@ -35,3 +35,16 @@ def broadcast_axes(from_shape: tuple, to_shape: tuple) -> tuple:
     lead = len(from_shape) - len(to_shape)
     return tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(to_shape) if n == 1 and from_shape[lead + i] != 1)
+
+
+def add_or_none(a, b):
+    """a + b where None stands for a symbolic zero (cotangents and tangents).
+
+    >>> add_or_none(None, 2.0), add_or_none(1.0, 2.0)
+    (2.0, 3.0)
+    """
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b

@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .backend import array_module
+from .backend import add_or_none, array_module
 from .batching import Batched
 from .core import STRONG_ZERO, Tracer, primal
 from .errors import ActivityError, NaNError
@@ -209,7 +209,7 @@ def holomorphic_sweep(trace, seeds: dict, out, keep: Sequence[int], complex_slot
             total = None if g1 is None and gi is None else _conj_half(g1, gi)
         else:
             total = g1
-        result[s] = _add(result.get(s), total)
+        result[s] = add_or_none(result.get(s), total)
     return result
 
 
@@ -217,11 +217,3 @@ def _conj_half(g1, gi):
     g1 = 0 if g1 is None else g1
     gi = 0 if gi is None else gi
     return np.conjugate((g1 + 1j * gi) * 0.5)
-
-
-def _add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b

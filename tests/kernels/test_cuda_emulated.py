@@ -7,9 +7,12 @@ shuffles, checkpoint slots) and the host code (layouts, buffers, launch geometry
 memory under 48 KiB). It does not replace the GPU run in test_gpu.py: timing, the memory model
 and NVRTC are only exercised there.
 """
+import functools
+
 import numpy as np
 import pytest
 
+import tokenwise
 import emulator
 from kernels import attention, memory
 from tape import Active, Reverse, autodiff
@@ -108,14 +111,7 @@ def test_swa_bf16_storage_matches_the_reference_rounding(emulated):
 
 # -- memory rules ----------------------------------------------------------------------------------
 
-def memory_args(rule, s, d, lead=(2,), seed=0):
-    rng = np.random.default_rng(seed)
-    n_gates = {"delta": 2, "titans": 3, "hebbian": 1}[rule]
-    n_states = 2 if rule == "titans" else 1
-    seqs = [rng.standard_normal(lead + (s, d)) / np.sqrt(d) for _ in range(3)]
-    gates = [rng.uniform(0.05, 0.6, lead + (s,)) for _ in range(n_gates)]
-    states = [rng.standard_normal(lead + (d, d)) * 0.3 for _ in range(n_states)]
-    return [a.astype(np.float32) for a in seqs + gates + states]
+memory_args = functools.partial(tokenwise.memory_args, lead=(2,), dtype=np.float32)
 
 
 PRIMS = {"delta": memory._delta, "titans": memory._titans, "hebbian": memory._hebbian}

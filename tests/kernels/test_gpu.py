@@ -6,11 +6,13 @@ compared with the reference computed in float64 from the same float32 inputs: fo
 for seq_len 1, nonzero initial states and d = 16, 64 and 128; two runs must agree bit for bit.
 Run with `sh tests/kernels/gpu_check.sh` (this suite, then the GPU benchmark).
 """
+import functools
 import warnings
 
 import numpy as np
 import pytest
 
+import tokenwise
 import kernels
 from kernels import attention, memory
 from tape import Active, Reverse, autodiff
@@ -73,14 +75,7 @@ def check_pair(prim, args_np, params, seed=0):
     return got_out + tuple(got_grads)
 
 
-def memory_args(rule, s, d, lead=(3,), seed=0):
-    rng = np.random.default_rng(seed)
-    n_gates = {"delta": 2, "titans": 3, "hebbian": 1}[rule]
-    n_states = 2 if rule == "titans" else 1
-    seqs = [rng.standard_normal(lead + (s, d)) / np.sqrt(d) for _ in range(3)]
-    gates = [rng.uniform(0.05, 0.6, lead + (s,)) for _ in range(n_gates)]
-    states = [rng.standard_normal(lead + (d, d)) * 0.3 for _ in range(n_states)]
-    return seqs + gates + states
+memory_args = functools.partial(tokenwise.memory_args, lead=(3,))
 
 
 PRIMS = {"delta": memory._delta, "titans": memory._titans, "hebbian": memory._hebbian}

@@ -46,3 +46,15 @@ def swa(q, k, v, window):
         w = np.exp(scores - np.max(scores))
         rows.append((w / np.sum(w)) @ v[lo:i + 1])
     return np.stack(rows)
+
+
+def memory_args(rule, s, d, lead=(2,), seed=0, dtype=np.float64):
+    """Random arguments of a memory rule: k, v, q [*lead, s, d], gates in (0.05, 0.6) and
+    initial states [*lead, d, d], in `dtype`."""
+    rng = np.random.default_rng(seed)
+    n_gates = {"delta": 2, "titans": 3, "hebbian": 1}[rule]
+    n_states = 2 if rule == "titans" else 1
+    seqs = [rng.standard_normal(lead + (s, d)) / np.sqrt(d) for _ in range(3)]
+    gates = [rng.uniform(0.05, 0.6, lead + (s,)) for _ in range(n_gates)]
+    states = [rng.standard_normal(lead + (d, d)) * 0.3 for _ in range(n_states)]
+    return [a.astype(dtype) for a in seqs + gates + states]
