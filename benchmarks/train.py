@@ -4,13 +4,13 @@
     python benchmarks/train.py --quick    # a smoke test: tiny model, one timed step
     python benchmarks/train.py --json out.json
 
-A training step is the same on both sides: forward, mean cross-entropy, backward, a global-norm
-clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
+A training step is the same on both sides: forward, mean cross-entropy plus the gate-saturation
+penalty (`models.model.training_loss`), backward, a global-norm clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
 recurrence as `models.model` (MAG or MAL composition, CMS levels with the conductor's firing
 rule, the delta / Titans / Hebbian rule), with the memory written as a Python loop over tokens,
 the way one writes a recurrence in eager PyTorch. (The PyTorch side keeps no pending buffer
-across chunks: with seq_len a multiple of every period, as here, none is ever needed.) Before timing, the PyTorch loss on Hecate's
-initial parameters is checked against Hecate's loss (same number to float32 precision), so both
+across chunks: with seq_len a multiple of every period, as here, none is ever needed.) Before
+timing, the PyTorch loss on Hecate's initial parameters is checked against Hecate's loss (same number to float32 precision), so both
 sides compute the same function. Both run on one thread (``torch.set_num_threads(1)``; NumPy's
 BLAS is limited by the environment variables set below before NumPy loads).
 """
@@ -50,7 +50,7 @@ def hecate_step_fn(cfg: ModelConfig, batch: int):
         out = []
 
         def f(p, t):
-            value, st = model.loss(p, t, box["state"], cfg)
+            value, st, _ = model.training_loss(p, t, box["state"], cfg)
             out.append(st)
             return value
         _, value = autodiff(ReverseWithPrimal, f, Active, Duplicated(params, grads),
@@ -98,9 +98,11 @@ def torch_model(cfg: ModelConfig, params, torch):
     def level(lv, x, st, period, pos):
         k, v, q = l2(x @ lv.w_k), x @ lv.w_v, l2(x @ lv.w_q)
         c = torch.cat([k, v], -1)
-        decay = torch.sigmoid(-(c @ lv.w_a + lv.b_a))
-        theta = F.softplus(c @ lv.w_t + lv.b_t)
-        eta = torch.sigmoid(c @ lv.w_e + lv.b_e)
+        za, ze = c @ lv.w_a + lv.b_a, c @ lv.w_e + lv.b_e
+        decay, theta, eta = torch.sigmoid(-za), F.softplus(c @ lv.w_t + lv.b_t), torch.sigmoid(ze)
+        # The training objective's gate penalty (models.layers.gate_excess).
+        excess = sum(((z.abs() - cfg.gate_margin).clamp(min=0) ** 2).mean()
+                     for z in ((za, ze) if cfg.rule == "titans" else (za,)))
         m, s = st
         pending, ys = [], []
         for t in range(x.shape[1]):     # the per-token recurrence, as eager PyTorch writes it
@@ -110,17 +112,17 @@ def torch_model(cfg: ModelConfig, params, torch):
                     m, s = update(m, s, k[:, u], v[:, u], decay[:, u], theta[:, u], eta[:, u])
                 pending = []
             ys.append(torch.einsum("bij,bj->bi", m, q[:, t]))
-        return torch.stack(ys, 1), (m.detach(), s.detach())
+        return torch.stack(ys, 1), (m.detach(), s.detach()), excess
 
     def loss(tokens, state, pos):
         x = tp.embed[tokens[:, :-1]]
-        new = []
+        new, excess = [], 0
         for bi, block in enumerate(tp.blocks):
             h = rms(x, block.norm)
             mem, ns = 0, []
             for li, lv in enumerate(block.memory):
-                y, st = level(lv, h, state[bi][li], cfg.level_periods[li], pos)
-                mem, _ = mem + y, ns.append(st)
+                y, st, e = level(lv, h, state[bi][li], cfg.level_periods[li], pos)
+                mem, excess, _ = mem + y, excess + e, ns.append(st)
             if len(block.memory) > 2:
                 mem = mem / math.sqrt(len(block.memory))
             a_in = h + mem if cfg.composition == "MAL" else h
@@ -129,7 +131,8 @@ def torch_model(cfg: ModelConfig, params, torch):
             x = x + out @ block.w_o
             new.append(ns)
         logits = rms(x, tp.final_norm) @ tp.unembed
-        return F.cross_entropy(logits.reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1)), new
+        ce = F.cross_entropy(logits.reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1))
+        return ce + cfg.gate_penalty * excess, new
 
     return tleaves, loss
 
@@ -190,8 +193,8 @@ def main(argv=None) -> int:
         st = [[(torch.zeros(args.batch, cfg.d_model, cfg.d_model),) * 2
                for _ in range(cfg.levels)] for _ in range(cfg.layers)]
         t_val = float(tloss(torch.as_tensor(batches[0]), st, 0)[0].detach())
-        h_val = float(primal(model.loss(params, batches[0], model.init_state(cfg, args.batch),
-                                        cfg)[0]))
+        h_val = float(primal(model.training_loss(params, batches[0],
+                                                 model.init_state(cfg, args.batch), cfg)[0]))
         result["loss_check"] = {"hecate": h_val, "torch": t_val}
         print(f"same function: hecate loss {h_val:.6f}, torch loss {t_val:.6f}")
     result["hecate_tokens_per_s"] = measure(h_step, batches, args.repeat)

@@ -17,6 +17,7 @@ inside that bound.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -40,8 +41,12 @@ def recall(args) -> None:
     base = {**ModelConfig().to_dict(), **RECALL_MODEL}
     if args.composition:
         base["composition"] = args.composition
+    for item in args.set:
+        key, value = item.split("=", 1)
+        base[key] = json.loads(value)
     tcfg = TrainConfig(**{**TrainConfig().to_dict(), **RECALL_TRAIN, "task": "recall",
-                          "steps": args.steps, "ckpt_every": 10**9, "sample_bytes": 0})
+                          "steps": args.steps, "seed": args.seed, "ckpt_every": 10**9,
+                          "sample_bytes": 0})
     runs = [(f"memory ({base['composition']}, {base['rule']}, key shift)", base),
             ("SWA alone (levels 0)", {**base, "levels": 0})]
     rows = []
@@ -91,7 +96,7 @@ def stream(args) -> None:
                 t_lo[b, i], t_hi[b, i] = min(t_lo[b, i], theta.min()), max(t_hi[b, i], theta.max())
                 sat_a[b, i] += (np.abs(za) > SATURATED).sum()
                 sat_t[b, i] += (zt < -SATURATED).sum()   # softplus saturates only downwards
-            x, _ = model._block(block, x, state.blocks[b], state.pos, cfg)
+            x = model._block(block, x, state.blocks[b], state.pos, cfg)[0]
             x = primal(x)
         _, state = model.loss(params, chunk, state, cfg)
         for b in range(cfg.layers):
@@ -114,9 +119,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("recall")
     r.add_argument("--steps", type=int, default=RECALL_TRAIN["steps"])
+    r.add_argument("--seed", type=int, default=0)
     r.add_argument("--composition", choices=("MAG", "MAL"),
                    help=f"default {RECALL_MODEL['composition']} (the recall default)")
     r.add_argument("--memory-only", action="store_true", help="skip the SWA-alone run")
+    r.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                   help="override a ModelConfig field of both runs, e.g. gate_penalty=0")
     s = sub.add_parser("stream")
     s.add_argument("--run")
     s.add_argument("--tokens", type=int, default=10_000)

@@ -23,7 +23,7 @@ from .data import DataError
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
-               "rule": str, "composition": str}
+               "rule": str, "composition": str, "gate_penalty": float}
 TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
                "task": str, "device": str}
 
@@ -50,6 +50,9 @@ def add_parsers(sub: Any) -> None:
                  "batch_size"):
         t.add_argument("--" + name.replace("_", "-"), type=int)
     t.add_argument("--lr", type=float, help="peak learning rate")
+    t.add_argument("--gate-penalty", type=float,
+                   help="weight of the penalty that keeps the sigmoid gates out of saturation "
+                        "(default 0.01; 0 turns it off; models.layers.gate_excess)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     s = sub.add_parser("sample", help="generate text from a run's last checkpoint")

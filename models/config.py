@@ -45,6 +45,10 @@ class ModelConfig:
     theta_bias_shift: float = 0.0
     # Memory keys from the previous token (`models.layers._projections`); off for DESIGN §5.
     key_shift: bool = False
+    # Training adds gate_penalty * mean(relu(|z| - gate_margin)^2) over the sigmoid gates'
+    # pre-activations, keeping them out of saturation (`models.layers.gate_excess`); 0 = off.
+    gate_penalty: float = 0.01
+    gate_margin: float = 5.0
 
     def __post_init__(self) -> None:
         # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
@@ -97,6 +101,12 @@ class ModelConfig:
             if (isinstance(value, bool) or not isinstance(value, (int, float))
                     or not abs(value) < 20):
                 raise ValueError(f"ModelConfig.{name} must be a finite number in (-20, 20); "
+                                 f"got {value!r}")
+        for name, low in (("gate_penalty", 0.0), ("gate_margin", 0.0)):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not low <= value < float("inf")):
+                raise ValueError(f"ModelConfig.{name} must be a finite number >= {low:g}; "
                                  f"got {value!r}")
         if not isinstance(self.key_shift, bool):
             raise ValueError(f"ModelConfig.key_shift must be a bool; got {self.key_shift!r}")

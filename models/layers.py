@@ -11,6 +11,16 @@ and gates from ``c = concat(k, v)`` (DESIGN §5):
 - ``theta = softplus(c . w_t + b_t)``: the inner learning rate (delta, Titans).
 - ``eta = sigmoid(c . w_e + b_e)``: the momentum (Titans).
 
+Gate saturation. Trained freely, the sigmoid gates saturate: ``v`` is not normalised, so as
+``W_V`` and the gate weights grow the pre-activations reach |z| of 10 or more, and there
+``sigmoid'`` is under 1/20,000 of its slope at 0; the gate stops learning and alpha becomes a
+hard 0 / 1 switch. `gate_excess` measures how far the sigmoid gates' pre-activations go beyond
+a margin (``ModelConfig.gate_margin``, 5.0: DESIGN's largest initial bias, so the table itself
+costs nothing); the training objective adds ``ModelConfig.gate_penalty`` times it
+(`models.model.training_loss`). Theta is not penalised: softplus does not saturate upwards,
+and below 0 it is ``~exp(z)``, a log-scale learning rate (the table starts slow levels at
+``exp(-7.6)`` on purpose), where a unit step in z scales theta by e anywhere.
+
 CMS semantics (exact). Level i has period ``p = periods[i]`` and counts tokens globally, across
 chunks, from the start of the stream (``State.pos``). `conductor` says which levels *fire* at a
 global token t: those with ``(t + 1) % p == 0``. When a level fires at token t it advances its
@@ -159,6 +169,19 @@ def level_inputs(level: Level, x, key_shift: bool = False) -> tuple:
     return k, v, q, sigmoid(za), softplus(zt), sigmoid(ze)
 
 
+def gate_excess(za, ze, rule: str, margin: float):
+    """``mean(relu(|z| - margin)^2)`` of the retention pre-activations `za` ``[B, T]``, plus
+    the same of the momentum's `ze` for Titans (the only rule that uses eta): zero while every
+    sigmoid gate stays within ``|z| <= margin``, growing quadratically beyond.
+
+    >>> float(gate_excess(np.array([[0.0, 7.0, -8.0]]), None, "delta", 5.0))
+    4.333333333333333
+    """
+    def one(z):
+        return np.mean(np.maximum(np.abs(z) - margin, 0.0) ** 2)
+    return one(za) + one(ze) if rule == "titans" else one(za)
+
+
 def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
     """One rule-kernel call; returns ``(y, m_final, s_final or None)``."""
     if rule == "delta":
@@ -171,19 +194,22 @@ def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
 
 
 def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str,
-                  key_shift: bool = False) -> tuple:
+                  key_shift: bool = False, gate_margin: Optional[float] = None) -> tuple:
     """One CMS level over a chunk ``x [B, T, d]`` that starts at global token `pos`.
-    Returns ``(y [B, T, d], new LevelState)``; the new state holds plain arrays only.
+    Returns ``(y [B, T, d], new LevelState, excess)``; the new state holds plain arrays only,
+    and ``excess`` is `gate_excess` at `gate_margin` (None when `gate_margin` is None).
     Semantics in the module docstring; `key_shift` as in `_projections`.
     """
     k, v, q, za, zt, ze = _projections(level, x, key_shift)
+    excess = None if gate_margin is None else gate_excess(za, ze, rule, gate_margin)
     # The kernels take the forget rate 1 - alpha; sigmoid(-z) is that without cancellation.
     decay, theta, eta = sigmoid(-za), softplus(zt), sigmoid(ze)
     T = k.shape[1]
     m, s = st.m, st.s
     if period == 1:
         y, m, s = _run_rule(rule, k, v, q, decay, theta, eta, m, s)
-        return y, LevelState(m=primal(m), s=None if s is None else primal(s), pend=st.pend)
+        return y, LevelState(m=primal(m), s=None if s is None else primal(s),
+                             pend=st.pend), excess
 
     cur = (k, v, q, decay, theta, eta)
     outs = []
@@ -206,7 +232,7 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
     y = outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
     new = LevelState(m=primal(m), s=None if s is None else primal(s),
                      pend=tuple(_pad_pending(primal(a), period) for a in pend))
-    return y, new
+    return y, new, excess
 
 
 def _pad_pending(a, period: int):
@@ -217,14 +243,16 @@ def _pad_pending(a, period: int):
 
 
 def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str,
-                key_shift: bool = False) -> tuple:
+                key_shift: bool = False, gate_margin: Optional[float] = None) -> tuple:
     """All CMS levels of a block: the sum of their reads, times 1/sqrt(k) when k > 2 levels.
-    Returns ``(y [B, T, d], new level states)``."""
-    total, new_states = None, []
+    Returns ``(y [B, T, d], new level states, excess)``, ``excess`` the sum of the levels'
+    `gate_excess` (None when `gate_margin` is None)."""
+    total, new_states, excess = None, [], None
     for level, st, p in zip(levels, states, periods):
-        y, ns = level_forward(level, x, st, p, pos, rule, key_shift)
+        y, ns, e = level_forward(level, x, st, p, pos, rule, key_shift, gate_margin)
         total = y if total is None else total + y
+        excess = e if excess is None else excess + e
         new_states.append(ns)
     if len(levels) > 2:
         total = total * (1.0 / math.sqrt(len(levels)))
-    return total, new_states
+    return total, new_states, excess

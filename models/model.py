@@ -133,21 +133,42 @@ def init_state(cfg: ModelConfig, batch: int, xp: Any = np) -> State:
                                  for p in cfg.level_periods] for _ in range(cfg.layers)])
 
 
-def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig) -> tuple:
+def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig,
+           gate_margin: Optional[float] = None) -> tuple:
+    """One block; returns ``(x + out @ w_o, new level states, gate excess or None)``."""
     h = rms_norm(x, block.norm)
     if not block.memory:
         # levels=0: no memory branch at all, so the block is exactly pre-norm sliding-window
         # attention (not a gate stuck at sigmoid(0) = 1/2): the SWA-only baseline.
         a = kernels.swa_attention(h @ block.attn.w_q, h @ block.attn.w_k, h @ block.attn.w_v,
                                   cfg.window)
-        return x + a @ block.w_o, []
-    mem, new_states = cms_forward(block.memory, h, states, cfg.level_periods, pos, cfg.rule,
-                                  cfg.key_shift)
+        return x + a @ block.w_o, [], None
+    mem, new_states, excess = cms_forward(block.memory, h, states, cfg.level_periods, pos,
+                                          cfg.rule, cfg.key_shift, gate_margin)
     a_in = h + mem if cfg.composition == "MAL" else h
     a = kernels.swa_attention(a_in @ block.attn.w_q, a_in @ block.attn.w_k,
                               a_in @ block.attn.w_v, cfg.window)
     out = a * sigmoid(mem) if cfg.composition == "MAG" else a
-    return x + out @ block.w_o, new_states
+    return x + out @ block.w_o, new_states, excess
+
+
+def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig,
+             gate_margin: Optional[float] = None) -> tuple:
+    """``(logits, new state, summed gate excess or None)``: `logits` with the gate term."""
+    xp = array_module(params.embed)
+    tokens = xp.asarray(primal(tokens))
+    if tokens.ndim != 2:
+        raise ValueError(f"logits: tokens must have shape [batch, s]; got {tokens.shape}")
+    if state is None:
+        state = init_state(cfg, tokens.shape[0], xp)
+    x = params.embed[tokens]
+    new_blocks, excess = [], None
+    for block, states in zip(params.blocks, state.blocks):
+        x, ns, e = _block(block, x, states, state.pos, cfg, gate_margin)
+        new_blocks.append(ns)
+        excess = e if excess is None else excess + e
+    out = rms_norm(x, params.final_norm) @ params.unembed
+    return out, State(pos=state.pos + tokens.shape[1], blocks=new_blocks), excess
 
 
 def logits(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) -> tuple:
@@ -160,19 +181,8 @@ def logits(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig
     >>> out.shape, st.pos
     ((2, 5, 11), 5)
     """
-    xp = array_module(params.embed)
-    tokens = xp.asarray(primal(tokens))
-    if tokens.ndim != 2:
-        raise ValueError(f"logits: tokens must have shape [batch, s]; got {tokens.shape}")
-    if state is None:
-        state = init_state(cfg, tokens.shape[0], xp)
-    x = params.embed[tokens]
-    new_blocks = []
-    for block, states in zip(params.blocks, state.blocks):
-        x, ns = _block(block, x, states, state.pos, cfg)
-        new_blocks.append(ns)
-    out = rms_norm(x, params.final_norm) @ params.unembed
-    return out, State(pos=state.pos + tokens.shape[1], blocks=new_blocks)
+    out, new_state, _ = _forward(params, tokens, state, cfg)
+    return out, new_state
 
 
 def loss(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) -> tuple:
@@ -189,6 +199,29 @@ def loss(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) 
     tokens = xp.asarray(primal(tokens))
     out, new_state = logits(params, tokens[:, :-1], state, cfg)
     return cross_entropy(out, tokens[:, 1:]), new_state
+
+
+def training_loss(params: Params, tokens: Any, state: Optional[State],
+                  cfg: ModelConfig) -> tuple:
+    """The training objective: `loss` plus ``cfg.gate_penalty`` times the gate excess of every
+    level of every block (`models.layers.gate_excess` at ``cfg.gate_margin``), which keeps the
+    sigmoid gates out of saturation. Returns ``(objective, new state, cross-entropy)``; the
+    cross-entropy is the value to report, the objective the one to differentiate.
+
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> p, st = init_params(cfg, seed=0), init_state(cfg, batch=2)
+    >>> tokens = np.zeros((2, 9), dtype=np.int64)
+    >>> objective, _, ce = training_loss(p, tokens, st, cfg)
+    >>> bool(objective == ce)   # fresh gates sit at their biases, within the margin
+    True
+    """
+    xp = array_module(params.embed)
+    tokens = xp.asarray(primal(tokens))
+    margin = cfg.gate_margin if cfg.gate_penalty > 0 and cfg.levels > 0 else None
+    out, new_state, excess = _forward(params, tokens[:, :-1], state, cfg, margin)
+    ce = cross_entropy(out, tokens[:, 1:])
+    objective = ce if excess is None else ce + cfg.gate_penalty * excess
+    return objective, new_state, ce
 
 
 def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,

@@ -1,12 +1,14 @@
 """The training loop behind `hecate train`, and the `sample` / `eval` helpers.
 
 One step: draw a batch, one reverse pass for the whole gradient
-``autodiff(ReverseWithPrimal, lambda p, t: model.loss(p, t, state, cfg)[0], Active,
-Duplicated(params, grads), Const(tokens))``, clip by global norm, AdamW with a warmup + cosine
-schedule, and carry the memory state (returned by the loss as plain arrays) to the next chunk.
+``autodiff(ReverseWithPrimal, lambda p, t: model.training_loss(p, t, state, cfg)[0], Active,
+Duplicated(params, grads), Const(tokens))`` (the cross-entropy plus the gate-saturation
+penalty), clip by global norm, AdamW with a warmup + cosine schedule, and carry the memory state
+(returned by the loss as plain arrays) to the next chunk.
 
 A run directory holds ``config.json`` (model and training configs), ``metrics.jsonl`` (one line
-per step: step, loss, lr, grad_norm, tokens_per_s, and val_loss on evaluation steps),
+per step: step, loss (the cross-entropy), objective (with the gate penalty), lr, grad_norm,
+tokens_per_s, and val_loss on evaluation steps),
 ``loss.png`` (train and validation curves) and ``checkpoints/`` (``last.npz`` plus
 ``step_<N>.npz`` every `ckpt_every` steps; format in `models.checkpoint`). Everything a step
 depends on (params, AdamW moments, memory state, data RNG and stream positions, step) is in a
@@ -308,13 +310,15 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
                 box = []
 
                 def objective(p, t):
-                    value, new_state = model.loss(p, t, state, cfg)
-                    box.append(new_state)
+                    value, new_state, ce = model.training_loss(p, t, state, cfg)
+                    box.append((new_state, ce))
                     return value
 
-                _, value = autodiff(ReverseWithPrimal, objective, Active,
+                _, total = autodiff(ReverseWithPrimal, objective, Active,
                                     Duplicated(params, grads), Const(tokens))
-                value = float(value)
+                # The cross-entropy is what is reported; a non-finite gate term still stops.
+                value = float(primal(box[-1][1])) if math.isfinite(float(total)) \
+                    else float(total)
                 norm = clip_by_global_norm(grads, tcfg.clip)
                 if not (math.isfinite(value) and math.isfinite(norm)):
                     kept = f"last good checkpoint kept: {last}" if last.exists() else \
@@ -323,11 +327,12 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
                                    f"{step + 1}; training stopped; {kept}")
                 lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
                 opt.step(params, grads, lr)
-                state = _plain(box[-1])
+                state = _plain(box[-1][0])
                 step += 1
                 losses.append(value)
                 tps = tokens_per_step / (time.perf_counter() - t0)
-                row = {"step": step, "loss": value, "lr": lr, "grad_norm": norm,
+                row = {"step": step, "loss": value, "objective": float(total), "lr": lr,
+                       "grad_norm": norm,
                        "tokens_per_s": tps, "val_loss": None}
                 if step % tcfg.eval_every == 0 or step == tcfg.steps:
                     batches = tcfg.final_eval_batches if step == tcfg.steps else tcfg.eval_batches

@@ -81,14 +81,16 @@ def test_incompatible_and_corrupt_checkpoints(tmp_path):
 
 
 def test_non_finite_loss_stops_naming_the_step(tmp_path, monkeypatch):
-    real = model_mod.loss
+    real = model_mod.training_loss
     calls = []
 
     def poisoned(params, tokens, state, cfg):
-        value, st = real(params, tokens, state, cfg)
+        value, st, ce = real(params, tokens, state, cfg)
         calls.append(1)
-        return (value * float("nan") if len(calls) == 5 else value), st
-    monkeypatch.setattr(train_mod.model, "loss", poisoned)
+        if len(calls) == 5:
+            value, ce = value * float("nan"), ce * float("nan")
+        return value, st, ce
+    monkeypatch.setattr(train_mod.model, "training_loss", poisoned)
     with pytest.raises(RunError, match="non-finite loss .* at step 5.*last good checkpoint"):
         train(CFG, _tcfg(eval_every=100), tmp_path, progress=False, out=None, corpus=CORPUS)
     _, header = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
