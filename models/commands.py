@@ -39,7 +39,8 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--task", choices=("text", "recall"),
                    help="text (default) or synthetic associative recall; recall starts from "
                         "its own defaults (1 MAG block, 1 level, key shift, raised retention "
-                        "and inner-lr gate biases, seq-len 64, window 16, 2000 steps, lr 1e-2: "
+                        "and inner-lr gate biases, memory queries initialised to its keys, "
+                        "seq-len 64, window 16, 1000 steps, lr 3e-3: "
                         "models.train.RECALL_MODEL/RECALL_TRAIN); --levels 0 is SWA alone")
     t.add_argument("--device", choices=("cpu", "gpu"), help="cpu (default) or gpu (CuPy + "
                                                             "CUDA kernels)")

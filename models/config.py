@@ -45,6 +45,9 @@ class ModelConfig:
     theta_bias_shift: float = 0.0
     # Memory keys from the previous token (`models.layers._projections`); off for DESIGN §5.
     key_shift: bool = False
+    # The memory's query projection starts equal to its key projection (`init_level`), so a
+    # query reads what was written under the same token from the first step; off for DESIGN §5.
+    shared_qk_init: bool = False
     # Training adds gate_penalty * mean(relu(|z| - gate_margin)^2) over the sigmoid gates'
     # pre-activations, keeping them out of saturation (`models.layers.gate_excess`); 0 = off.
     gate_penalty: float = 0.01
@@ -108,8 +111,10 @@ class ModelConfig:
                     or not low <= value < float("inf")):
                 raise ValueError(f"ModelConfig.{name} must be a finite number >= {low:g}; "
                                  f"got {value!r}")
-        if not isinstance(self.key_shift, bool):
-            raise ValueError(f"ModelConfig.key_shift must be a bool; got {self.key_shift!r}")
+        for name in ("key_shift", "shared_qk_init"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be a bool; "
+                                 f"got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"ModelConfig.dtype must be one of {DTYPES}; got {self.dtype!r}")
 

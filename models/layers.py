@@ -94,10 +94,13 @@ def conductor(t: int, periods: tuple) -> tuple:
 
 
 def init_level(rng: np.random.Generator, d: int, index: int, dtype: str,
-               alpha_shift: float = 0.0, theta_shift: float = 0.0) -> Level:
+               alpha_shift: float = 0.0, theta_shift: float = 0.0,
+               shared_qk: bool = False) -> Level:
     """Random projections (std 1/sqrt(d)), small gate weights, and the DESIGN §5 gate biases of
     level `index` (the retention and inner-learning-rate biases moved by `alpha_shift` and
-    `theta_shift`: `ModelConfig.alpha_bias_shift` / ``theta_bias_shift``).
+    `theta_shift`: `ModelConfig.alpha_bias_shift` / ``theta_bias_shift``). With `shared_qk`
+    (`ModelConfig.shared_qk_init`) the query projection starts equal to the key projection;
+    the two still train separately.
 
     >>> lv = init_level(np.random.default_rng(0), 4, 1, "float64")
     >>> float(lv.b_a[0]), float(lv.b_t[0]), float(lv.b_e[0])
@@ -113,7 +116,10 @@ def init_level(rng: np.random.Generator, d: int, index: int, dtype: str,
     def bias(table, shift=0.0):
         return np.full(1, table[index] + shift, dtype=dtype)
 
-    return Level(w_k=mat(), w_v=mat(), w_q=mat(), w_a=vec(), b_a=bias(B_ALPHA, alpha_shift),
+    w_k, w_v, w_q = mat(), mat(), mat()
+    if shared_qk:
+        w_q = w_k.copy()      # drawn anyway, so the rest of the init is the same either way
+    return Level(w_k=w_k, w_v=w_v, w_q=w_q, w_a=vec(), b_a=bias(B_ALPHA, alpha_shift),
                  w_t=vec(), b_t=bias(B_THETA, theta_shift), w_e=vec(), b_e=bias(B_ETA))
 
 

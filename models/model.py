@@ -97,8 +97,8 @@ def init_params(cfg: ModelConfig, seed: int, xp: Any = np) -> Params:
     blocks = []
     for _ in range(cfg.layers):
         attn = Attention(w_q=mat(d, d), w_k=mat(d, d), w_v=mat(d, d))
-        memory = [init_level(rng, d, i, dt, cfg.alpha_bias_shift, cfg.theta_bias_shift)
-                  for i in range(cfg.levels)]
+        memory = [init_level(rng, d, i, dt, cfg.alpha_bias_shift, cfg.theta_bias_shift,
+                             cfg.shared_qk_init) for i in range(cfg.levels)]
         # Scaled down with depth so the residual stream does not grow with the layer count.
         w_o = mat(d, d, 1.0 / math.sqrt(2 * cfg.layers))
         blocks.append(Block(norm=np.ones(d, dtype=dt), attn=attn, memory=memory, w_o=w_o))

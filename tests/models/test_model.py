@@ -305,3 +305,16 @@ def test_state_shapes_are_fixed_across_chunks():
         assert [a.shape for a in leaves(state)] == shapes
     assert state.pos == 24
     assert np.abs(state.blocks[0][3].m).max() > 0      # the period-16 level has fired once
+
+
+def test_shared_qk_init_starts_queries_equal_to_keys_and_changes_nothing_else():
+    plain = init_params(tiny(), seed=0)
+    shared = init_params(tiny(shared_qk_init=True), seed=0)
+    for lp, ls in zip(plain.blocks[0].memory, shared.blocks[0].memory):
+        np.testing.assert_array_equal(ls.w_q, ls.w_k)
+        assert not np.array_equal(lp.w_q, lp.w_k)
+    differ = [n for (n, a), (_, b) in zip(named_leaves(plain), named_leaves(shared))
+              if not np.array_equal(a, b)]
+    assert differ == ["blocks.0.memory.0.w_q", "blocks.0.memory.1.w_q"]
+    with pytest.raises(ValueError, match="ModelConfig.shared_qk_init"):
+        ModelConfig(shared_qk_init=1).validate()

@@ -121,6 +121,23 @@ def test_recall_task_trains_and_reports_accuracy(tmp_path):
     assert result.unigram is None
 
 
+def test_memory_solves_recall_and_sliding_window_attention_alone_does_not(tmp_path):
+    # The --task recall defaults at a smaller size (4 pairs in 32 tokens, window 8: the least
+    # key-query distance, 18, is beyond the window), 500 steps: a few seconds each.
+    from models.train import RECALL_MODEL, RECALL_TRAIN
+    accuracy = {}
+    for levels in (1, 0):
+        cfg = ModelConfig.from_dict({**ModelConfig().to_dict(), **RECALL_MODEL, "seq_len": 32,
+                                     "window": 8, "levels": levels})
+        tcfg = TrainConfig(**{**TrainConfig().to_dict(), **RECALL_TRAIN, "task": "recall",
+                              "pairs": 4, "steps": 500, "eval_every": 10**9,
+                              "ckpt_every": 10**9, "sample_bytes": 0})
+        result = train(cfg, tcfg, tmp_path / str(levels), progress=False, out=None)
+        accuracy[levels] = result.accuracy
+    assert accuracy[1] > 0.9, accuracy       # chance is 1/64
+    assert accuracy[0] < 0.1, accuracy
+
+
 def test_gpu_without_gpu_is_a_clear_error(monkeypatch):
     import kernels.dispatch as dispatch
     monkeypatch.setattr(dispatch, "detect_gpu", lambda: None)
