@@ -99,7 +99,8 @@ def torch_model(cfg: ModelConfig, params, torch):
         k, v, q = l2(x @ lv.w_k), x @ lv.w_v, l2(x @ lv.w_q)
         c = torch.cat([k, v], -1)
         za, ze = c @ lv.w_a + lv.b_a, c @ lv.w_e + lv.b_e
-        decay, theta, eta = torch.sigmoid(-za), F.softplus(c @ lv.w_t + lv.b_t), torch.sigmoid(ze)
+        decay, theta = torch.sigmoid(-za), F.softplus(c @ lv.w_t + lv.b_t)
+        eta = torch.sigmoid(ze) * cfg.eta_max
         # The training objective's gate penalty (models.layers.gate_excess).
         excess = sum(((z.abs() - cfg.gate_margin).clamp(min=0) ** 2).mean()
                      for z in ((za, ze) if cfg.rule == "titans" else (za,)))

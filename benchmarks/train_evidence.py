@@ -90,7 +90,8 @@ def stream(args) -> None:
     shape = (cfg.layers, cfg.levels)
     a_lo, a_hi = np.full(shape, np.inf), np.full(shape, -np.inf)
     t_lo, t_hi = np.full(shape, np.inf), np.full(shape, -np.inf)
-    sat_a, sat_t, norm = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    sat_a, sat_t = np.zeros(shape), np.zeros(shape)
+    norm = np.zeros((2,) + shape)      # the largest |M|_F in the first / second half
     n = 0
     for start in range(0, args.tokens - cfg.seq_len + 1, cfg.seq_len):
         chunk = tokens[None, start:start + cfg.seq_len + 1]
@@ -111,17 +112,19 @@ def stream(args) -> None:
         _, state = model.loss(params, chunk, state, cfg)
         for b in range(cfg.layers):
             for i in range(cfg.levels):
-                norm[b, i] = max(norm[b, i], float(np.linalg.norm(state.blocks[b][i].m)))
+                half = int(2 * start >= args.tokens)
+                norm[half, b, i] = max(norm[half, b, i],
+                                       float(np.linalg.norm(state.blocks[b][i].m)))
         n += cfg.seq_len
     print(f"{n} tokens, {'run ' + args.run if args.run else 'fresh parameters'}; saturated: "
           f"|pre-activation| > {SATURATED:g}")
     print("| block | level (period) | alpha range | alpha saturated | theta range | "
-          "theta saturated | max \\|M\\|_F |\n|---|---|---|---|---|---|---|")
+          "theta saturated | max \\|M\\|_F, first / second half |\n|---|---|---|---|---|---|---|")
     for b in range(cfg.layers):
         for i in range(cfg.levels):
             print(f"| {b} | {i} ({cfg.level_periods[i]}) | [{a_lo[b, i]:.4f}, {a_hi[b, i]:.4f}] "
                   f"| {sat_a[b, i] / n:.1%} | [{t_lo[b, i]:.2g}, {t_hi[b, i]:.2g}] "
-                  f"| {sat_t[b, i] / n:.1%} | {norm[b, i]:.2f} |")
+                  f"| {sat_t[b, i] / n:.1%} | {norm[0, b, i]:.2f} / {norm[1, b, i]:.2f} |")
 
 
 def main(argv=None) -> int:

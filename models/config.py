@@ -52,6 +52,8 @@ class ModelConfig:
     # pre-activations, keeping them out of saturation (`models.layers.gate_excess`); 0 = off.
     gate_penalty: float = 0.01
     gate_margin: float = 5.0
+    # Titans' momentum is eta_max * sigmoid(.) (`models.layers`); 1.0 is DESIGN §5 exactly.
+    eta_max: float = 0.9
 
     def __post_init__(self) -> None:
         # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
@@ -111,6 +113,9 @@ class ModelConfig:
                     or not low <= value < float("inf")):
                 raise ValueError(f"ModelConfig.{name} must be a finite number >= {low:g}; "
                                  f"got {value!r}")
+        value = self.eta_max
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"ModelConfig.eta_max must be a number in (0, 1]; got {value!r}")
         for name in ("key_shift", "shared_qk_init"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool; "

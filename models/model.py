@@ -144,7 +144,7 @@ def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig,
                                   cfg.window)
         return x + a @ block.w_o, [], None
     mem, new_states, excess = cms_forward(block.memory, h, states, cfg.level_periods, pos,
-                                          cfg.rule, cfg.key_shift, gate_margin)
+                                          cfg.rule, cfg.key_shift, gate_margin, cfg.eta_max)
     a_in = h + mem if cfg.composition == "MAL" else h
     a = kernels.swa_attention(a_in @ block.attn.w_q, a_in @ block.attn.w_k,
                               a_in @ block.attn.w_v, cfg.window)

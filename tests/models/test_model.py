@@ -164,7 +164,7 @@ def test_gates_in_open_unit_interval_at_init():
         assert np.allclose(alpha, sig, atol=0.02)
 
 
-def reference_level(level, chunks, period, rule):
+def reference_level(level, chunks, period, rule, eta_max=1.0):
     """The CMS semantics of `models.layers`, token by token with ordinary NumPy: a level fires
     at global token t when (t + 1) % period == 0, absorbing every token since its last firing
     with the rule; each token reads the memory after any firing at that token."""
@@ -185,7 +185,7 @@ def reference_level(level, chunks, period, rule):
                     if rule == "delta":
                         m = keep * m - th[:, None, None] * outer
                     elif rule == "titans":
-                        s = e[:, None, None] * s - th[:, None, None] * outer
+                        s = eta_max * e[:, None, None] * s - th[:, None, None] * outer
                         m = keep * m + s
                     else:
                         m = keep * m + np.einsum("bi,bj->bij", vv, kk)
@@ -196,9 +196,10 @@ def reference_level(level, chunks, period, rule):
     return outs
 
 
-@pytest.mark.parametrize("rule", ["delta", "titans", "hebbian"])
+@pytest.mark.parametrize("rule, eta_max", [("delta", 1.0), ("titans", 1.0), ("titans", 0.7),
+                                           ("hebbian", 1.0)])
 @pytest.mark.parametrize("period", [1, 3])
-def test_cms_level_matches_per_token_reference(rule, period):
+def test_cms_level_matches_per_token_reference(rule, eta_max, period):
     d = 4
     level = init_level(np.random.default_rng(0), d, 0, "float64")
     level.w_a = level.w_a * 10          # token-dependent gates
@@ -206,10 +207,10 @@ def test_cms_level_matches_per_token_reference(rule, period):
     level.b_t = np.array([-1.0])
     rng = np.random.default_rng(1)
     chunks = [rng.standard_normal((2, n, d)) for n in (5, 7, 2)]   # segments cross chunks
-    expected = reference_level(level, chunks, period, rule)
+    expected = reference_level(level, chunks, period, rule, eta_max)
     st, pos = init_level_state(2, d, rule, period, np, "float64"), 0
     for x, want in zip(chunks, expected):
-        got, st, _ = level_forward(level, x, st, period, pos, rule)
+        got, st, _ = level_forward(level, x, st, period, pos, rule, eta_max=eta_max)
         pos += x.shape[1]
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
         assert st.pend[0].shape[1] == period - 1     # fixed shape: checkpoints stay compatible
@@ -279,6 +280,8 @@ def test_init_is_seeded_and_typed():
     (dict(periods=(1, 8, 4)), "periods"),
     (dict(dtype="int8"), "dtype"),
     (dict(d_model=0), "d_model"),
+    (dict(eta_max=0.0), "eta_max"),
+    (dict(eta_max=1.5), "eta_max"),
 ])
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
