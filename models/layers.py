@@ -24,6 +24,10 @@ costs nothing); the training objective adds ``ModelConfig.gate_penalty`` times i
 and below 0 it is ``~exp(z)``, a log-scale learning rate (the table starts slow levels at
 ``exp(-7.6)`` on purpose), where a unit step in z scales theta by e anywhere.
 
+Departures from DESIGN §5, each a `ModelConfig` field that restores it: ``eta_max`` (1.0),
+``gate_penalty`` (0.0; it changes the training objective only, not the model). The recall
+task's ``key_shift`` and ``shared_qk_init`` are off by default.
+
 CMS semantics (exact). Level i has period ``p = periods[i]`` and counts tokens globally, across
 chunks, from the start of the stream (``State.pos``). `conductor` says which levels *fire* at a
 global token t: those with ``(t + 1) % p == 0``. When a level fires at token t it advances its
