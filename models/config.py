@@ -107,11 +107,11 @@ class ModelConfig:
                     or not abs(value) < 20):
                 raise ValueError(f"ModelConfig.{name} must be a finite number in (-20, 20); "
                                  f"got {value!r}")
-        for name, low in (("gate_penalty", 0.0), ("gate_margin", 0.0)):
+        for name in ("gate_penalty", "gate_margin"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not low <= value < float("inf")):
-                raise ValueError(f"ModelConfig.{name} must be a finite number >= {low:g}; "
+                    or not 0 <= value < float("inf")):
+                raise ValueError(f"ModelConfig.{name} must be a finite number >= 0; "
                                  f"got {value!r}")
         value = self.eta_max
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:

@@ -321,13 +321,13 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
                 _, total = autodiff(ReverseWithPrimal, objective, Active,
                                     Duplicated(params, grads), Const(tokens))
                 # The cross-entropy is what is reported; a non-finite gate term still stops.
-                value = float(primal(box[-1][1])) if math.isfinite(float(total)) \
-                    else float(total)
+                value, total = float(primal(box[-1][1])), float(total)
                 norm = clip_by_global_norm(grads, tcfg.clip)
-                if not (math.isfinite(value) and math.isfinite(norm)):
+                if not (math.isfinite(value) and math.isfinite(total) and math.isfinite(norm)):
                     kept = f"last good checkpoint kept: {last}" if last.exists() else \
                         "no checkpoint was written before it"
-                    raise RunError(f"non-finite loss ({value}) or gradient norm ({norm}) at step "
+                    raise RunError(f"non-finite loss ({value}), objective ({total}) or gradient "
+                                   f"norm ({norm}) at step "
                                    f"{step + 1}; training stopped; {kept}")
                 lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
                 opt.step(params, grads, lr)
@@ -335,7 +335,7 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
                 step += 1
                 losses.append(value)
                 tps = tokens_per_step / (time.perf_counter() - t0)
-                row = {"step": step, "loss": value, "objective": float(total), "lr": lr,
+                row = {"step": step, "loss": value, "objective": total, "lr": lr,
                        "grad_norm": norm,
                        "tokens_per_s": tps, "val_loss": None}
                 if step % tcfg.eval_every == 0 or step == tcfg.steps:
