@@ -52,6 +52,7 @@ import numpy as np
 import kernels
 from ops import sigmoid, softplus
 from tape import array_module, primal
+from tape.backend import add_or_none
 
 # DESIGN §5: gate-bias initial values by level.
 B_ALPHA = (3.0, 4.0, 4.5, 5.0)
@@ -271,8 +272,7 @@ def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: s
     total, new_states, excess = None, [], None
     for level, st, p in zip(levels, states, periods):
         y, ns, e = level_forward(level, x, st, p, pos, rule, key_shift, gate_margin, eta_max)
-        total = y if total is None else total + y
-        excess = e if excess is None else excess + e
+        total, excess = add_or_none(total, y), add_or_none(excess, e)
         new_states.append(ns)
     if len(levels) > 2:
         total = total * (1.0 / math.sqrt(len(levels)))

@@ -38,6 +38,7 @@ import numpy as np
 import kernels
 from ops import cross_entropy, rms_norm, sigmoid
 from tape import array_module, primal
+from tape.backend import add_or_none
 
 from .config import ModelConfig
 from .layers import cms_forward, init_level, init_level_state
@@ -166,7 +167,7 @@ def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConf
     for block, states in zip(params.blocks, state.blocks):
         x, ns, e = _block(block, x, states, state.pos, cfg, gate_margin)
         new_blocks.append(ns)
-        excess = e if excess is None else excess + e
+        excess = add_or_none(excess, e)
     out = rms_norm(x, params.final_norm) @ params.unembed
     return out, State(pos=state.pos + tokens.shape[1], blocks=new_blocks), excess
 
