@@ -27,10 +27,16 @@ def _active(rule):
 
 
 def _name(key):
+    """A rule's readable key: "ndarray.copy", "np.sin", "np.linalg.eigh", "np.fft.rfft",
+    "scipy.special.gammaln" (SciPy's ufuncs report no module; they live in scipy.special)."""
     if isinstance(key, str):
         return f"ndarray.{key}"
-    prefix = "np.linalg." if getattr(key, "__module__", "") == "numpy.linalg" else "np."
-    return prefix + key.__name__
+    module = getattr(key, "__module__", None) or ""
+    if module.startswith("numpy.") and module.count(".") == 1:   # numpy.linalg, numpy.fft
+        return "np." + module.split(".")[1] + "." + key.__name__
+    if isinstance(key, np.ufunc) and getattr(np, key.__name__, None) is not key:
+        return "scipy.special." + key.__name__
+    return "np." + key.__name__
 
 
 def registered_names() -> set:
@@ -352,9 +358,28 @@ EXAMPLES = {
     "ops.rms_norm": (ops.rms_norm, (M23, y3)),
 }
 
+# Each op family may keep its examples beside its own tests, in a module
+# tests/tape/second_order_<family>.py that defines EXAMPLES (and optionally EXCLUDED) of the
+# same form; they are merged here.
+def _family_examples():
+    import importlib.util
+    from pathlib import Path
+    for path in sorted(Path(__file__).parent.glob("second_order_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+
+
+_FAMILIES = list(_family_examples())
+for _family in _FAMILIES:
+    EXAMPLES.update(_family.EXAMPLES)
+
 # Registered, differentiable, yet without a second-order check here: name -> why. Empty: every
 # rule has a smooth second derivative somewhere finite differences can check it.
 EXCLUDED: dict = {}
+for _family in _FAMILIES:
+    EXCLUDED.update(getattr(_family, "EXCLUDED", {}))
 
 
 def test_every_rule_is_covered():

@@ -1,0 +1,1 @@
+"""np.fft: the discrete Fourier transforms as differentiable primitives."""

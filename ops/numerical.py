@@ -1,0 +1,2 @@
+"""Everyday numerical routines of NumPy (differences, integration, interpolation,
+polynomials, convolution) as differentiable functions."""

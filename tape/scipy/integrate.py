@@ -1,0 +1,1 @@
+"""tape.scipy.integrate: differentiable counterparts of scipy.integrate."""

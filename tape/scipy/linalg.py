@@ -1,0 +1,1 @@
+"""tape.scipy.linalg: differentiable counterparts of scipy.linalg."""

@@ -1,0 +1,1 @@
+"""tape.scipy.signal: differentiable counterparts of scipy.signal."""

@@ -1,0 +1,1 @@
+"""tape.scipy.special: differentiable counterparts of scipy.special."""

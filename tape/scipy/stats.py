@@ -1,0 +1,1 @@
+"""tape.scipy.stats: differentiable counterparts of scipy.stats."""
