@@ -136,8 +136,35 @@ class _Surface:
     dtype = property(lambda self: _dtype_of(primal(self)))
     T = property(lambda self: _call_function(np.transpose, self))
     mT = property(lambda self: _call_function(np.swapaxes, self, -1, -2))
-    real = property(lambda self: _call_function(np.real, self))
-    imag = property(lambda self: _call_function(np.imag, self))
+
+    @property
+    def real(self):
+        """A view, as in NumPy: writes into `z.real` reach `z`."""
+        out = _call_function(np.real, self)
+        if not np.iscomplexobj(primal(self)):
+            return mark_view(out, self, to_base=_same, from_base=_same)
+        return mark_view(out, self, to_base=lambda v: v + 1j * _call_function(np.imag, self),
+                         from_base=lambda base: _call_function(np.real, base))
+
+    @real.setter
+    def real(self, value):
+        self[...] = (value + 1j * _call_function(np.imag, self)
+                     if np.iscomplexobj(primal(self)) else value)
+
+    @property
+    def imag(self):
+        """A view for complex values, as in NumPy (a real array's `.imag` is zeros)."""
+        out = _call_function(np.imag, self)
+        if not np.iscomplexobj(primal(self)):
+            return out
+        return mark_view(out, self, to_base=lambda v: _call_function(np.real, self) + 1j * v,
+                         from_base=lambda base: _call_function(np.imag, base))
+
+    @imag.setter
+    def imag(self, value):
+        if not np.iscomplexobj(primal(self)):
+            raise TypeError("array does not have imaginary part to set")
+        self[...] = _call_function(np.real, self) + 1j * value
 
     def __len__(self):
         return len(primal(self))
@@ -176,7 +203,7 @@ class _Surface:
 
     def __getitem__(self, index):
         out = _call_method("__getitem__", self, index)
-        if _is_basic_index(index):
+        if _is_view_index(index, np.ndim(primal(self))):
             mark_view(out, self, index)   # NumPy returns a view: writes into it reach `self`
         return out
 
@@ -293,11 +320,25 @@ def _refresh_views(base):
     base.views = live
 
 
-def _is_basic_index(index) -> bool:
-    """Basic indexing (ints, slices, None, Ellipsis) gives a view in NumPy."""
+def _same(value):
+    return value
+
+
+def _is_view_index(index, ndim: int) -> bool:
+    """Whether NumPy's `x[index]` is a view of `x` (NumPy's rules, exactly): basic indexing
+    (ints, slices, None, Ellipsis) gives a view, except an integer on every axis, which gives a
+    scalar (a copy). Advanced indexing (integer or boolean arrays, 0-d arrays, lists, bools)
+    gives a copy."""
     items = index if isinstance(index, tuple) else (index,)
-    return all(i is None or i is Ellipsis or isinstance(i, (int, np.integer, slice))
-               for i in items)
+    only_integers = True
+    for i in items:
+        if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
+            continue
+        if i is None or i is Ellipsis or isinstance(i, slice):
+            only_integers = False
+            continue
+        return False   # advanced indexing
+    return not (only_integers and len(items) == ndim)
 
 
 def _dtype_of(x):
