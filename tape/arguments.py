@@ -2,11 +2,13 @@
 that name the leaf at fault, batch widths, and the tracers `f` is called with."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
 
 from .activities import Active, BatchDuplicated, Const, Duplicated, MixedDuplicated
+from .aliasing import mark_aliases
 from .backend import module_name
 from .constbuffer import as_const
 from .errors import ActivityError, PytreeError
@@ -157,23 +159,30 @@ def _shadow_mismatch(x, dx) -> str | None:
 def _trace_arguments(annotated, names, check, make_leaf):
     """The arguments `f` is called with: Const values as they are (arrays as ConstBuffer
     views), and the float leaves of the others replaced by tracers `make_leaf(x, dx)`."""
-    call_args, groups = [], []
+    call_args, groups, arrays = [], [], []
     for ann, name in zip(annotated, names):
         if type(ann) is Const:
-            call_args.append(as_const(ann.val, name))
+            value = as_const(ann.val, name)
+            call_args.append(value)
+            if isinstance(value, np.ndarray):
+                arrays.append((name.__str__, ann.val, value))
             continue
         arg = check(ann, name)
         shadows = arg.shadows if arg.shadows is not None else [None] * len(arg.leaves)
-        for x, dx in zip(arg.leaves, shadows):
+        for i, (x, dx) in enumerate(zip(arg.leaves, shadows)):
             if _is_float(x):
                 t = make_leaf(x, dx)
                 arg.tracers.append(t)
                 arg.first_slots.append(getattr(t, "slot", True))
+                if isinstance(x, np.ndarray):
+                    arrays.append((functools.partial(arg.path, i), x, t))
             else:
                 arg.tracers.append(x)
                 arg.first_slots.append(None)
         groups.append(arg)
         call_args.append(unflatten(arg.treedef, arg.tracers))
+    if len(arrays) > 1:
+        mark_aliases(arrays)
     return call_args, groups
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError
 
@@ -35,6 +36,14 @@ class ConstBuffer(np.ndarray):
 
     def __array_finalize__(self, obj):
         self._argument = getattr(obj, "_argument", "a Const argument")
+        alias_error = getattr(obj, "_alias_error", None)
+        if alias_error is not None:   # a view of an argument that shares memory with another
+            self._alias_error = alias_error
+
+    def _check_alias(self):
+        alias_error = self.__dict__.get("_alias_error")
+        if alias_error is not None:
+            refuse_aliased_write(alias_error)
 
     def _refuse(self):
         raise ActivityError(
@@ -42,6 +51,7 @@ class ConstBuffer(np.ndarray):
             "it; its derivative would be lost. Mark the argument Duplicated(x, dx) instead")
 
     def __setitem__(self, index, value):
+        self._check_alias()
         if _has_tracer(value):
             self._refuse()
         _protect_saved(self)
@@ -54,6 +64,7 @@ class ConstBuffer(np.ndarray):
                 self._refuse()
             for o in out:
                 if isinstance(o, ConstBuffer):
+                    o._check_alias()
                     _protect_saved(o)
             kwargs["out"] = tuple(_plain(o) for o in out)
         return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)

@@ -82,9 +82,11 @@ class Tracer:
     """
 
     # `owned` (a private buffer no record has seen: writable in place), `view_of` (the array
-    # this one is a NumPy view of) and `views` (weak references to its own views) are left
-    # unset unless needed, as a speed-up: read them with getattr(t, name, None).
-    __slots__ = ("value", "level", "owned", "view_of", "views", "__weakref__")
+    # this one is a NumPy view of), `views` (weak references to its own views) and
+    # `alias_error` (an argument sharing memory with another one: writes are refused, see
+    # tape.aliasing) are left unset unless needed, as a speed-up: read them with
+    # getattr(t, name, None).
+    __slots__ = ("value", "level", "owned", "view_of", "views", "alias_error", "__weakref__")
 
 
 def bind(prim: Primitive, args: Sequence, params: dict):

@@ -11,6 +11,7 @@ import weakref
 
 import numpy as np
 
+from .aliasing import refuse_aliased_write
 from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, primal
 from .errors import NonDifferentiableError
 
@@ -208,6 +209,9 @@ class _Surface:
         return out
 
     def __setitem__(self, index, value):
+        alias_error = getattr(self, "alias_error", None)
+        if alias_error is not None:
+            refuse_aliased_write(alias_error)
         new = _call_method("__setitem__", self, index, value,
                            inplace=getattr(self, "owned", False))
         self._become(new, owned=True)

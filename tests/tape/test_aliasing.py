@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tape import (Active, Duplicated, Forward, ForwardWithPrimal, Reverse, ReverseWithPrimal,
+from tape import (ActivityError, Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse, ReverseWithPrimal,
                   autodiff)
 
 SHAPE = (3, 4)
@@ -252,3 +252,68 @@ def test_real_part_is_a_view():
     want = f(z.copy())
     (_, value) = autodiff(ReverseWithPrimal, f, Active, Active(z))
     assert value == pytest.approx(want, rel=1e-13)
+
+
+# -- aliased arguments: the same array, or overlapping views, in two positions -------------------
+def _product(a, b):
+    return np.sum(a * b)
+
+
+def test_aliased_arguments_that_are_only_read_give_partial_derivatives():
+    x = np.array([1.0, 2.0, 3.0])
+    (ga, gb), = autodiff(Reverse, _product, Active, Active(x), Active(x))
+    np.testing.assert_allclose(ga, x)
+    np.testing.assert_allclose(gb, x)
+    d = np.zeros(3)   # one shadow for both positions: the total derivative
+    autodiff(Reverse, _product, Active, Duplicated(x, d), Duplicated(x, d))
+    np.testing.assert_allclose(d, 2 * x)
+    (tangent,) = autodiff(Forward, _product, Duplicated(x, np.ones(3)), Duplicated(x, np.ones(3)))
+    assert tangent == pytest.approx(2 * np.sum(x))
+
+
+def _write_then_read(y, x):
+    y[0] = 2.0 * x[1]
+    return np.sum(x * y)
+
+
+@pytest.mark.parametrize("make", [
+    lambda a, da: (Duplicated(a, da), Duplicated(a, da)),
+    lambda a, da: (Duplicated(a, da), Const(a)),
+    lambda a, da: (Const(a), Duplicated(a, da)),
+    lambda a, da: (Duplicated(a[0:3], da[0:3]), Duplicated(a[1:4], da[1:4])),
+    lambda a, da: (Duplicated(a.reshape(2, 2)[0], da[:2]), Duplicated(a[::-1], da)),
+])
+def test_a_write_into_an_aliased_argument_is_refused_naming_both(make):
+    a, da = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(4)
+    before = a.copy()
+    with pytest.raises(ActivityError, match=r"argument 0 \(`y`\) shares memory with argument "
+                                            r"1 \(`x`\)|argument 1 \(`x`\) shares memory with "
+                                            r"argument 0 \(`y`\)"):
+        autodiff(Reverse, _write_then_read, Active, *make(a, da))
+    np.testing.assert_array_equal(a, before)   # nothing was written
+    with pytest.raises(ActivityError, match="shares memory"):
+        autodiff(Forward, _write_then_read, *[Duplicated(arg.val, np.ones_like(arg.val))
+                                               if isinstance(arg, Duplicated) else arg
+                                               for arg in make(a, da)])
+
+
+def test_disjoint_views_of_one_array_may_be_written():
+    a, da = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(4)
+    autodiff(Reverse, _write_then_read, Active, Duplicated(a[:2], da[:2]),
+             Duplicated(a[2:], da[2:]))
+    np.testing.assert_allclose(a, [8.0, 2.0, 3.0, 4.0])
+    even, odd = np.arange(6.0)[::2], np.arange(6.0)[1::2]   # interleaved: no shared element
+    autodiff(Reverse, _write_then_read, Active, Duplicated(even, np.zeros(3)),
+             Duplicated(odd, np.zeros(3)))
+
+
+def test_aliased_leaves_inside_one_pytree_are_named_by_path():
+    shared = np.array([1.0, 2.0])
+    params = {"a": shared, "b": shared}
+
+    def f(p):
+        p["a"][0] = 3.0 * p["b"][1]
+        return np.sum(p["a"] * p["b"])
+    with pytest.raises(ActivityError, match=r"p\['a'\].*shares memory with p\['b'\]|"
+                                            r"p\['b'\].*shares memory with p\['a'\]"):
+        autodiff(Reverse, f, Active, Duplicated(params, {"a": np.zeros(2), "b": np.zeros(2)}))
