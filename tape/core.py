@@ -403,5 +403,19 @@ class ForwardTrace(Trace):
             from .batching import forward_per_direction
             out, tangent = forward_per_direction(prim.forward, cfg, vals, tans, params)
         if prim.multiple_results:
-            return tuple(self.tracer_class(o, self, t) for o, t in zip(out, tangent))
-        return self.tracer_class(out, self, tangent)
+            return tuple(self.tracer_class(o, self, _complex_like(o, t))
+                         for o, t in zip(out, tangent))
+        return self.tracer_class(out, self, _complex_like(out, tangent))
+
+
+def _complex_like(out, tangent):
+    """A complex result's tangent is complex, even where the rule passed a real input's tangent
+    through (``x + 0j``): the tangent lives in the result's space."""
+    if tangent is None or not _is_complex(primal(out)) or _is_complex(primal(tangent)):
+        return tangent
+    return tangent + 0j   # the weak Python complex keeps the precision (float32 -> complex64)
+
+
+def _is_complex(value) -> bool:
+    dtype = getattr(value, "dtype", None)
+    return isinstance(value, complex) if dtype is None else dtype.kind == "c"
