@@ -180,7 +180,8 @@ def _swa_forward_mode(cfg, primals, tangents, *, window, storage="f32", backend=
 
 
 _swa = custom_rule(_swa_impl, augmented_primal=_swa_augmented, reverse=_swa_reverse,
-                   forward=_swa_forward_mode, name="swa_attention")
+                   forward=_swa_forward_mode, name="swa_attention",
+                   check_primal=False)
 
 
 def swa_attention(q: Any, k: Any, v: Any, window: int, *, storage: Optional[str] = None,

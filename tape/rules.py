@@ -15,6 +15,7 @@ functions and classes that carry no derivative.
 from __future__ import annotations
 
 import functools
+import inspect
 from numbers import Number
 from typing import Callable
 
@@ -31,7 +32,7 @@ from .tracer import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
 def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
                 forward: Callable | None = None, differentiable: bool = False,
                 multiple_results: bool = False, vectorized: bool = True,
-                name: str | None = None) -> Primitive:
+                name: str | None = None, check_primal: bool = True) -> Primitive:
     """Give `fn` hand-written derivative rules; returns the differentiable function.
 
     Positional arguments are the differentiable inputs (arrays or numbers); keyword arguments
@@ -45,9 +46,13 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     the rules are instead called once per direction, on plain arrays.
 
     What the rules return is checked (this costs a little, so only user rules pay it): a wrong
-    structure, count or shape raises `RuleError` saying what was expected. A cotangent may be
-    of a shape that broadcasts to its argument's (it is broadcast), and real for a complex
-    argument; a tangent must have its primal's shape.
+    structure, count, shape or dtype, or None for the cotangent of an active argument, raises
+    `RuleError` naming the rule and the argument. A cotangent may be of a shape that
+    broadcasts to its argument's (it is broadcast), and real for a complex argument; a
+    tangent must have its primal's shape. With ``check_primal`` (the default) the first call
+    on arguments of each shape and dtype also runs `fn` itself and compares: a rule whose
+    primal disagrees with the function raises `RuleError` (kernels whose reference forward is
+    costly and tested on its own turn this off).
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active
@@ -60,7 +65,7 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     """
     name = name or getattr(fn, "__name__", "custom_rule")
     rules = _CheckedRules(name, augmented_primal, reverse, forward, multiple_results,
-                          vectorized)
+                          vectorized, fn, check_primal)
     return Primitive(name, fn, rules.augmented_primal, rules.reverse,
                      rules.forward if forward is not None else None, differentiable,
                      multiple_results)
@@ -69,8 +74,12 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
 class _CheckedRules:
     """A user's rules, wrapped to refine the config and check what they return."""
 
-    def __init__(self, name, augmented_primal, reverse, forward, multiple_results, vectorized):
+    def __init__(self, name, augmented_primal, reverse, forward, multiple_results, vectorized,
+                 fn=None, check_primal=False):
         self.name = name
+        self.fn = fn
+        self.check_primal = check_primal and fn is not None
+        self.checked_signatures: set = set()   # argument shapes and dtypes whose primal agreed
         self.user_augmented, self.user_reverse, self.user_forward = (
             augmented_primal, reverse, forward)
         self.multiple_results = multiple_results
@@ -89,6 +98,7 @@ class _CheckedRules:
                               f"returned {_describe(result)}")
         out, saved = result
         out = self._check_primal("augmented_primal", out, cfg)
+        self._check_agrees_with_function("augmented_primal", out, args, params)
         # The reverse rule gets the config its augmented_primal saw, and the argument shapes
         # against which its cotangents are checked.
         specs = tuple((_shape(x), _is_complex(x)) for x in args)
@@ -120,27 +130,72 @@ class _CheckedRules:
                               f"positional argument, None for inactive ones); it returned {got}")
         out = []
         for i, (c, (shape, complex_arg), active) in enumerate(zip(cts, specs, cfg.active)):
-            if c is None or not active:
+            if not active:
                 out.append(None)
                 continue
+            if c is None:
+                raise self._fail("reverse", f"returned None as the cotangent of "
+                                  f"{self._argument(i)}, which is active (differentiated); "
+                                  f"return its cotangent, an array of shape {shape} (zeros if "
+                                  "the result truly does not depend on it)")
             if not _is_value(c):
                 raise self._fail("reverse", f"returned a {type(c).__name__} as the cotangent "
-                                  f"of argument {i}; expected an array or a number of shape "
-                                  f"{shape}")
+                                  f"of {self._argument(i)}; expected an array or a number of "
+                                  f"shape {shape}")
+            if not _is_inexact(c):
+                raise self._fail("reverse", f"returned a cotangent of dtype {_dtype(c)} for "
+                                  f"{self._argument(i)}; a cotangent is a floating-point "
+                                  "(or complex) array like its argument")
             if _is_complex(c) and not complex_arg:
-                raise self._fail("reverse", f"returned a complex cotangent for argument {i}, "
-                                  "which is real; a real argument's cotangent is real (take "
-                                  "the real part)")
+                raise self._fail("reverse", f"returned a complex cotangent for "
+                                  f"{self._argument(i)}, which is real; a real argument's "
+                                  "cotangent is real (take the real part)")
             cshape = _shape(c)
             if cshape != shape:
                 if not _broadcasts_to(cshape, shape):
                     raise self._fail(
-                        "reverse", f"returned a cotangent of shape {cshape} for argument {i}, "
-                        f"whose shape is {shape}; a cotangent has its argument's shape (or one "
-                        "that broadcasts to it: sum over broadcast axes)")
+                        "reverse", f"returned a cotangent of shape {cshape} for "
+                        f"{self._argument(i)}, whose shape is {shape}; a cotangent has its "
+                        "argument's shape (or one that broadcasts to it: sum over broadcast "
+                        "axes)")
                 c = _broadcast(c, shape)
             out.append(c)
         return tuple(out)
+
+    def _argument(self, i) -> str:
+        """`argument 1 (`y`)`, named after the function's own parameter where it has one."""
+        try:
+            params = list(inspect.signature(self.fn).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            return f"argument {i} (`{params[i].name}`)"
+        return f"argument {i}"
+
+    def _check_agrees_with_function(self, rule, out, args, params):
+        """The first time the rule runs on arguments of given shapes and dtypes, its primal is
+        compared with the function's own result: a rule that computes something else would
+        make every derivative wrong. Skipped for values of outer levels (calling the
+        function there would record it) and when the primal is not computed."""
+        if (not self.check_primal or out is None or _has_traced(args)
+                or _has_traced(params.values())):
+            return
+        signature = tuple((_shape(a), str(getattr(a, "dtype", type(a).__name__)))
+                          for a in args) + tuple(sorted(params))
+        if signature in self.checked_signatures:
+            return
+        want = self.fn(*args, **params)
+        got_leaves = out if self.multiple_results else (out,)
+        want_leaves = want if self.multiple_results else (want,)
+        for k, (got, expected) in enumerate(zip(got_leaves, want_leaves)):
+            problem = _disagreement(got, expected)
+            if problem:
+                which = f" (result {k})" if self.multiple_results else ""
+                raise self._fail(rule, f"returned a primal{which} that disagrees with "
+                                  f"`{self.name}` itself on these arguments: {problem}. The "
+                                  "rule's primal must be the function's result")
+        self.checked_signatures.add(signature)
 
     def forward(self, cfg, primals, tangents, **params):
         overwritten, width = _overwritten(cfg, primals), _width(tangents)
@@ -163,6 +218,7 @@ class _CheckedRules:
             raise self._fail("forward", f"must return a pair (primal, tangent); it returned "
                               f"{_describe(result)}")
         out, tan = result
+        self._check_agrees_with_function("forward", out, primals, params)
         if not self.multiple_results:
             out = self._check_primal("forward", out, cfg)
             return out, self._check_tangent(tan, out, cfg, "")
@@ -232,6 +288,40 @@ def _is_complex(x) -> bool:
     if dt is None:
         return isinstance(x, complex)
     return np.dtype(dt).kind == "c"
+
+
+def _dtype(x):
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.result_type(x)
+
+
+def _is_inexact(x) -> bool:
+    return _dtype(x).kind in "fc"
+
+
+def _has_traced(values) -> bool:
+    return any(isinstance(v, (Tracer, Batched)) for v in values)
+
+
+def _disagreement(got, want) -> str | None:
+    """Why the rule's primal `got` is not the function's `want`, or None if it agrees (within
+    a tolerance fit for the precision: the rule may compute it another way)."""
+    if want is None or got is None:
+        return None
+    if _shape(got) != _shape(want):
+        return f"shape {_shape(got)}, expected {_shape(want)}"
+    try:
+        got_value, want_value = np.asarray(primal(got)), np.asarray(primal(want))
+    except (TypeError, ValueError):
+        return None   # a device array: left to the rule's own tests
+    if got_value.dtype.kind not in "fc" or want_value.dtype.kind not in "fc":
+        return None if np.array_equal(got_value, want_value) else "different values"
+    rtol = 1e-6 if np.finfo(np.result_type(got_value, want_value)).bits >= 64 else 1e-3
+    scale = float(np.max(np.abs(want_value), initial=0.0)) if want_value.size else 0.0
+    if np.allclose(got_value, want_value, rtol=rtol, atol=rtol * scale, equal_nan=True):
+        return None
+    difference = float(np.max(np.abs(got_value - want_value)))
+    return f"largest difference {difference:.3g} (values up to {scale:.3g})"
 
 
 def _is_value(x) -> bool:

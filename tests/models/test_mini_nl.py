@@ -30,8 +30,9 @@ def _wrong(wp):
     from tape import custom_rule
 
     # A deliberately wrong rule: forward sum(wp), reverse claims zero gradient.
-    rule = custom_rule(lambda a: np.sum(a), augmented_primal=lambda cfg, a: (np.sum(a), None),
-                       reverse=lambda cfg, saved, g: (None,), name="wrong_sum")
+    rule = custom_rule(lambda a: np.sum(a),
+                       augmented_primal=lambda cfg, a: (np.sum(a), np.shape(a)),
+                       reverse=lambda cfg, shape, g: (np.zeros(shape),), name="wrong_sum")
     return rule(wp)
 
 

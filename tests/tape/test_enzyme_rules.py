@@ -168,7 +168,7 @@ def test_wrong_number_of_cotangents():
 
 
 def test_cotangent_of_wrong_shape_names_argument_and_shapes():
-    with pytest.raises(RuleError, match=r"cotangent of shape \(2,\) for argument 1, whose "
+    with pytest.raises(RuleError, match=r"cotangent of shape \(2,\) for argument 1 \(`y`\), whose "
                                         r"shape is \(3,\)"):
         _grad(_rule(reverse=lambda cfg, s, g: (g * s[1], np.ones(2))))
 
@@ -442,7 +442,7 @@ def test_check_rule_catches_a_cotangent_not_summed_over_broadcast_axes():
     check_rule(rule, np.array([0.5, -1.0]), np.array([0.7, 0.2]))
     with pytest.raises(GradientCheckError, match=r"argument 1 `y`: Active\) and return Active: "
                                                  r"the rule raised RuleError: .* cotangent of "
-                                                 r"shape \(2,\) for argument 1, whose shape is "
+                                                 r"shape \(2,\) for argument 1 \(`y`\), whose shape is "
                                                  r"\(\)"):
         check_rule(rule, np.array([0.5, -1.0]), 0.7)
 

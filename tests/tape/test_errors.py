@@ -128,8 +128,8 @@ def test_duplicated_immutable_scalar_in_reverse():
 
 
 def test_missing_rule_raises_not_implemented_naming_it():
-    with pytest.raises(NotImplementedError, match="numpy.i0"):
-        autodiff(Reverse, lambda x: np.sum(np.i0(x)), Active, Active(np.ones(2)))
+    with pytest.raises(NotImplementedError, match="numpy.histogram"):
+        autodiff(Reverse, lambda x: np.sum(np.histogram(x)[0]), Active, Active(np.ones(2)))
 
 
 def test_active_value_written_into_const_buffer_names_the_argument():
