@@ -19,7 +19,8 @@ Conventions at non-smooth points:
   linear recurrences (`linear_recurrence`), whose own rules are linear recurrences again.
 - std'(0) = 0: where the variance is exactly 0 (a constant slice) the derivative of std is 0
   instead of 0 * inf = nan, as for norm'(0) = 0.
-- nansum, nanmean, nanprod: NaN entries are ignored and get a zero derivative.
+- nansum, nanmean, nanprod: NaN entries are ignored and get a zero derivative (nanmax, nanmin,
+  nanvar, nanstd, nancumsum, nancumprod too: `ops.reductions_nan`).
 """
 from __future__ import annotations
 
@@ -516,3 +517,6 @@ for _fn, _rule in [(np.sum, _sum), (np.mean, _mean), (np.prod, _prod), (np.max, 
 if hasattr(np, "cumulative_sum"):   # NumPy >= 2.1
     register_function(np.cumulative_sum, _cumulative("cumulative_sum", _cumsum))
     register_function(np.cumulative_prod, _cumulative("cumulative_prod", _cumprod))
+
+# NaN-ignoring max/min/var/std and scans, in their own module.
+from . import reductions_nan  # noqa: E402,F401

@@ -21,6 +21,8 @@ Conventions at non-smooth points:
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from tape.backend import array_module
@@ -129,7 +131,9 @@ register_function(np.select, select)
 
 
 # -- quantiles: linear interpolation between neighbouring sorted values ------------------------------
-def _quantile(a, q, axis, keepdims):
+def _merge_reduced(a, axis):
+    """`a` with its reduced axes moved to the front and merged into axis 0, the reduced axes
+    (sorted, non-negative) and the kept shape."""
     shape = shape_of(a)
     ndim = len(shape)
     if axis is None:
@@ -143,28 +147,54 @@ def _quantile(a, q, axis, keepdims):
             raise ValueError("repeated axis")
         axes = tuple(sorted(int(ax) % ndim for ax in axes))
     kept = tuple(i for i in range(ndim) if i not in axes)
-    # Reduced axes first, merged into one: the quantile is then taken along axis 0.
     x = a if axes + kept == tuple(range(ndim)) else np.transpose(a, axes + kept)
-    x = np.reshape(x, (-1,) + tuple(shape[i] for i in kept))
-    n = shape_of(x)[0]
-    s = sort(x, axis=0)
+    return np.reshape(x, (-1,) + tuple(shape[i] for i in kept)), axes
 
+
+def _quantile(a, q, axis, keepdims, ignore_nan=False):
+    """Linear-interpolation quantiles over `axis`. A slice holding NaN gives NaN, or with
+    `ignore_nan` the quantile of its other entries (NaN when it has none)."""
+    shape = shape_of(a)
+    x, axes = _merge_reduced(a, axis)
+    n = shape_of(x)[0]
+    s = sort(x, axis=0)                  # NaN entries sort last
     xp = array_module(a)
+    nan = xp.isnan(primal(s))
+    nan_count = nan.sum(axis=0)
+    if nan.any():
+        # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
+        s = np.where(nan, 0, s)
     if not isinstance(q, Tracer):
         q = xp.asarray(q, dtype=np.result_type(primal(a), np.float64))
-    pos = q * (n - 1)
-    lo = xp.clip(xp.floor(primal(pos)), 0, n - 1).astype(np.intp)
-    hi = xp.minimum(lo + 1, n - 1)
+    q_shape, rest = shape_of(q), shape_of(s)[1:]
+    if ignore_nan:
+        count = n - nan_count            # valid entries per slice, shape `rest`
+        pos = np.reshape(q, q_shape + (1,) * len(rest)) * (count - 1)
+        last = xp.maximum(count - 1, 0)
+    else:
+        pos, last = q * (n - 1), n - 1
+    lo = xp.minimum(xp.clip(xp.floor(primal(pos)), 0, None), last).astype(np.intp)
+    hi = xp.minimum(lo + 1, last)
     frac = pos - lo                      # differentiable in q when q is traced
-    if lo.ndim == 0:
-        lo, hi = int(lo), int(hi)        # a basic index: a cheap getitem and scatter
-    q_shape = shape_of(frac)
-    rest = shape_of(s)[1:]
-    frac = np.reshape(frac, q_shape + (1,) * len(rest))
-    below = s[lo]
-    out = below + frac * (s[hi] - below)
+    if ignore_nan:                       # per-slice positions: gather with one index per slice
+        grids = tuple(xp.arange(k).reshape((1,) * (len(q_shape) + i) + (k,)
+                                           + (1,) * (len(rest) - i - 1))
+                      for i, k in enumerate(rest))
+        below, above = s[(lo,) + grids], s[(hi,) + grids]
+    else:
+        if lo.ndim == 0:
+            lo, hi = int(lo), int(hi)    # a basic index: a cheap getitem and scatter
+        frac = np.reshape(frac, q_shape + (1,) * len(rest))
+        below, above = s[lo], s[hi]
+    out = below + frac * (above - below)
+    undefined = (nan_count == n) if ignore_nan else (nan_count > 0)
+    if undefined.any():
+        if ignore_nan:
+            warnings.warn("All-NaN slice encountered", RuntimeWarning, stacklevel=3)
+        out = np.where(undefined, np.nan, out)
     if keepdims:
-        out = np.reshape(out, q_shape + tuple(1 if i in axes else shape[i] for i in range(ndim)))
+        out = np.reshape(out, q_shape + tuple(1 if i in axes else shape[i]
+                                              for i in range(len(shape))))
     return out
 
 
@@ -217,6 +247,109 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _quantile(a, 0.5, axis, keepdims)
 
 
-register_function(np.quantile, quantile)
-register_function(np.percentile, percentile)
-register_function(np.median, median)
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, *, weights=None, interpolation=None):
+    """np.nanquantile (method 'linear'): the quantile of each slice's non-NaN entries.
+
+    >>> float(nanquantile(np.array([1.0, np.nan, 3.0, 4.0]), 0.5))
+    3.0
+    """
+    _unsupported(out, method, weights, interpolation)
+    _check_q(a, q, 1)
+    return _quantile(a, q, axis, keepdims, ignore_nan=True)
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                  keepdims=False, *, weights=None, interpolation=None):
+    """np.nanpercentile (method 'linear'): nanquantile at q / 100.
+
+    >>> nanpercentile(np.array([1.0, np.nan, 3.0]), [0, 100])
+    array([1., 3.])
+    """
+    _unsupported(out, method, weights, interpolation)
+    _check_q(a, q, 100)
+    return _quantile(a, np.true_divide(q, 100), axis, keepdims, ignore_nan=True)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """np.nanmedian: the median of each slice's non-NaN entries.
+
+    >>> nanmedian(np.array([[1.0, np.nan, 2.0], [4.0, 3.0, 0.0]]), axis=1)
+    array([1.5, 3. ])
+    """
+    _unsupported(out, "linear", None, None)
+    return _quantile(a, 0.5, axis, keepdims, ignore_nan=True)
+
+
+for _np_fn, _rule in [(np.quantile, quantile), (np.percentile, percentile), (np.median, median),
+                      (np.nanquantile, nanquantile), (np.nanpercentile, nanpercentile),
+                      (np.nanmedian, nanmedian)]:
+    register_function(_np_fn, _rule)
+
+
+# -- unique: the unique values are gathered from their first occurrences --------------------------
+def _first_occurrences(flat, values, equal_nan):
+    """For NumPy's unique `values` of the 1-d `flat` (in NumPy's order, which need not be
+    sorted), the index of each value's first occurrence in `flat`."""
+    xp = array_module(flat)
+    uniq, first = xp.unique(flat, return_index=True, equal_nan=equal_nan)
+    nan_at = xp.flatnonzero(xp.isnan(flat))
+    value_nan = xp.isnan(values)
+    index = first[xp.clip(xp.searchsorted(uniq, values), 0, len(uniq) - 1)]
+    # NaN never equals itself: the NaN values take the NaN entries in order of appearance.
+    index[value_nan] = nan_at[:int(value_nan.sum())]
+    return index
+
+
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
+           equal_nan=True, sorted=True):
+    """np.unique of a traced array: the unique values are differentiable, the indices, inverse
+    and counts are plain integer arrays.
+
+    Convention: a value that occurs several times takes its derivative from its *first*
+    occurrence (the entry np.unique's `return_index` names); its other copies get none.
+
+    >>> from tape import autodiff, Reverse, Active
+    >>> (g,), = autodiff(Reverse, lambda x: np.sum(np.unique(x) * np.array([1.0, 10.0])),
+    ...                  Active, Active(np.array([2.0, 1.0, 2.0])))
+    >>> g
+    array([10.,  1.,  0.])
+    """
+    value = primal(ar)
+    extra = {} if sorted is True else {"sorted": sorted}
+    results = np.unique(value, return_index=return_index, return_inverse=return_inverse,
+                        return_counts=return_counts, axis=axis, equal_nan=equal_nan, **extra)
+    results = results if isinstance(results, tuple) else (results,)
+    if return_index:
+        first = results[1]
+    elif axis is not None or sorted is True or return_inverse or return_counts:
+        # The sorting path: asking for the indices too does not change the order.
+        first = np.unique(value, return_index=True, axis=axis, equal_nan=equal_nan)[1]
+    else:   # the hash path's own order
+        first = _first_occurrences(value.reshape(-1), results[0], equal_nan)
+    values = np.take(ar, first, axis=axis)
+    if len(results) == 1:
+        return values
+    return (values,) + results[1:]
+
+
+def _unique_variant(name, **flags):
+    """The array-API spellings (np.unique_all, ...): np.unique with fixed flags, returning
+    NumPy's named tuple; the values are differentiable."""
+    numpy_fn = getattr(np, name)
+    result_type = type(numpy_fn(np.zeros(1)))
+
+    def variant(x):
+        result = unique(x, equal_nan=False, **flags)
+        return result if result_type is np.ndarray else result_type(*result)
+    variant.__doc__ = f"np.{name} on a traced array: the values are differentiable."
+    return variant
+
+
+register_function(np.unique, unique)
+if hasattr(np, "unique_all"):   # NumPy >= 2.0
+    for _name, _flags in [
+            ("unique_all", dict(return_index=True, return_inverse=True, return_counts=True)),
+            ("unique_counts", dict(return_counts=True)),
+            ("unique_inverse", dict(return_inverse=True)), ("unique_values", dict(sorted=False))]:
+        register_function(getattr(np, _name), _unique_variant(_name, **_flags))
