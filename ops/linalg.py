@@ -1,100 +1,54 @@
-"""np.linalg: inv, solve, det, slogdet, cholesky, eigh, svd, qr, norm, pinv, lstsq, matrix_power.
+"""np.linalg: inv, solve, det, slogdet, pinv, lstsq, matrix_power and the array-API aliases.
 
-Real floating-point matrices (complex ones for inv, solve, det, slogdet and matrix_power; the
-factorisations refuse them, see the end of this file); leading dimensions are batch
-("stacked" matrices) wherever NumPy allows them. Every rule is written with differentiable
-NumPy calls (matmul, solve, transpose, ...), so second derivatives work and the same code runs
-on CuPy arrays.
+Real and complex floating-point matrices; leading dimensions are batch ("stacked" matrices)
+wherever NumPy allows them. Every rule is written with differentiable NumPy calls (matmul,
+solve, transpose, conj, ...), so second derivatives work and the same code runs on CuPy arrays.
+Complex rules follow the transpose convention of docs/complex.md (see `ops.linalg_common`).
 
-Conventions and assumptions (derivatives exist only where the factorisation is smooth):
+Conventions and assumptions (derivatives exist only where the function is smooth):
 
 - inv, solve, det, slogdet, matrix_power(n < 0) assume an invertible matrix.
-- cholesky and eigh assume a symmetric input; NumPy reads one triangle only, while the
-  derivative is taken with respect to the symmetric matrix (the cotangent is symmetrised,
-  the tangent is symmetrised before use), as in JAX and PyTorch.
-- eigh: eigenvector derivatives divide by eigenvalue gaps, so they are undefined (inf/nan) for
+- eigh, eigvalsh, cholesky and the hermitian=True paths of svd and pinv read ONE triangle of
+  their input (eigh/eigvalsh: UPLO, default 'L'; cholesky: the lower one, or the upper one with
+  upper=True; svd/pinv: the lower one) and ignore the diagonal's imaginary part. Their
+  derivatives are those of that function: the entries of the other triangle get a zero
+  derivative, and a symmetric input gets no special treatment. For the derivative "with respect
+  to a symmetric matrix", symmetrise before the call: eigh(0.5 * (a + a.T)).
+- eigh (vectors): derivatives divide by eigenvalue gaps, so they are undefined (inf/nan) for
   degenerate eigenvalues. Eigenvalues alone are fine there: eigvalsh, or eigh in reverse mode
-  with only `w` used (forward mode still computes the undefined eigenvector tangent).
+  with only `w` used (forward mode still computes the undefined eigenvector tangent). Complex
+  eigenvectors are unique up to a phase per column: the derivative takes the phase fixed by
+  diag(V^H dV) = 0, so only phase-invariant functions of them (|v|, v v^H, ...) have derivatives
+  that match differences of LAPACK's output.
+- eig, eigvals: distinct eigenvalues (derivatives divide by w_j - w_i). Eigenvectors are
+  differentiated in LAPACK's normalisation (unit 2-norm, largest-modulus component real).
 - svd: the differentiable path is full_matrices=False (or a square input); U and Vh
-  derivatives assume distinct, nonzero singular values. Singular values alone (compute_uv=False,
-  svdvals, norms 2/-2/'nuc') need no such assumption for first derivatives. full_matrices=True on a non-square
-  input raises NotImplementedError (the extra columns are not unique). With hermitian=True the
-  general SVD rule is used, which is exact for symmetric perturbations.
+  derivatives assume distinct, nonzero singular values; for complex input the phase of each
+  pair (u_i, v_i) is free, and the derivative takes Im diag(V^H dV) = 0, so use
+  phase-invariant functions (u @ diag(s) @ vh, |u|, s). Singular values alone (compute_uv=False,
+  svdvals, norms 2/-2/'nuc') need no such assumption for first derivatives. full_matrices=True on
+  a non-square input raises NotImplementedError (the extra columns are not unique).
 - qr: mode 'reduced' (or 'complete' for square input) and 'r', with m >= n and full rank.
 - pinv and lstsq: the rank must be locally constant (full rank in practice); lstsq's
   residuals and singular values are differentiable, its rank is not.
 
-The factorisations (cholesky, eigh, eigvalsh, svd, svdvals, qr) live in `ops.linalg_factor`,
-the norms (norm, vector_norm, matrix_norm, cond) in `ops.linalg_norms`.
+The factorisations live in `ops.linalg_factor` (cholesky, eigh, eigvalsh, qr), `ops.linalg_svd`
+(svd, svdvals) and `ops.linalg_eig` (eig, eigvals); the norms (norm, vector_norm, matrix_norm,
+cond) in `ops.linalg_norms`; shared helpers in `ops.linalg_common`.
 """
 from __future__ import annotations
 
 import functools
 import operator
-from collections import namedtuple
 
 import numpy as np
 
-from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import primal
 from tape.rules import inactive, register_function
 
-from ._util import add_tangents, defprimitive, refuse_complex, shape_of, unbroadcast
-
-EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
-SVDResult = namedtuple("SVDResult", "U S Vh")
-QRResult = namedtuple("QRResult", "Q R")
-SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
-
-
-# -- helpers (all differentiable, all batch-aware) ------------------------------------------------
-def _mT(x):
-    """Swap the last two axes."""
-    nd = len(shape_of(x))
-    return np.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-
-
-def _eye(n, like):
-    return array_module(like).eye(n, dtype=like.dtype)
-
-
-def _diag(x):
-    """The diagonal of each matrix of a stack."""
-    return np.sum(x * _eye(shape_of(x)[-1], x), axis=-1)
-
-
-def _diag_embed(v):
-    """Diagonal matrices with the vectors of `v` on their diagonals."""
-    return v[..., :, None] * _eye(shape_of(v)[-1], v)
-
-
-def _tril_mask(n, like, k=0):
-    xp = array_module(like)
-    return xp.tril(xp.ones((n, n), dtype=like.dtype), k)
-
-
-def _expand2(x):
-    """Append two unit axes, so that a value per matrix broadcasts against the matrices."""
-    return np.reshape(x, shape_of(x) + (1, 1))
-
-
-def _sym(x):
-    return 0.5 * (x + _mT(x))
-
-
-def _gap_inverse(w):
-    """F[..., i, j] = 1 / (w_j - w_i) off the diagonal, 0 on it."""
-    eye = _eye(shape_of(w)[-1], w)
-    return (1 - eye) / (w[..., None, :] - w[..., :, None] + eye)
-
-
-def _as_array(x):
-    return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.asarray(x)
-
-
-def _hermitian(hermitian):
-    # CuPy's svd has no `hermitian` keyword: pass it only when it matters.
-    return {"hermitian": True} if hermitian else {}
+from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+from .linalg_common import (SlogdetResult, _as_array, _cj, _eye, _expand2, _hermitian, _mH,
+                            _mT, check_square, hermitian_from_triangle, triangle_adjoint)
 
 
 # -- inv ------------------------------------------------------------------------------------------
@@ -209,30 +163,44 @@ register_function(np.linalg.slogdet, lambda a: SlogdetResult(*slogdet(a)))
 
 
 # -- pinv: Golub & Pereyra's derivative for locally constant rank ---------------------------------
+# dX = -X dA X + X X^H dA^H (I - A X) + (I - X A) dA^H X^H X, with X = pinv(A). The reverse rule
+# is its adjoint in the transpose convention: ^H of dA becomes conj of the cotangent.
 def _pinv_jvp(a, x, da):
-    dat = _mT(da)
-    return (-(x @ da @ x) + (x @ _mT(x)) @ (dat - (dat @ a) @ x)
-            + (dat - x @ (a @ dat)) @ (_mT(x) @ x))
+    dah, xh = _mH(da), _mH(x)
+    return (-(x @ da @ x) + (x @ xh) @ (dah - (dah @ a) @ x)
+            + (dah - x @ (a @ dah)) @ (xh @ x))
 
 
 def _pinv_vjp(a, x, g):
-    xt, gt = _mT(x), _mT(g)
-    return (-(xt @ g @ xt) + (gt - a @ (x @ gt)) @ (x @ xt)
-            + (xt @ x) @ (gt - (gt @ x) @ a))
+    xt, gh, xc, ac = _mT(x), _mH(g), _cj(x), _cj(a)
+    return (-(xt @ g @ xt) + (gh - ac @ (xc @ gh)) @ (xc @ xt)
+            + (xt @ xc) @ (gh - (gh @ xc) @ ac))
 
 
+# With hermitian=True NumPy reads the lower triangle only: the rules differentiate pinv of the
+# Hermitian matrix built from it, and map the derivative back to that triangle.
 def _pinv_augmented(cfg, a, **kw):
     x = pinv(a, **kw)
-    return x, (a, x)
+    hermitian = kw.get("hermitian", False)
+    return x, (hermitian_from_triangle(a, True) if hermitian else a, x, hermitian)
+
+
+def _pinv_reverse(cfg, saved, g):
+    a, x, hermitian = saved
+    ga = _pinv_vjp(a, x, g)
+    return (triangle_adjoint(ga, True) if hermitian else ga,)
 
 
 def _pinv_forward(cfg, primals, tangents, **kw):
+    a, ta = primals[0], tangents[0]
+    if kw.get("hermitian", False):
+        a, ta = hermitian_from_triangle(a, True), hermitian_from_triangle(ta, True)
     x = pinv(primals[0], **kw)
-    return x, _pinv_jvp(primals[0], x, tangents[0])
+    return x, _pinv_jvp(a, x, ta)
 
 
 pinv = defprimitive("pinv", lambda a, **kw: np.linalg.pinv(a, **kw), _pinv_augmented,
-                    lambda cfg, saved, g: (_pinv_vjp(*saved, g),), _pinv_forward)
+                    _pinv_reverse, _pinv_forward)
 
 
 def _pinv(a, rcond=None, hermitian=False, **kw):
@@ -279,8 +247,9 @@ def _lstsq(a, b, rcond=None):
     x, residuals, rank, s = np.linalg.lstsq(primal(a), primal(b), rcond=rcond)
     x = lstsq_solution(a, b, solution=x)
     if np.size(residuals):   # NumPy reports them only for a tall, full-rank a
-        r = b - a @ x
-        residuals = np.reshape(np.sum(r * r, axis=0), np.shape(residuals))
+        r = b - a @ x        # |r|^2 per column, real for complex r too
+        square = np.real(r) ** 2 + np.imag(r) ** 2 if np.iscomplexobj(r) else r * r
+        residuals = np.reshape(np.sum(square, axis=0), np.shape(residuals))
     return x, residuals, rank, np.linalg.svdvals(a)
 
 
@@ -290,8 +259,9 @@ register_function(np.linalg.lstsq, _lstsq)
 # -- matrix_power: repeated squaring, as NumPy does ------------------------------------------------
 def _matrix_power(a, n):
     n = operator.index(n)
-    if n == 0:
-        return np.zeros_like(a) + _eye(shape_of(a)[-1], a)
+    check_square(a, "np.linalg.matrix_power")
+    if n == 0:   # a constant: the identity, in a's dtype and batch shape
+        return np.zeros_like(a) + _eye(shape_of(a)[-1], primal(a))
     if n < 0:
         a, n = inv(a), -n
     result = None
@@ -340,12 +310,7 @@ register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.red
     np.dot, arrays))
 
 
-# -- complex matrices: inv, solve, det, slogdet and matrix_power are holomorphic, so their rules
-# hold as written (docs/complex.md). The factorisations are not: their rules assume real
-# symmetric or orthogonal factors, so a complex input is refused rather than given a wrong
-# derivative.
-for _prim in (pinv, lstsq_solution):
-    refuse_complex(_prim, f"np.linalg.{_prim.name}", "real symmetric or orthogonal factors")
-
-from . import linalg_factor  # noqa: E402,F401  (cholesky, eigh, svd, qr)
+from . import linalg_factor  # noqa: E402,F401  (cholesky, eigh, eigvalsh, qr)
+from . import linalg_svd  # noqa: E402,F401  (svd, svdvals)
+from . import linalg_eig  # noqa: E402,F401  (eig, eigvals)
 from . import linalg_norms  # noqa: E402,F401  (np.linalg.norm and friends)

@@ -1,9 +1,11 @@
-"""np.linalg's factorisations: cholesky, eigh, eigvalsh, svd, svdvals, qr.
+"""np.linalg's triangle-reading factorisations and QR: cholesky, eigh, eigvalsh, qr.
 
-The conventions (symmetric inputs, distinct eigenvalues and singular values, full rank) are
+cholesky, eigh and eigvalsh read one triangle of their input (and the real part of its
+diagonal): their rules differentiate the function of that triangle, through
+`hermitian_from_triangle` (tangents) and `triangle_adjoint` (cotangents), so the derivative is
+right for non-symmetric input too. Real and complex (Hermitian) inputs; the conventions are
 listed in `ops.linalg`'s docstring. Every rule is written with differentiable NumPy calls, so
-second derivatives work. Complex inputs are refused: the rules assume real symmetric or
-orthogonal factors, and a wrong derivative is worse than an error.
+second derivatives work.
 """
 from __future__ import annotations
 
@@ -11,181 +13,122 @@ import numpy as np
 
 from tape.rules import register_function
 
-from ._util import add_tangents, defprimitive, refuse_complex, shape_of
-from .linalg import (EighResult, QRResult, SVDResult, _diag, _diag_embed, _eye, _gap_inverse,
-                     _hermitian, _mT, _sym, _tril_mask, solve)
+from ._util import add_tangents, defprimitive, shape_of
+from .linalg import solve
+from .linalg_common import (EighResult, QRResult, _cj, _diag, _diag_embed, _gap_inverse, _mH,
+                            _mT, _re, _real_eye, _tril_mask, _uplo_lower,
+                            hermitian_from_triangle, triangle_adjoint)
 
 
-# -- cholesky (lower): dL = L phi(L^-1 dA L^-T), phi = lower triangle with halved diagonal ------
+# -- cholesky: H = L L^H with H the Hermitian matrix of the triangle read (lower, or upper with
+# upper=True, where NumPy returns U = L^H). dL = L phi(L^-1 dH L^-H), phi = the lower triangle
+# with the diagonal halved.
 def _phi(x):
     n = shape_of(x)[-1]
-    return x * (_tril_mask(n, x) - 0.5 * _eye(n, x))
+    return x * (_tril_mask(n, x) - 0.5 * _real_eye(n, x))
 
 
-def _cholesky_augmented(cfg, a):
-    chol = cholesky(a)
-    return chol, chol
+def _cholesky_augmented(cfg, a, upper=False):
+    chol = cholesky(a, upper=upper)
+    return chol, (chol, upper)
 
 
-def _cholesky_reverse(cfg, chol, g):
-    chol_t = _mT(chol)
-    y = solve(chol_t, _phi(chol_t @ g))                 # L^-T phi(L^T g)
-    return (_sym(_mT(solve(chol_t, _mT(y)))),)          # sym(L^-T phi(L^T g) L^-1)
+def _cholesky_reverse(cfg, saved, g):
+    chol, upper = saved
+    if upper:                                          # U = L^H, so gL = gU^H
+        chol, g = _mH(chol), _mH(g)
+    k = _phi(_mT(chol) @ g)
+    y = _mT(solve(_mH(chol), _mT(solve(_mT(chol), k))))   # L^-T k conj(L)^-1
+    return (triangle_adjoint(y, not upper),)
 
 
-def _cholesky_forward(cfg, primals, tangents):
-    chol = cholesky(primals[0])
-    z = solve(chol, _sym(tangents[0]))                  # L^-1 dA
-    return chol, chol @ _phi(_mT(solve(chol, _mT(z))))   # L phi(L^-1 dA L^-T)
+def _cholesky_forward(cfg, primals, tangents, upper=False):
+    out = cholesky(primals[0], upper=upper)
+    chol = _mH(out) if upper else out
+    y = solve(chol, hermitian_from_triangle(tangents[0], not upper))   # L^-1 dH
+    t = chol @ _phi(_mT(solve(_cj(chol), _mT(y))))                    # L phi(L^-1 dH L^-H)
+    return out, _mH(t) if upper else t
 
 
-cholesky = defprimitive("cholesky", lambda a: np.linalg.cholesky(a), _cholesky_augmented,
-                        _cholesky_reverse, _cholesky_forward)
+cholesky = defprimitive("cholesky", lambda a, upper=False: np.linalg.cholesky(a, upper=upper),
+                        _cholesky_augmented, _cholesky_reverse, _cholesky_forward)
 
 
 def _cholesky(a, /, *, upper=False):
-    chol = cholesky(a)
-    return _mT(chol) if upper else chol
+    return cholesky(a, upper=bool(upper))
 
 
 register_function(np.linalg.cholesky, _cholesky)
 
 
-# -- eigh: a = V diag(w) V^T ---------------------------------------------------------------------
+# -- eigh: H = V diag(w) V^H, H Hermitian from the UPLO triangle --------------------------------
+# With M = V^H dH V: dw = Re diag(M), dV = V (F o M), F_ij = 1 / (w_j - w_i) (the phase of each
+# complex column fixed by diag(V^H dV) = 0). The reverse rule is the adjoint:
+# dH-cotangent = conj(V) (diag(Re gw) + F o (V^T gV)) V^T.
 def _eigh_augmented(cfg, a, UPLO="L"):
     w, v = eigh(a, UPLO=UPLO)
-    return (w, v), (w, v)
+    return (w, v), (w, v, UPLO == "L")
 
 
 def _eigh_reverse(cfg, saved, g):
-    w, v = saved
+    w, v, lower = saved
     gw, gv = g
-    inner = None if gw is None else _diag_embed(gw)
+    inner = None if gw is None else _diag_embed(_re(gw))
     if gv is not None:
         inner = add_tangents(inner, _gap_inverse(w) * (_mT(v) @ gv))
-    return (_sym(v @ inner @ _mT(v)),)
+    return (triangle_adjoint(_cj(v) @ inner @ _mT(v), lower),)
 
 
 def _eigh_forward(cfg, primals, tangents, UPLO="L"):
     w, v = eigh(primals[0], UPLO=UPLO)
-    m = _mT(v) @ _sym(tangents[0]) @ v
-    return (w, v), (_diag(m), v @ (_gap_inverse(w) * m))
+    m = _mH(v) @ hermitian_from_triangle(tangents[0], UPLO == "L") @ v
+    return (w, v), (_re(_diag(m)), v @ (_gap_inverse(w) * m))
 
 
 eigh = defprimitive("eigh", lambda a, UPLO="L": tuple(np.linalg.eigh(a, UPLO=UPLO)),
                     _eigh_augmented, _eigh_reverse, _eigh_forward, multiple_results=True)
-register_function(np.linalg.eigh, lambda a, UPLO="L": EighResult(*eigh(a, UPLO=UPLO)))
 
 
-# eigenvalues only: d w_i = v_i^T dA v_i, which stays defined for repeated eigenvalues.
+def _eigh(a, UPLO="L"):
+    uplo = "L" if _uplo_lower(UPLO, "np.linalg.eigh") else "U"
+    return EighResult(*eigh(a, UPLO=uplo))
+
+
+register_function(np.linalg.eigh, _eigh)
+
+
+# eigenvalues only: d w_i = Re(v_i^H dH v_i), which stays defined for repeated eigenvalues.
 def _eigvalsh_augmented(cfg, a, UPLO="L"):
     w, v = eigh(a, UPLO=UPLO)
-    return w, v
+    return w, (v, UPLO == "L")
+
+
+def _eigvalsh_reverse(cfg, saved, g):
+    v, lower = saved
+    return (triangle_adjoint((_cj(v) * _re(g)[..., None, :]) @ _mT(v), lower),)
 
 
 def _eigvalsh_forward(cfg, primals, tangents, UPLO="L"):
     w, v = eigh(primals[0], UPLO=UPLO)
-    return w, np.sum(v * (tangents[0] @ v), axis=-2)
+    h = hermitian_from_triangle(tangents[0], UPLO == "L")
+    return w, _re(np.sum(_cj(v) * (h @ v), axis=-2))
 
 
 eigvalsh = defprimitive("eigvalsh", lambda a, UPLO="L": np.linalg.eigvalsh(a, UPLO=UPLO),
-                        _eigvalsh_augmented,
-                        lambda cfg, v, g: ((v * g[..., None, :]) @ _mT(v),),
-                        _eigvalsh_forward)
-register_function(np.linalg.eigvalsh, lambda a, UPLO="L": eigvalsh(a, UPLO=UPLO))
+                        _eigvalsh_augmented, _eigvalsh_reverse, _eigvalsh_forward)
 
 
-# -- svd (reduced): a = U diag(s) Vh --------------------------------------------------------------
-def _svd_augmented(cfg, a, hermitian=False):
-    u, s, vh = svd(a, hermitian=hermitian)
-    return (u, s, vh), (u, s, vh, shape_of(a)[-2:])
+def _eigvalsh(a, UPLO="L"):
+    return eigvalsh(a, UPLO="L" if _uplo_lower(UPLO, "np.linalg.eigvalsh") else "U")
 
 
-def _svd_reverse(cfg, saved, g):
-    u, s, vh, (m, n) = saved
-    gu, gs, gvh = g
-    s_row, s_col = s[..., None, :], s[..., :, None]     # x * s_row = x S, s_col * x = S x
-    f = _gap_inverse(s * s)
-    inner = None if gs is None else _diag_embed(gs)
-    if gu is not None:
-        k = f * (_mT(u) @ gu)
-        inner = add_tangents(inner, (k + _mT(k)) * s_row)
-    if gvh is not None:
-        k = f * (vh @ _mT(gvh))
-        inner = add_tangents(inner, s_col * (k + _mT(k)))
-    ga = u @ inner @ vh
-    if gu is not None and m > n:                         # (I - U U^T) gU S^-1 Vh
-        ga = ga + ((gu - u @ (_mT(u) @ gu)) / s_row) @ vh
-    if gvh is not None and n > m:                        # U S^-1 gVh (I - V Vh)
-        ga = ga + u @ ((gvh - (gvh @ _mT(vh)) @ vh) / s_col)
-    return (ga,)
+register_function(np.linalg.eigvalsh, _eigvalsh)
 
 
-def _svd_forward(cfg, primals, tangents, hermitian=False):
-    a, = primals
-    ta, = tangents
-    u, s, vh = svd(a, hermitian=hermitian)
-    v = _mT(vh)
-    m, n = shape_of(a)[-2:]
-    s_row, s_col = s[..., None, :], s[..., :, None]
-    f = _gap_inverse(s * s)
-    j = _mT(u) @ ta @ v
-    js, sj = j * s_row, s_col * j
-    du = u @ (f * (js + _mT(js)))
-    dv = v @ (f * (sj + _mT(sj)))
-    if m > n:
-        tav = ta @ v
-        du = du + (tav - u @ (_mT(u) @ tav)) / s_row
-    if n > m:
-        tatu = _mT(ta) @ u
-        dv = dv + (tatu - v @ (vh @ tatu)) / s_row
-    return (u, s, vh), (du, _diag(j), _mT(dv))
-
-
-svd = defprimitive("svd", lambda a, hermitian=False: tuple(np.linalg.svd(
-    a, full_matrices=False, **_hermitian(hermitian))), _svd_augmented, _svd_reverse,
-    _svd_forward, multiple_results=True)
-
-
-# singular values only: ds_i = u_i^T dA v_i, defined for repeated singular values too.
-def _svdvals_augmented(cfg, a, hermitian=False):
-    u, s, vh = svd(a, hermitian=hermitian)
-    return s, (u, vh)
-
-
-def _svdvals_reverse(cfg, saved, g):
-    u, vh = saved
-    return ((u * g[..., None, :]) @ vh,)
-
-
-def _svdvals_forward(cfg, primals, tangents, hermitian=False):
-    u, s, vh = svd(primals[0], hermitian=hermitian)
-    return s, np.sum(u * (tangents[0] @ _mT(vh)), axis=-2)
-
-
-svdvals = defprimitive(
-    "svdvals", lambda a, hermitian=False: np.linalg.svd(a, compute_uv=False,
-                                                         **_hermitian(hermitian)),
-    _svdvals_augmented, _svdvals_reverse, _svdvals_forward)
-register_function(np.linalg.svdvals, lambda x: svdvals(x))
-
-
-def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
-    if not compute_uv:
-        return svdvals(a, hermitian=hermitian)
-    m, n = shape_of(a)[-2:]
-    if full_matrices and m != n:
-        raise NotImplementedError(
-            "the derivative of np.linalg.svd with full_matrices=True is not defined for a "
-            f"non-square ({m}x{n}) input: the extra singular vectors are not unique. Use "
-            "full_matrices=False, or compute_uv=False for singular values only")
-    return SVDResult(*svd(a, hermitian=hermitian))
-
-
-register_function(np.linalg.svd, _svd)
-
-
-# -- qr (reduced, m >= n) -------------------------------------------------------------------------
+# -- qr (reduced, m >= n): A = QR, Q^H Q = I, R upper with a real diagonal (LAPACK's Householder
+# reflections make it real). With C = Q^H dA R^-1, Omega = Q^H dQ is anti-Hermitian: its strict
+# lower triangle is C's, its diagonal i Im diag(C). dQ = Q Omega + (I - Q Q^H) dA R^-1,
+# dR = (C - Omega) R.
 def _qr_augmented(cfg, a):
     q, r = qr(a)
     return (q, r), (q, r)
@@ -198,18 +141,21 @@ def _qr_reverse(cfg, saved, g):
     c = None if gr is None else gr @ _mT(r)
     if gq is not None:
         c = add_tangents(c, -(_mT(q) @ gq))
-    # upper triangle of c, mirrored into the lower one
-    upper = 1 - _tril_mask(n, r, -1)
-    y = c * upper + _mT(c) * (1 - upper)
-    return (_mT(solve(r, _mT(add_tangents(gq, q @ y)))),)      # (gQ + Q y) R^-T
+    # the adjoint of C -> C - Omega(C): the upper triangle of c, its strict lower triangle
+    # mirrored (conjugated) from the upper one, and the real part of its diagonal
+    strict_upper = 1 - _tril_mask(n, r)
+    y = c * strict_upper + _mH(c * strict_upper) + _re(c) * _real_eye(n, r)
+    return (_mT(solve(r, _mT(add_tangents(gq, _cj(q) @ y)))),)      # (gQ + conj(Q) y) R^-T
 
 
 def _qr_forward(cfg, primals, tangents):
     q, r = qr(primals[0])
     c = _mT(solve(_mT(r), _mT(tangents[0])))                   # dA R^-1
-    x = _mT(q) @ c
+    x = _mH(q) @ c
     lower = x * _tril_mask(shape_of(r)[-1], r, -1)
-    omega = lower - _mT(lower)
+    omega = lower - _mH(lower)
+    if np.iscomplexobj(x):
+        omega = omega + 1j * np.imag(x) * _real_eye(shape_of(r)[-1], r)
     return (q, r), (q @ (omega - x) + c, (x - omega) @ r)
 
 
@@ -228,7 +174,3 @@ def _qr(a, mode="reduced"):
 
 
 register_function(np.linalg.qr, _qr)
-
-
-for _prim in (cholesky, eigh, eigvalsh, svd, svdvals, qr):
-    refuse_complex(_prim, f"np.linalg.{_prim.name}", "real symmetric or orthogonal factors")

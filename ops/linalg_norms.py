@@ -16,7 +16,7 @@ from tape.rules import inactive, register_function
 
 from ._util import defprimitive, shape_of
 from .linalg import inv
-from .linalg_factor import svdvals
+from .linalg_svd import svdvals
 
 
 def _kept(y, x, axis):

@@ -1,6 +1,8 @@
 """np.linalg: each function against NumPy's primal and against finite differences (forward and
 reverse mode, first and second order).
 
+Non-symmetric, complex and eig inputs are in the test_linalg_*.py modules beside this one.
+
 Inputs are built to be well conditioned (A = U diag(s) V^T with s in [1, 3], or with
 well-separated s where eigenvectors / singular vectors are differentiated), and eigen/singular
 vectors enter the checked functions only through sign-invariant expressions (v**2, u @ vh).
@@ -120,10 +122,14 @@ def test_cholesky(seed, batch, n, upper):
     check_grads(f, a)
 
 
-def test_cholesky_gradient_is_symmetric():
+def test_cholesky_gradient_lives_on_the_triangle_it_reads():
+    # NumPy reads one triangle: the other one gets a zero derivative, even for symmetric input.
     a = matrices(1, (), 3, symmetric=True)
-    (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.cholesky(x) ** 3), Active, Active(a))
-    np.testing.assert_allclose(g, g.T)
+    for upper, unread in ((False, np.triu_indices(3, 1)), (True, np.tril_indices(3, -1))):
+        (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.cholesky(x, upper=upper) ** 3),
+                         Active, Active(a))
+        np.testing.assert_array_equal(g[unread], 0.0)
+        assert np.all(g[tuple(reversed(unread))] != 0.0)
 
 
 @FAST
@@ -143,15 +149,18 @@ def test_eigh(seed, batch, n, uplo):
     check_grads(lambda x: np.linalg.eigvalsh(sym(x)), a)
 
 
-def test_eigh_derivatives_use_the_symmetric_part():
+def test_eigh_derivatives_follow_the_triangle_read():
+    # eigh(x, UPLO) sees only one triangle: a tangent in the other one changes nothing.
     a = matrices(4, (), 3, spectrum=separated, symmetric=True)
     da = np.random.default_rng(4).standard_normal((3, 3))
-    f = lambda x: np.linalg.eigh(x).eigenvectors ** 2 + np.linalg.eigh(x).eigenvalues  # noqa: E731
-    (g,), = autodiff(Reverse, lambda x: np.sum(f(x) * da), Active, Active(a))
-    np.testing.assert_allclose(g, g.T)
-    tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, da))
-    symmetric_tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, sym(da)))
-    np.testing.assert_allclose(tangent, symmetric_tangent)
+    for uplo, keep in (("L", np.tril), ("U", np.triu)):
+        f = lambda x: np.linalg.eigh(x, uplo).eigenvectors ** 2 + np.linalg.eigh(  # noqa: E731
+            x, uplo).eigenvalues
+        tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, da))
+        triangle_tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, keep(da)))
+        np.testing.assert_allclose(tangent, triangle_tangent)
+        (g,), = autodiff(Reverse, lambda x: np.sum(f(x) * da), Active, Active(a))
+        np.testing.assert_array_equal(g - keep(g), 0.0)
 
 
 def test_eigh_result_fields_and_degenerate_eigenvalues():
