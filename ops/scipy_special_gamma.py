@@ -1,0 +1,99 @@
+"""The gamma family of scipy.special on traced values: gammaln, digamma (= psi), gamma, rgamma,
+loggamma, beta, betaln, the regularised incomplete gamma and beta functions, Hurwitz's zeta,
+and the polygamma primitive behind `ops.scipy_special.polygamma`.
+
+Real arguments only (complex input raises). Conventions:
+
+- gammaln is log|gamma(x)|, so its derivative is digamma(x) for negative x too.
+- loggamma of a negative real is NaN in SciPy; so is its derivative.
+- rgamma = 1/gamma is entire: its derivative is finite at the poles of gamma (x = 0, -1, ...),
+  computed there through the reflection formula rather than as 0 * inf.
+- gammainc, gammaincc and betainc are differentiable in x only; their shape parameters (a, b)
+  have no closed-form derivative and raise NotImplementedError when differentiated. Likewise
+  zeta(x, q) in x; its q-derivative is -x zeta(x + 1, q).
+- Derivatives at a pole of gamma or digamma are whatever the formula gives (inf or NaN).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special as sc
+from scipy.special import _ufuncs
+
+from .scipy_special_rules import elementwise_rule, integer_argument, no_closed_form, special_ufunc
+
+_LOG_PI = math.log(math.pi)
+
+
+# -- polygamma: a primitive of (n, x), n an integer ------------------------------------------------
+def _d_polygamma(n, x, ans):
+    return polygamma_rule(np.add(n, 1), x)
+
+
+polygamma_rule = elementwise_rule("polygamma", sc.polygamma,
+                                  (integer_argument("n"), _d_polygamma))
+
+
+def _trigamma(x):
+    return polygamma_rule(1, x)
+
+
+# -- one-argument gamma functions -------------------------------------------------------------
+def _d_loggamma(x, ans):
+    # SciPy's real loggamma is NaN for x < 0; the derivative follows it rather than being finite.
+    return np.where(x < 0, np.nan, sc.psi(x))
+
+
+def _d_rgamma(x, ans):
+    # -psi(x) / gamma(x) is 0 * inf at the poles of gamma, where 1/gamma is smooth. Left of 1/2
+    # the reflection 1/gamma(x) = gamma(1 - x) sin(pi x) / pi gives a pole-free derivative,
+    # gamma(1 - x) (cos(pi x) - psi(1 - x) sin(pi x) / pi). The inner wheres keep each branch's
+    # arguments inside its own domain, so the branch not taken has finite derivatives too.
+    left = x < 0.5
+    xl = np.where(left, x, 0.0)
+    xr = np.where(left, 1.0, x)
+    reflected = sc.gamma(1.0 - xl) * (np.cos(math.pi * xl)
+                                      - sc.psi(1.0 - xl) * np.sin(math.pi * xl) / math.pi)
+    return np.where(left, reflected, -sc.psi(xr) * sc.rgamma(xr))
+
+
+gammaln = special_ufunc(sc.gammaln, lambda x, ans: sc.psi(x))
+digamma = special_ufunc(sc.digamma, lambda x, ans: _trigamma(x))   # sc.psi is the same ufunc
+gamma = special_ufunc(sc.gamma, lambda x, ans: ans * sc.psi(x), uses_ans=True)
+rgamma = special_ufunc(sc.rgamma, _d_rgamma)
+loggamma = special_ufunc(sc.loggamma, _d_loggamma)
+
+
+# -- beta -------------------------------------------------------------------------------------
+beta = special_ufunc(sc.beta,
+                     lambda a, b, ans: ans * (sc.psi(a) - sc.psi(a + b)),
+                     lambda a, b, ans: ans * (sc.psi(b) - sc.psi(a + b)), uses_ans=True)
+betaln = special_ufunc(sc.betaln,
+                       lambda a, b, ans: sc.psi(a) - sc.psi(a + b),
+                       lambda a, b, ans: sc.psi(b) - sc.psi(a + b))
+
+
+# -- regularised incomplete gamma and beta: differentiable in x --------------------------------
+def _gamma_density(a, x):
+    """d/dx gammainc(a, x) = x^(a-1) e^(-x) / gamma(a); xlogy makes x = 0 with a = 1 exact."""
+    return np.exp(sc.xlogy(a - 1.0, x) - x - sc.gammaln(a))
+
+
+def _beta_density(a, b, x):
+    """d/dx betainc(a, b, x) = x^(a-1) (1-x)^(b-1) / B(a, b)."""
+    return np.exp(sc.xlogy(a - 1.0, x) + sc.xlog1py(b - 1.0, -x) - sc.betaln(a, b))
+
+
+_SHAPE = "has no closed form (it needs a series or quadrature)"
+gammainc = special_ufunc(sc.gammainc, no_closed_form("a", _SHAPE),
+                         lambda a, x, ans: _gamma_density(a, x))
+gammaincc = special_ufunc(sc.gammaincc, no_closed_form("a", _SHAPE),
+                          lambda a, x, ans: -_gamma_density(a, x))
+betainc = special_ufunc(sc.betainc, no_closed_form("a", _SHAPE), no_closed_form("b", _SHAPE),
+                        lambda a, b, x, ans: _beta_density(a, b, x))
+
+
+# -- Hurwitz zeta: scipy.special.zeta(x, q) calls the ufunc _zeta -----------------------------
+zeta = special_ufunc(_ufuncs._zeta, no_closed_form("x", _SHAPE),
+                     lambda x, q, ans: -x * _ufuncs._zeta(x + 1.0, q), name="zeta")
