@@ -46,6 +46,11 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
         if ret_activity not in ACTIVITY_TYPES:
             raise ActivityError(f"return activity must be one of Const, Active, Duplicated, "
                                 f"DuplicatedNoNeed; got {ret_activity.__name__}")
+    if args and isinstance(args[0], Active) and _takes_one_fewer(f, len(args)):
+        raise ActivityError(
+            f"the return activity must be a type, Active, not an instance "
+            f"{type(args[0]).__name__}(...): write autodiff(mode, f, Active, *args); the "
+            f"function takes {len(args) - 1} argument(s) and {len(args)} were given")
     names = _argument_names(f, len(args))
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
     # Values of an inactive_type are constants whatever their annotation (Enzyme).
@@ -90,10 +95,24 @@ def record_reverse(trace, f, annotated, names):
     return f(*call_args), groups
 
 
+def _takes_one_fewer(f, n_args) -> bool:
+    """Whether plain Python function `f` cannot take `n_args` positional arguments but can
+    take one fewer (then an Active instance first is a misplaced return activity)."""
+    code = getattr(f, "__code__", None)
+    if code is None or code.co_flags & 0x04:   # not a plain function, or it takes *args
+        return False
+    most = code.co_argcount - (1 if hasattr(f, "__self__") else 0)   # bound methods
+    least = most - len(getattr(f, "__defaults__", None) or ())
+    return not least <= n_args <= most and least <= n_args - 1 <= most
+
+
 def guess_return(ret_activity, out):
-    """Enzyme.jl's guess when no return activity is given: Active for a float result."""
+    """Enzyme.jl's guess when no return activity is given: Active for a float result (and
+    for a tuple or list holding differentiated values, which `_seed_return` then refuses)."""
     if ret_activity is not None:
         return ret_activity
+    if isinstance(out, (tuple, list)) and any(isinstance(o, Tracer) for o in out):
+        return Active
     return Active if out is not None and _is_float(out) else Const
 
 
@@ -139,6 +158,12 @@ def _direction(cts: dict, w: int) -> dict:
 def _seed_return(out, trace, seeds, width=None, mode=None):
     """Seed an Active scalar result with 1. A complex one is refused unless the mode is
     ReverseHolomorphic, which seeds it itself: it is returned."""
+    if isinstance(out, (tuple, list, dict)):
+        raise ActivityError(
+            f"reverse mode with an Active return needs a real scalar result, but the function "
+            f"returned a {type(out).__name__} of {len(out)} values. Return one scalar (the "
+            "loss); for several outputs use jacobian(Reverse, f, x), or autodiff_thunk("
+            "ReverseSplitWithPrimal, ...) and seed each output")
     value = out.value if isinstance(out, Tracer) and out.level is trace else out
     if mode is not None and np.ndim(value) == 0 and is_complex(primal(value)):
         check_complex_return(mode, width)

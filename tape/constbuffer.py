@@ -8,6 +8,8 @@ Everything else behaves as a plain ndarray (results are plain ndarrays).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .aliasing import refuse_aliased_write
@@ -72,7 +74,38 @@ class ConstBuffer(np.ndarray):
     def __array_function__(self, func, types, args, kwargs):
         if not all(issubclass(t, np.ndarray) for t in types):
             return NotImplemented    # a traced argument too: its type records the call
-        return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+        result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+        if func in _NEW_BUFFERS and _called_by_user(sys._getframe(1)):
+            return _traced_buffer(result)
+        return result
+
+    def copy(self, order="C"):
+        """A copy; made by the user's function, one that may receive traced values (see
+        `_traced_buffer`)."""
+        result = self.view(np.ndarray).copy(order)
+        return _traced_buffer(result) if _called_by_user(sys._getframe(1)) else result
+
+
+# A buffer made from a Const argument (np.zeros_like(c), c.copy()) is usually made to be filled,
+# often with differentiated values: it is a traced constant of the innermost open trace, so
+# such writes are recorded (as for np.zeros_like of a traced value), where a plain ndarray
+# could not hold them.
+_NEW_BUFFERS = (np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.copy)
+
+
+def _called_by_user(frame) -> bool:
+    """Rules see Const arguments as they are: their own temporaries stay plain arrays."""
+    return frame.f_globals.get("__name__", "").partition(".")[0] not in _ENGINE_PACKAGES
+
+
+_ENGINE_PACKAGES = ("tape", "ops", "kernels", "numpy")
+
+
+def _traced_buffer(value):
+    traces = _TRACE_STACK.get()
+    if not traces or not isinstance(value, np.ndarray):
+        return value
+    return traces[-1].constant(value)
 
 
 def _protect_saved(buffer):
