@@ -20,8 +20,10 @@ Conventions and assumptions (derivatives exist only where the function is smooth
   eigenvectors are unique up to a phase per column: the derivative takes the phase fixed by
   diag(V^H dV) = 0, so only phase-invariant functions of them (|v|, v v^H, ...) have derivatives
   that match differences of LAPACK's output.
-- eig, eigvals: distinct eigenvalues (derivatives divide by w_j - w_i). Eigenvectors are
-  differentiated in LAPACK's normalisation (unit 2-norm, largest-modulus component real).
+- eig, eigvals: distinct eigenvalues (derivatives divide by w_j - w_i; inf/nan otherwise).
+  Eigenvectors are differentiated in LAPACK's normalisation (unit 2-norm, largest-modulus
+  component real); for real input their sign is not continuous, so differentiate sign-invariant
+  functions of them (see `ops.linalg_eig`).
 - svd: the differentiable path is full_matrices=False (or a square input); U and Vh
   derivatives assume distinct, nonzero singular values; for complex input the phase of each
   pair (u_i, v_i) is free, and the derivative takes Im diag(V^H dV) = 0, so use
