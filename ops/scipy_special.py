@@ -22,6 +22,9 @@ conventions at singular points):
   xlog1py (complex too), entr, rel_entr, kl_div.
 - Bessel functions (`scipy_special_bessel`): i0, i0e, i1, i1e, iv, ive, k0, k0e, k1, k1e, kv,
   kve, j0, j1, jv (= jn), y0, y1, yn, yv (in x); and NumPy's np.i0.
+- more (`scipy_special_more`): gammaincinv, gammainccinv, betaincinv (in y), erfi, dawsn
+  (complex too), exp1, expi, ndtri_exp, and SciPy's own exp2, exp10, expm1, log1p (complex
+  too), cbrt, cosm1.
 - no derivative (registered inactive): gammasgn, round.
 
 Arguments without a closed-form derivative (Bessel orders, the shape parameters of gammainc
@@ -48,7 +51,7 @@ except ImportError:   # the optional dependency is absent: register nothing
 
 if _sc is not None:
     from . import (scipy_special_bessel, scipy_special_erf, scipy_special_gamma,  # noqa: F401
-                   scipy_special_info)
+                   scipy_special_info, scipy_special_more)
 
     # Step-like functions: their derivative is zero wherever it exists.
     INACTIVE_UFUNCS = [_sc.gammasgn, _sc.round]

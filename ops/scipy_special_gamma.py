@@ -23,8 +23,6 @@ from scipy.special import _ufuncs
 
 from .scipy_special_rules import elementwise_rule, integer_argument, no_closed_form, special_ufunc
 
-_LOG_PI = math.log(math.pi)
-
 
 # -- polygamma: a primitive of (n, x), n an integer ------------------------------------------------
 def _d_polygamma(n, x, ans):
@@ -94,6 +92,9 @@ betainc = special_ufunc(sc.betainc, no_closed_form("a", _SHAPE), no_closed_form(
                         lambda a, b, x, ans: _beta_density(a, b, x))
 
 
-# -- Hurwitz zeta: scipy.special.zeta(x, q) calls the ufunc _zeta -----------------------------
+# -- zeta: scipy.special.zeta(x, q) calls the ufunc _zeta, zeta(x) the ufunc _riemann_zeta -----
 zeta = special_ufunc(_ufuncs._zeta, no_closed_form("x", _SHAPE),
                      lambda x, q, ans: -x * _ufuncs._zeta(x + 1.0, q), name="zeta")
+# Riemann's zeta has no closed-form derivative in its only argument: registered so that
+# differentiating it names the function and the argument.
+riemann_zeta = special_ufunc(_ufuncs._riemann_zeta, no_closed_form("x", _SHAPE), name="zeta")

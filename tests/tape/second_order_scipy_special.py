@@ -5,7 +5,6 @@ import numpy as np
 
 try:
     import scipy.special as sc
-    from scipy.special import _ufuncs
 except ImportError:   # the `scipy` extra is optional
     sc = None
 
@@ -84,4 +83,24 @@ if sc is not None:
         "scipy.special.yn": (lambda x: sc.yn(np.array([0, 1, 3]), x), (p3,)),
         "scipy.special.yv": (lambda x: sc.yv(2.5, x), (M23,)),
         "np.i0": (np.i0, (x3,)),
+        # more
+        "scipy.special.gammaincinv": (lambda y: sc.gammaincinv(q3, y), (w3,)),
+        "scipy.special.gammainccinv": (lambda y: sc.gammainccinv(M23, y), (w3,)),
+        "scipy.special.betaincinv": (lambda y: sc.betaincinv(p3 + 1.0, q3, y), (w3,)),
+        "scipy.special.erfi": (sc.erfi, (x3,)),
+        "scipy.special.erfi[complex]": (sc.erfi, (np.array([0.3 + 0.4j, -0.7 + 0.1j]),)),
+        "scipy.special.dawsn": (sc.dawsn, (x3,)),
+        "scipy.special.exp1": (sc.exp1, (p3,)),
+        "scipy.special.expi": (sc.expi, (x3,)),
+        "scipy.special.ndtri_exp": (sc.ndtri_exp, (-p3,)),
+        "scipy.special.exp2": (sc.exp2, (x3,)),
+        "scipy.special.exp10": (sc.exp10, (x3,)),
+        "scipy.special.expm1": (sc.expm1, (x3,)),
+        "scipy.special.log1p": (sc.log1p, (u3,)),
+        "scipy.special.cbrt": (sc.cbrt, (x3,)),
+        "scipy.special.cosm1": (sc.cosm1, (x3,)),
+    })
+    EXCLUDED.update({
+        "scipy.special._riemann_zeta": "zeta(x) has no closed-form derivative in its only "
+                                       "argument; differentiating it raises NotImplementedError",
     })

@@ -1,0 +1,57 @@
+"""More scipy.special ufuncs on traced values: the inverses of the incomplete gamma and beta
+functions (in their probability argument), erfi, dawsn, the exponential integrals exp1 and
+expi, ndtri_exp, and SciPy's own exp2, exp10, expm1, log1p, cbrt and cosm1 (separate ufunc
+objects from NumPy's, so they need rules of their own).
+
+The inverses take their derivative from their result: d/dy P^-1(a, y) = 1 / P'(P^-1(a, y)).
+Their shape parameters have no closed-form derivative (NotImplementedError when
+differentiated). erfi, dawsn, expm1 and log1p accept complex input; the rest are real only.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special as sc
+
+from .scipy_special_rules import no_closed_form, special_ufunc
+
+_SHAPE = "has no closed form (it needs a series or quadrature)"
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _inverse_gamma_slope(a, x):
+    """1 / (d/dx gammainc(a, x)) = x^(1-a) e^x gamma(a)."""
+    return np.exp(x - sc.xlogy(a - 1.0, x) + sc.gammaln(a))
+
+
+def _inverse_beta_slope(a, b, x):
+    """1 / (d/dx betainc(a, b, x)) = B(a, b) x^(1-a) (1-x)^(1-b)."""
+    return np.exp(sc.betaln(a, b) - sc.xlogy(a - 1.0, x) - sc.xlog1py(b - 1.0, -x))
+
+
+gammaincinv = special_ufunc(sc.gammaincinv, no_closed_form("a", _SHAPE),
+                            lambda a, y, ans: _inverse_gamma_slope(a, ans), uses_ans=True)
+gammainccinv = special_ufunc(sc.gammainccinv, no_closed_form("a", _SHAPE),
+                             lambda a, y, ans: -_inverse_gamma_slope(a, ans), uses_ans=True)
+betaincinv = special_ufunc(sc.betaincinv, no_closed_form("a", _SHAPE),
+                           no_closed_form("b", _SHAPE),
+                           lambda a, b, y, ans: _inverse_beta_slope(a, b, ans), uses_ans=True)
+
+erfi = special_ufunc(sc.erfi, lambda x, ans: _TWO_OVER_SQRT_PI * np.exp(x * x),
+                     complex_ok=True)
+dawsn = special_ufunc(sc.dawsn, lambda x, ans: 1.0 - 2.0 * x * ans, uses_ans=True,
+                      complex_ok=True)
+exp1 = special_ufunc(sc.exp1, lambda x, ans: -np.exp(-x) / x)
+expi = special_ufunc(sc.expi, lambda x, ans: np.exp(x) / x)
+ndtri_exp = special_ufunc(sc.ndtri_exp, lambda y, ans: _SQRT_2PI * np.exp(y + 0.5 * (ans * ans)),
+                          uses_ans=True)
+
+exp2 = special_ufunc(sc.exp2, lambda x, ans: _LN2 * ans, uses_ans=True)
+exp10 = special_ufunc(sc.exp10, lambda x, ans: _LN10 * ans, uses_ans=True)
+expm1 = special_ufunc(sc.expm1, lambda x, ans: ans + 1.0, uses_ans=True, complex_ok=True)
+log1p = special_ufunc(sc.log1p, lambda x, ans: 1.0 / (1.0 + x), complex_ok=True)
+cbrt = special_ufunc(sc.cbrt, lambda x, ans: 1.0 / (3.0 * (ans * ans)), uses_ans=True)
+cosm1 = special_ufunc(sc.cosm1, lambda x, ans: -np.sin(x))
