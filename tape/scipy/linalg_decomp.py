@@ -132,6 +132,9 @@ def _rows(x, perm):
     """x[..., perm, :], one permutation per matrix of a stack."""
     if perm.ndim == 1:
         return x[..., perm, :]
+    shape = np.broadcast_shapes(perm.shape[:-1], shape_of(x)[:-2]) + shape_of(x)[-2:]
+    if shape_of(x) != shape:   # a right-hand side shared by a stack of factorisations
+        x = np.broadcast_to(x, shape)
     return np.take_along_axis(x, perm[..., :, None], axis=-2)
 
 
