@@ -1,4 +1,5 @@
-"""np.linalg: inv, solve, det, slogdet, pinv, lstsq, matrix_power and the array-API aliases.
+"""np.linalg: inv, solve, det, slogdet, pinv, lstsq, matrix_power, tensorinv, tensorsolve and
+the array-API aliases.
 
 Real and complex floating-point matrices; leading dimensions are batch ("stacked" matrices)
 wherever NumPy allows them. Every rule is written with differentiable NumPy calls (matmul,
@@ -41,6 +42,7 @@ cond) in `ops.linalg_norms`; shared helpers in `ops.linalg_common`.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 
 import numpy as np
@@ -277,6 +279,34 @@ def _matrix_power(a, n):
 
 
 register_function(np.linalg.matrix_power, _matrix_power)
+
+
+# -- tensorinv and tensorsolve: inv and solve of the matrix the tensor is reshaped to ---------
+def _tensorinv(a, ind=2):
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    shape = shape_of(a)
+    rows = math.prod(shape[ind:])
+    return np.reshape(inv(np.reshape(a, (rows, -1))), shape[ind:] + shape[:ind])
+
+
+def _tensorsolve(a, b, axes=None):
+    a, b = _as_array(a), _as_array(b)
+    an, bn = len(shape_of(a)), len(shape_of(b))
+    if axes is not None:   # the given axes move to the end, as NumPy does
+        a = np.transpose(a, [k for k in range(an) if k not in axes] + list(axes))
+    shape = shape_of(a)[-(an - bn):]
+    size = math.prod(shape)
+    if math.prod(shape_of(a)) != size ** 2:
+        raise np.linalg.LinAlgError(
+            f"np.linalg.tensorsolve: a of shape {shape_of(a)} and b of shape {shape_of(b)} "
+            "must satisfy prod(a.shape[b.ndim:]) == prod(a.shape[:b.ndim])")
+    x = np.linalg.solve(np.reshape(a, (size, size)), np.reshape(b, (size,)))
+    return np.reshape(x, shape)
+
+
+register_function(np.linalg.tensorinv, _tensorinv)
+register_function(np.linalg.tensorsolve, _tensorsolve)
 
 
 # -- the rest of np.linalg: matrix_rank has no derivative; the array-API aliases of functions

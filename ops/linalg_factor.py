@@ -6,6 +6,15 @@ diagonal): their rules differentiate the function of that triangle, through
 right for non-symmetric input too. Real and complex (Hermitian) inputs; the conventions are
 listed in `ops.linalg`'s docstring. Every rule is written with differentiable NumPy calls, so
 second derivatives work.
+
+The sum of squared eigenvalues is the squared Frobenius norm of the matrix read,
+a00^2 + a11^2 + 2 a10^2 here; the upper triangle is not read:
+
+>>> from tape import Active, Reverse, autodiff
+>>> a = np.array([[2.0, 5.0], [1.0, 3.0]])
+>>> autodiff(Reverse, lambda x: np.sum(np.linalg.eigvalsh(x) ** 2), Active, Active(a))[0][0]
+array([[4., 0.],
+       [4., 6.]])
 """
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ Inputs are built to be well conditioned (A = U diag(s) V^T with s in [1, 3], or 
 well-separated s where eigenvectors / singular vectors are differentiated), and eigen/singular
 vectors enter the checked functions only through sign-invariant expressions (v**2, u @ vh).
 """
+import doctest
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -340,3 +343,10 @@ def test_cross_needs_three_vectors():
     with pytest.raises(ValueError, match=r"np.linalg.cross: x2 of shape \(2,\) must have length 3"):
         autodiff(Reverse, lambda x: np.sum(np.linalg.cross(x, np.ones(2))), Active,
                  Active(np.ones(3)))
+
+
+@pytest.mark.parametrize("module", ["ops.linalg", "ops.linalg_common", "ops.linalg_factor",
+                                    "ops.linalg_svd", "ops.linalg_eig", "ops.linalg_norms"])
+def test_docstring_examples(module):
+    result = doctest.testmod(importlib.import_module(module), extraglobs={"np": np})
+    assert result.failed == 0

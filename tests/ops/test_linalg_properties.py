@@ -96,6 +96,14 @@ CASES = {
     "matrix_norm": lambda r, sd, b, m, n, c, o: (
         lambda x: np.linalg.matrix_norm(x, ord=("fro", "nuc")[o % 2]),
         (conditioned(r, b, m, n, c),)),
+    "tensorinv": lambda r, sd, b, m, n, c, o: (
+        lambda x: np.linalg.tensorinv(x, ind=1 + o % 2),
+        (np.reshape(conditioned(r, (), 2 * n, 2 * n, c), (2, n, 2 * n) if o % 2 else
+                    (2 * n, 2, n)),)),
+    "tensorsolve": lambda r, sd, b, m, n, c, o: (
+        lambda x, y: np.linalg.tensorsolve(x, y, axes=(None, (1, 0))[o % 2]),
+        (np.reshape(conditioned(r, (), 2 * n, 2 * n, c), (2, n, n, 2) if o % 2 else
+                    (2, n, 2, n)), noise(r, (2, n), c))),
     "cond": lambda r, sd, b, m, n, c, o: (
         lambda x: np.linalg.cond(x, (None, 2, -2, "fro", "nuc", 1, np.inf)[o % 7]),
         (conditioned(r, b, n, n, c, separated=True) + 0.01 * noise(r, b + (n, n), c),)),

@@ -85,4 +85,9 @@ EXAMPLES = {
         lambda a: np.linalg.matrix_power(a, -3), (np.stack([C3, C3.T + np.eye(3)]),)),
     "np.linalg.norm[nuc, complex]": (lambda a: np.linalg.norm(a, "nuc"), (C3,)),
     "np.linalg.cond[complex]": (np.linalg.cond, (C3,)),
+    "np.linalg.tensorinv": (lambda a: np.linalg.tensorinv(a, ind=1),
+                            (np.reshape(np.kron(C3, np.eye(2)) + 2 * np.eye(6), (6, 2, 3)),)),
+    "np.linalg.tensorsolve": (lambda a, b: np.linalg.tensorsolve(a, b, axes=(1, 0)),
+                              (np.reshape(np.kron(np.eye(2), C3.real) + np.eye(6), (2, 3, 3, 2)),
+                               np.arange(6.0).reshape(2, 3))),
 }
