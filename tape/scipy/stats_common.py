@@ -1,0 +1,115 @@
+"""Helpers shared by the distributions of tape.scipy.stats: masks computed on primal values,
+the double `where` that keeps NaNs of unused branches out of derivatives, and NaN results for
+invalid parameters (as SciPy gives).
+
+Masks (support, valid parameters) are read from the plain values under any tracers: they are
+piecewise constant, so they carry no derivative. A value outside the support is replaced by a
+safe one *before* the formula (so that log(-1) is never computed: its NaN partial derivative
+would turn the zero cotangent of the unused branch into NaN) and the result is selected after.
+
+>>> x = np.array([0.5, -1.0])                      # log(x) only where x > 0
+>>> select(plain(x) > 0, np.log(guard(plain(x) > 0, x, 1.0)), -np.inf)
+array([-0.69314718,        -inf])
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tape.core import Tracer, primal
+
+
+def plain(x: Any) -> np.ndarray:
+    """The plain NumPy value under any tracers, as an array.
+
+    >>> plain(2.0)
+    array(2.)
+    """
+    return np.asarray(primal(x))
+
+
+def as_value(x: Any) -> Any:
+    """A traced value as it is; anything else (a list, a number) as a NumPy array.
+
+    >>> as_value([1, 2])
+    array([1, 2])
+    """
+    return x if isinstance(x, Tracer) else np.asarray(x)
+
+
+def guard(mask: np.ndarray, x: Any, fill: float) -> Any:
+    """`x` where `mask` holds, `fill` elsewhere (x unchanged when the mask is all True).
+
+    >>> guard(np.array([True, False]), np.array([3.0, -1.0]), 0.5)
+    array([3. , 0.5])
+    """
+    return x if np.all(mask) else np.where(mask, x, fill)
+
+
+def select(mask: np.ndarray, value: Any, other: float) -> Any:
+    """`value` where `mask` holds, the constant `other` elsewhere; no derivative reaches the
+    unused entries of `value`.
+
+    >>> select(np.array([True, False]), np.array([1.0, 2.0]), -np.inf)
+    array([  1., -inf])
+    """
+    if np.all(mask):
+        return value
+    return np.where(mask, value, other)
+
+
+def nan_where_invalid(valid: np.ndarray, value: Any) -> Any:
+    """`value`, NaN where the parameters are not `valid` (SciPy's result there). The NaN enters
+    as a factor, so the derivative is NaN there too rather than a finite number of an undefined
+    function.
+
+    >>> nan_where_invalid(np.array([True, False]), np.array([1.0, 2.0]))
+    array([ 1., nan])
+    """
+    if np.all(valid):
+        return value
+    return value * np.where(valid, 1.0, np.nan)
+
+
+def standardize(x: Any, loc: Any, scale: Any) -> tuple:
+    """((x - loc) / scale, scale > 0): the standardized variable (computed with a safe scale of 1
+    where the scale is not positive) and where the scale is valid.
+
+    >>> standardize(3.0, 1.0, np.array([2.0, -1.0]))
+    (array([1., 2.]), array([ True, False]))
+    """
+    valid = plain(scale) > 0
+    scale = guard(valid, as_value(scale), 1.0)
+    return (as_value(x) - as_value(loc)) / scale, valid
+
+
+def log_scale(scale: Any, valid: np.ndarray) -> Any:
+    """log(scale), with 1 in place of invalid scales (their results are NaN anyway).
+
+    >>> float(log_scale(np.e, np.array(True)))
+    1.0
+    """
+    return np.log(guard(valid, scale, 1.0))
+
+
+def no_derivative(name: str, argument: str, value: Any) -> None:
+    """Raise a clear error when `value` is being differentiated although the function has no
+    derivative in that argument (a count of a discrete distribution, an integer shift).
+
+    >>> no_derivative("poisson.logpmf", "k", 3)   # a plain value passes
+    """
+    if isinstance(value, Tracer):
+        raise NotImplementedError(
+            f"{name}: the argument {argument!r} is discrete (an integer count or shift) and has "
+            f"no derivative, but a traced value was passed; pass it as a plain array (mark it "
+            f"Const, or pass np.asarray(...) of its value)")
+
+
+def squeeze_output(out: Any) -> Any:
+    """SciPy's multivariate results: size-1 axes removed.
+
+    >>> squeeze_output(np.ones((1, 3, 1))).shape
+    (3,)
+    """
+    return np.squeeze(out) if 1 in np.shape(out) else out
