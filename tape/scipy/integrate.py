@@ -42,9 +42,9 @@ import numpy as np
 import scipy.integrate
 
 from ops._util import defprimitive, shape_of
-from tape.activities import Active, Const, Duplicated, Forward, Reverse
+from tape.activities import Active, Duplicated, Forward, Reverse
 from tape.api import autodiff
-from tape.core import Tracer, primal
+from tape.core import Tracer
 from tape.batching import Batched
 from tape.errors import BatchingFallback, PytreeError
 from tape.pytree import flatten, unflatten

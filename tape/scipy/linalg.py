@@ -37,8 +37,8 @@ import scipy.linalg
 from ops._util import shape_of
 from tape.core import primal
 
-from .linalg_base import (Array, _mT, as_array, matrix_rhs, refuse_complex, square,
-                          symmetric_from, traced)
+from .linalg_base import (Array, _as_array, _matrix_rhs, _mT, _refuse_complex, _square,
+                          _symmetric_from, _traced)
 from .linalg_decomp import cho_factor, cho_solve, cholesky, lu_factor, lu_solve
 from .linalg_matfuncs import expm, expm_frechet, sqrtm
 from .linalg_solvers import solve_banded, solve_sylvester, solve_triangular
@@ -58,8 +58,8 @@ def solve_continuous_lyapunov(a: Array, q: Array) -> Array:
     array([[1., 0.],
            [0., 2.]])
     """
-    a, q = as_array(a), as_array(q)
-    if not traced(a, q):
+    a, q = _as_array(a), _as_array(q)
+    if not _traced(a, q):
         return scipy.linalg.solve_continuous_lyapunov(a, q)
     return solve_sylvester(a, _mT(np.conj(a) if np.iscomplexobj(a) else a), q)
 
@@ -73,8 +73,8 @@ def inv(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array
     array([[0.5 , 0.  ],
            [0.  , 0.25]])
     """
-    a = as_array(a)
-    return np.linalg.inv(a) if traced(a) else scipy.linalg.inv(a, check_finite=check_finite)
+    a = _as_array(a)
+    return np.linalg.inv(a) if _traced(a) else scipy.linalg.inv(a, check_finite=check_finite)
 
 
 def det(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array:
@@ -84,8 +84,8 @@ def det(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array
     >>> float(det(np.array([[2.0, 1.0], [1.0, 3.0]])))
     5.0
     """
-    a = as_array(a)
-    return np.linalg.det(a) if traced(a) else scipy.linalg.det(a, check_finite=check_finite)
+    a = _as_array(a)
+    return np.linalg.det(a) if _traced(a) else scipy.linalg.det(a, check_finite=check_finite)
 
 
 _GENERAL = {None, "gen", "general"}
@@ -107,18 +107,18 @@ def solve(a: Array, b: Array, lower: bool = False, overwrite_a: bool = False,
     >>> solve(a, np.array([6.0, 5.0]), assume_a="pos", lower=True)
     array([1., 2.])
     """
-    a, b = as_array(a), as_array(b)
-    if not traced(a, b):
+    a, b = _as_array(a), _as_array(b)
+    if not _traced(a, b):
         return scipy.linalg.solve(a, b, lower=lower, check_finite=check_finite,
                                   assume_a=assume_a, transposed=transposed)
-    square(a, "a", "solve")
+    _square(a, "a", "solve")
     if transposed:
         a = _mT(a)
     if assume_a in _GENERAL:
-        return matrix_rhs(np.linalg.solve, a, b)
+        return _matrix_rhs(np.linalg.solve, a, b)
     if assume_a in _SYMMETRIC:
-        refuse_complex(f"solve(assume_a={assume_a!r})", a)
-        return matrix_rhs(np.linalg.solve, symmetric_from(a, bool(lower) != transposed), b)
+        _refuse_complex(f"solve(assume_a={assume_a!r})", a)
+        return _matrix_rhs(np.linalg.solve, _symmetric_from(a, bool(lower) != transposed), b)
     if assume_a in _TRIANGULAR:
         return solve_triangular(a, b, lower=_TRIANGULAR[assume_a] != transposed)
     if assume_a == "diagonal":
@@ -156,18 +156,18 @@ def eigh(a: Array, b: Array | None = None, *, lower: bool = True, eigvals_only: 
     array([[0.5, 0. ],
            [1. , 0.5]])
     """
-    a = as_array(a)
+    a = _as_array(a)
     plain_kw = dict(lower=lower, eigvals_only=eigvals_only, type=type,
                     check_finite=check_finite, subset_by_index=subset_by_index,
                     subset_by_value=subset_by_value, driver=driver)
-    if not traced(a, b):
+    if not _traced(a, b):
         return scipy.linalg.eigh(a, b, **plain_kw)
     if b is not None or subset_by_index is not None or subset_by_value is not None:
         raise NotImplementedError("eigh: the generalised problem (b) and eigenvalue subsets "
                                   "are not differentiated; call eigh(a) on the full matrix")
-    square(a, "a", "eigh")
-    refuse_complex("eigh", a)
-    s = symmetric_from(a, bool(lower))
+    _square(a, "a", "eigh")
+    _refuse_complex("eigh", a)
+    s = _symmetric_from(a, bool(lower))
     if eigvals_only:
         return np.linalg.eigvalsh(s)
     w, v = np.linalg.eigh(s)
@@ -200,8 +200,8 @@ def svd(a: Array, full_matrices: bool = True, compute_uv: bool = True,
     >>> svd(np.diag([3.0, 2.0]), compute_uv=False)
     array([3., 2.])
     """
-    a = as_array(a)
-    if not traced(a):
+    a = _as_array(a)
+    if not _traced(a):
         return scipy.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv,
                                 check_finite=check_finite, lapack_driver=lapack_driver)
     if not compute_uv:
@@ -220,8 +220,8 @@ def svdvals(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> A
     >>> svdvals(np.array([[0.0, 2.0], [1.0, 0.0]]))
     array([2., 1.])
     """
-    a = as_array(a)
-    return (np.linalg.svd(a, compute_uv=False) if traced(a)
+    a = _as_array(a)
+    return (np.linalg.svd(a, compute_uv=False) if _traced(a)
             else scipy.linalg.svdvals(a, check_finite=check_finite))
 
 
@@ -240,8 +240,8 @@ def qr(a: Array, overwrite_a: bool = False, lwork: int | None = None, mode: str 
     >>> bool(np.allclose(q @ r, [[3.0, 1.0], [4.0, 2.0]]))
     True
     """
-    a = as_array(a)
-    if not traced(a):
+    a = _as_array(a)
+    if not _traced(a):
         return scipy.linalg.qr(a, mode=mode, pivoting=pivoting, check_finite=check_finite)
     if pivoting or mode not in ("full", "economic", "r"):
         raise NotImplementedError(f"qr: mode={mode!r} with pivoting={pivoting} is not "
@@ -269,8 +269,8 @@ def norm(a: Array, ord=None, axis=None, keepdims: bool = False,
     >>> float(norm(np.array([3.0, 4.0])))
     5.0
     """
-    a = as_array(a)
-    if not traced(a):
+    a = _as_array(a)
+    if not _traced(a):
         return scipy.linalg.norm(a, ord=ord, axis=axis, keepdims=keepdims,
                                  check_finite=check_finite)
     return np.linalg.norm(a, ord=ord, axis=axis, keepdims=keepdims)

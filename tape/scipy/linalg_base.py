@@ -25,20 +25,20 @@ def _mT(x):
 def _eye(n: int, like):
     """The identity of `like`'s array module and dtype (a constant)."""
     like = primal(like)
-    return array_module(like).eye(n, dtype=float_dtype(like))
+    return array_module(like).eye(n, dtype=_float_dtype(like))
 
 
-def traced(*values) -> bool:
+def _traced(*values) -> bool:
     """Whether any of `values` is being differentiated."""
     return any(isinstance(v, Tracer) for v in values)
 
 
-def as_array(x) -> Array:
+def _as_array(x) -> Array:
     """`x` as an array (tracers are kept; lists and numbers become ndarrays)."""
     return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.asarray(x)
 
 
-def float_dtype(*values) -> np.dtype:
+def _float_dtype(*values) -> np.dtype:
     """The floating-point dtype SciPy computes in for `values` (integers give float64)."""
     dtype = np.result_type(*[_dtype(primal(v)) for v in values])
     return dtype if dtype.kind in "fc" else np.dtype(np.float64)
@@ -50,7 +50,7 @@ def _dtype(x):
     return dtype if dtype is not None else np.result_type(x)
 
 
-def square(a, name: str, where: str) -> int:
+def _square(a, name: str, where: str) -> int:
     """The size n of the square matrices of `a` (..., n, n), or a ValueError naming `name`."""
     shape = shape_of(a)
     if len(shape) < 2 or shape[-1] != shape[-2]:
@@ -59,49 +59,40 @@ def square(a, name: str, where: str) -> int:
     return shape[-1]
 
 
-def mask(n: int, like, lower: bool, k: int = 0) -> np.ndarray:
+def _mask(n: int, like, lower: bool, k: int = 0) -> np.ndarray:
     """A constant 0/1 matrix: the lower (k <= 0) or upper triangle, offset k from the diagonal."""
-    ones = np.ones((n, n), dtype=float_dtype(like))
+    ones = np.ones((n, n), dtype=_float_dtype(like))
     return np.tril(ones, k) if lower else np.triu(ones, k)
 
 
-def triangle(a, lower: bool, unit_diagonal: bool = False):
-    """The triangular matrix LAPACK reads from `a`: one triangle, and with `unit_diagonal`
-    ones in place of the diagonal."""
-    n = shape_of(a)[-1]
-    if unit_diagonal:
-        return a * mask(n, a, lower, -1 if lower else 1) + _eye(n, a)
-    return a * mask(n, a, lower)
-
-
-def read_triangle(g, lower: bool, unit_diagonal: bool = False):
+def _read_triangle(g, lower: bool, unit_diagonal: bool = False):
     """A cotangent or tangent restricted to the entries LAPACK reads (the others get zero)."""
     n = shape_of(g)[-1]
-    return g * mask(n, g, lower, (-1 if lower else 1) if unit_diagonal else 0)
+    return g * _mask(n, g, lower, (-1 if lower else 1) if unit_diagonal else 0)
 
 
-def symmetric_from(a, lower: bool):
+def _symmetric_from(a, lower: bool):
     """The symmetric matrix a routine that reads only one triangle of `a` works with:
     that triangle mirrored onto the other. Its derivative reaches only the entries read."""
     n = shape_of(a)[-1]
-    tri = a * mask(n, a, lower)
+    tri = a * _mask(n, a, lower)
     return tri + _mT(tri * (1 - _eye(n, tri)))
 
 
-def vector_rhs(b) -> bool:
+def _vector_rhs(b) -> bool:
     """SciPy's rule for right-hand sides: a 1-D `b` is one vector, anything else a (stack of)
     matrices whose last two axes are (n, k)."""
     return len(shape_of(b)) == 1
 
 
-def matrix_rhs(solver, a, b, **params):
+def _matrix_rhs(solver, a, b, **params):
     """Call `solver(a, B, **params)` with B a matrix: a vector `b` becomes one column."""
-    if vector_rhs(b):
+    if _vector_rhs(b):
         return solver(a, b[:, None], **params)[..., 0]
     return solver(a, b, **params)
 
 
-def check_rhs(n: int, b, where: str) -> None:
+def _check_rhs(n: int, b, where: str) -> None:
     shape = shape_of(b)
     rows = shape[0] if len(shape) == 1 else (shape[-2] if shape else None)
     if rows != n:
@@ -109,7 +100,7 @@ def check_rhs(n: int, b, where: str) -> None:
                          f"must have shape ({n},) or (..., {n}, k)")
 
 
-def refuse_complex(where: str, *values) -> None:
+def _refuse_complex(where: str, *values) -> None:
     """An error for complex traced inputs where the rule assumes real (symmetric) matrices."""
     if any(np.iscomplexobj(primal(v)) for v in values):
         raise NotImplementedError(

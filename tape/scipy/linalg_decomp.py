@@ -24,16 +24,16 @@ import scipy.linalg
 from ops._util import defprimitive, shape_of
 from tape.core import primal
 
-from .linalg_base import (Array, _eye, _mT, as_array, check_rhs, mask, refuse_complex, square,
-                          symmetric_from, traced)
+from .linalg_base import (Array, _as_array, _check_rhs, _eye, _mask, _mT, _refuse_complex,
+                          _square, _symmetric_from, _traced)
 from .linalg_solvers import solve_triangular
 
 
 # -- cholesky ------------------------------------------------------------------------------------
 def _factor(a, lower: bool, where: str):
     """The Cholesky factor (lower or upper) of the symmetric matrix read from one triangle."""
-    refuse_complex(where, a)
-    chol = np.linalg.cholesky(symmetric_from(a, lower))
+    _refuse_complex(where, a)
+    chol = np.linalg.cholesky(_symmetric_from(a, lower))
     return chol if lower else _mT(chol)
 
 
@@ -54,9 +54,9 @@ def cholesky(a: Array, lower: bool = False, overwrite_a: bool = False,
     array([[-0.125,  0.5  ],
            [ 0.   ,  0.   ]])
     """
-    a = as_array(a)
-    square(a, "a", "cholesky")
-    if not traced(a):
+    a = _as_array(a)
+    _square(a, "a", "cholesky")
+    if not _traced(a):
         return scipy.linalg.cholesky(a, lower=lower, check_finite=check_finite)
     return _factor(a, bool(lower), "cholesky")
 
@@ -73,13 +73,13 @@ def cho_factor(a: Array, lower: bool = False, overwrite_a: bool = False,
     (array([[2., 1.],
            [2., 2.]]), False)
     """
-    a = as_array(a)
-    n = square(a, "a", "cho_factor")
-    if not traced(a):
+    a = _as_array(a)
+    n = _square(a, "a", "cho_factor")
+    if not _traced(a):
         return scipy.linalg.cho_factor(a, lower=lower, check_finite=check_finite)
     lower = bool(lower)
     chol = _factor(a, lower, "cho_factor")
-    other = a * (1 - mask(n, a, lower))
+    other = a * (1 - _mask(n, a, lower))
     return chol + other, lower
 
 
@@ -101,10 +101,10 @@ def cho_solve(c_and_lower: tuple, b: Array, overwrite_b: bool = False,
            [  0.,  -4.]])
     """
     c, lower = c_and_lower
-    c, b = as_array(c), as_array(b)
-    n = square(c, "c", "cho_solve")
-    check_rhs(n, b, "cho_solve")
-    if not traced(c, b):
+    c, b = _as_array(c), _as_array(b)
+    n = _square(c, "c", "cho_solve")
+    _check_rhs(n, b, "cho_solve")
+    if not _traced(c, b):
         return scipy.linalg.cho_solve((c, lower), b, check_finite=check_finite)
     lower = bool(lower)
     # a = L L^H (lower) or U^H U (upper): two triangular solves with the same triangle.
@@ -146,7 +146,7 @@ def _unrows(x, perm):
 
 def _lu_parts(lu):
     n = shape_of(lu)[-1]
-    return lu * mask(n, lu, True, -1), lu * mask(n, lu, False)   # strictly lower, upper
+    return lu * _mask(n, lu, True, -1), lu * _mask(n, lu, False)   # strictly lower, upper
 
 
 def _lu_aug(cfg, a, *, value, perm):
@@ -159,7 +159,7 @@ def _lu_reverse(cfg, saved, g):
     # the cotangent of A_p = P A is L^-T M U^-T.
     lu, perm = saved
     n = shape_of(lu)[-1]
-    strict, upper = mask(n, lu, True, -1), mask(n, lu, False)
+    strict, upper = _mask(n, lu, True, -1), _mask(n, lu, False)
     low, up = _lu_parts(lu)
     l_mat = low + _eye(n, lu)
     m = (_mT(l_mat) @ (g * strict)) * strict + ((g * upper) @ _mT(up)) * upper
@@ -175,8 +175,8 @@ def _lu_forward(cfg, primals, tangents, *, value, perm):
     x = solve_triangular(lu, _rows(tangents[0], perm), lower=True, unit_diagonal=True)
     f = _mT(solve_triangular(lu, _mT(x), trans=1, lower=False))
     low, up = _lu_parts(lu)
-    d_low = (low + _eye(n, lu)) @ (f * mask(n, lu, True, -1))
-    return lu, d_low + (f * mask(n, lu, False)) @ up
+    d_low = (low + _eye(n, lu)) @ (f * _mask(n, lu, True, -1))
+    return lu, d_low + (f * _mask(n, lu, False)) @ up
 
 
 # SciPy factors once (in lu_factor below); the primitive passes that result on, so that every
@@ -198,10 +198,10 @@ def lu_factor(a: Array, overwrite_a: bool = False, check_finite: bool = True) ->
     (array([[3.        , 4.        ],
            [0.33333333, 0.66666667]]), array([1, 1], dtype=int32))
     """
-    a = as_array(a)
-    if not traced(a):
+    a = _as_array(a)
+    if not _traced(a):
         return scipy.linalg.lu_factor(a, check_finite=check_finite)
-    square(a, "a", "lu_factor (differentiated)")
+    _square(a, "a", "lu_factor (differentiated)")
     value, piv = scipy.linalg.lu_factor(np.asarray(primal(a)), check_finite=check_finite)
     return _lu(a, value=value, perm=_permutation(piv)), piv
 
@@ -222,12 +222,12 @@ def lu_solve(lu_and_piv: tuple, b: Array, trans: int = 0, overwrite_b: bool = Fa
     True
     """
     lu, piv = lu_and_piv
-    lu, b = as_array(lu), as_array(b)
-    n = square(lu, "lu", "lu_solve")
-    check_rhs(n, b, "lu_solve")
+    lu, b = _as_array(lu), _as_array(b)
+    n = _square(lu, "lu", "lu_solve")
+    _check_rhs(n, b, "lu_solve")
     if trans not in (0, 1, 2):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2; got {trans!r}")
-    if not traced(lu, b):
+    if not _traced(lu, b):
         return scipy.linalg.lu_solve((lu, piv), b, trans=trans, check_finite=check_finite)
     perm = _permutation(piv)
     vector = len(shape_of(b)) == 1

@@ -19,14 +19,14 @@ import scipy.linalg
 from ops._util import defprimitive, shape_of
 from tape.backend import array_module
 
-from .linalg_base import Array, _mT, as_array, float_dtype, square
+from .linalg_base import Array, _mT, _as_array, _float_dtype, _square
 from .linalg_solvers import solve_sylvester
 
 
 # -- expm ----------------------------------------------------------------------------------------
 def _block(a, e):
     """[[a, e], [0, a]] for (stacks of) n x n matrices."""
-    zeros = array_module(a).zeros(shape_of(a), dtype=float_dtype(a, e))
+    zeros = array_module(a).zeros(shape_of(a), dtype=_float_dtype(a, e))
     return np.concatenate([np.concatenate([a, e], axis=-1),
                            np.concatenate([zeros, a], axis=-1)], axis=-2)
 
@@ -64,8 +64,8 @@ def expm(A: Array) -> Array:
     array([[1., 0.],
            [1., 1.]])
     """
-    A = as_array(A)
-    square(A, "A", "expm")
+    A = _as_array(A)
+    _square(A, "A", "expm")
     return _expm(A)
 
 
@@ -82,8 +82,8 @@ def expm_frechet(A: Array, E: Array, method: str | None = None, compute_expm: bo
     >>> bool(np.allclose(L, np.diag(np.exp([1.0, 2.0]))))
     True
     """
-    A, E = as_array(A), as_array(E)
-    n = square(A, "A", "expm_frechet")
+    A, E = _as_array(A), _as_array(E)
+    n = _square(A, "A", "expm_frechet")
     if shape_of(E) != shape_of(A):
         raise ValueError(f"expm_frechet: E must have the shape of A, {shape_of(A)}; got "
                          f"{shape_of(E)}")
@@ -108,7 +108,8 @@ def _sqrtm_forward(cfg, primals, tangents):
     return x, solve_sylvester(x, x, tangents[0])
 
 
-_sqrtm = defprimitive("sqrtm", lambda a: scipy.linalg.sqrtm(a), _sqrtm_augmented, _sqrtm_reverse, _sqrtm_forward)
+_sqrtm = defprimitive("sqrtm", lambda a: scipy.linalg.sqrtm(a), _sqrtm_augmented, _sqrtm_reverse,
+                      _sqrtm_forward)
 
 
 def sqrtm(A: Array) -> Array:
@@ -128,6 +129,6 @@ def sqrtm(A: Array) -> Array:
     array([[0.25      , 0.        ],
            [0.        , 0.16666667]])
     """
-    A = as_array(A)
-    square(A, "A", "sqrtm")
+    A = _as_array(A)
+    _square(A, "A", "sqrtm")
     return _sqrtm(A)

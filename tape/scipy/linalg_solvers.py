@@ -13,8 +13,8 @@ import numpy as np
 import scipy.linalg
 
 from ops._util import add_tangents, defprimitive, shape_of, unbroadcast
-from .linalg_base import (Array, _mT, as_array, check_rhs, matrix_rhs, read_triangle, square,
-                          traced, triangle)
+from .linalg_base import (Array, _as_array, _check_rhs, _matrix_rhs, _mT, _read_triangle,
+                          _square, _traced)
 
 _TRANS = {0: 0, "N": 0, 1: 1, "T": 1, 2: 2, "C": 2}
 
@@ -36,7 +36,7 @@ def _tri_reverse(cfg, saved, g):
     if cfg.active[0]:
         # d x = -op(T)^-1 op(dT) x, so the cotangent of op(T) is -gb x^T.
         g_op = -(gb @ _mT(x))
-        ga = unbroadcast(read_triangle(g_op if trans == 0 else _mT(g_op), lower, unit), a_shape)
+        ga = unbroadcast(_read_triangle(g_op if trans == 0 else _mT(g_op), lower, unit), a_shape)
     return ga, unbroadcast(gb, b_shape) if cfg.active[1] else None
 
 
@@ -46,7 +46,7 @@ def _tri_forward(cfg, primals, tangents, *, trans, lower, unit):
     x = _tri(a, b, trans=trans, lower=lower, unit=unit)
     rhs = tb
     if ta is not None:
-        dt = read_triangle(ta, lower, unit)
+        dt = _read_triangle(ta, lower, unit)
         rhs = add_tangents(rhs, -((dt if trans == 0 else _mT(dt)) @ x))
     return x, _tri(a, rhs, trans=trans, lower=lower, unit=unit)
 
@@ -72,20 +72,20 @@ def solve_triangular(a: Array, b: Array, trans: int | str = 0, lower: bool = Fal
     ...          np.array([2.0, 9.0]))[0]
     array([0.375, 0.25 ])
     """
-    a, b = as_array(a), as_array(b)
+    a, b = _as_array(a), _as_array(b)
     where = "solve_triangular"
-    n = square(a, "a", where)
-    check_rhs(n, b, where)
+    n = _square(a, "a", where)
+    _check_rhs(n, b, where)
     if trans not in _TRANS:
         raise ValueError(f"{where}: trans must be 0, 1, 2, 'N', 'T' or 'C'; got {trans!r}")
-    if not traced(a, b):
+    if not _traced(a, b):
         return scipy.linalg.solve_triangular(a, b, trans=trans, lower=lower,
                                              unit_diagonal=unit_diagonal,
                                              check_finite=check_finite)
     trans = _TRANS[trans]
     if trans == 2:   # a^H x = b is (conj a)^T x = b: conj carries its own (non-holomorphic) rule
         a, trans = (np.conj(a), 1) if np.iscomplexobj(a) else (a, 1)
-    return matrix_rhs(_tri, a, b, trans=trans, lower=bool(lower), unit=bool(unit_diagonal))
+    return _matrix_rhs(_tri, a, b, trans=trans, lower=bool(lower), unit=bool(unit_diagonal))
 
 
 # -- solve_banded: the matrix A[i, j] = ab[u + i - j, j] inside the band ------------------------
@@ -172,18 +172,18 @@ def solve_banded(l_and_u: tuple[int, int], ab: Array, b: Array, overwrite_ab: bo
     (True, (3, 3))
     """
     lower, upper = (int(v) for v in l_and_u)
-    ab, b = as_array(ab), as_array(b)
+    ab, b = _as_array(ab), _as_array(b)
     where = "solve_banded"
     if len(shape_of(ab)) != 2 or shape_of(ab)[0] != lower + upper + 1:
         raise ValueError(f"{where}: ab must have shape (l + u + 1, n) = ({lower + upper + 1}, "
                          f"n) for (l, u) = ({lower}, {upper}); got {shape_of(ab)}")
-    if not traced(ab, b):
+    if not _traced(ab, b):
         return scipy.linalg.solve_banded((lower, upper), ab, b, check_finite=check_finite)
     n = shape_of(ab)[1]
     if len(shape_of(b)) not in (1, 2) or shape_of(b)[0] != n:
         raise ValueError(f"{where}: b must have shape ({n},) or ({n}, k) to be differentiated; "
                          f"got {shape_of(b)}")
-    return matrix_rhs(_banded, ab, b, lu=(lower, upper))
+    return _matrix_rhs(_banded, ab, b, lu=(lower, upper))
 
 
 # -- solve_sylvester: a x + x b = q --------------------------------------------------------------
@@ -229,9 +229,9 @@ def solve_sylvester(a: Array, b: Array, q: Array) -> Array:
     array([[0.25, 0.  ],
            [0.  , 0.  ]])
     """
-    a, b, q = as_array(a), as_array(b), as_array(q)
+    a, b, q = _as_array(a), _as_array(b), _as_array(q)
     where = "solve_sylvester"
-    m, n = square(a, "a", where), square(b, "b", where)
+    m, n = _square(a, "a", where), _square(b, "b", where)
     if shape_of(q)[-2:] != (m, n):
         raise ValueError(f"{where}: q must have shape (..., {m}, {n}) for a of size {m} and b "
                          f"of size {n}; got {shape_of(q)}")

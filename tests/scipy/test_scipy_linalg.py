@@ -16,7 +16,7 @@ import tape.scipy.linalg as L
 from tape import Reverse, gradient
 from tape.testing import check_grads, traced_value
 
-FAST = settings(max_examples=15, deadline=None)
+FAST = settings(max_examples=12, deadline=None)
 seeds = st.integers(0, 2 ** 32 - 1)
 sizes = st.integers(1, 4)
 rng = np.random.default_rng(0)
