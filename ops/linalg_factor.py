@@ -59,7 +59,12 @@ def _cholesky_forward(cfg, primals, tangents, upper=False):
     return out, _mH(t) if upper else t
 
 
-cholesky = defprimitive("cholesky", lambda a, upper=False: np.linalg.cholesky(a, upper=upper),
+def _cholesky_impl(a, upper=False):
+    # `upper` is passed only when set: CuPy's cholesky has no such keyword.
+    return np.linalg.cholesky(a, upper=True) if upper else np.linalg.cholesky(a)
+
+
+cholesky = defprimitive("cholesky", _cholesky_impl,
                         _cholesky_augmented, _cholesky_reverse, _cholesky_forward)
 
 
