@@ -75,7 +75,10 @@ def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where
                          **extra)
     filled, nan = _r._without_nan(a, 0)
     axes = _r.normalize_axis(axis, len(shape_of(a)))
-    count = np.sum(~nan, axis=axes, keepdims=True)
+    # Counts in the input's real precision: an integer array would promote float32 to float64.
+    wanted = np.dtype(_r._dtype(a) if dtype is None else dtype)
+    real = np.finfo(wanted).dtype if wanted.kind in "fc" else np.dtype(np.float64)
+    count = np.sum(~nan, axis=axes, keepdims=True).astype(real)
     if _r._given(mean):
         centre = mean
     else:
@@ -88,9 +91,9 @@ def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where
         dof = np.reshape(dof, shape_of(total))
     bad = dof <= 0
     if not np.any(bad):
-        return total / dof.astype(_r._dtype(total))
+        return total / dof
     _warn("Degrees of freedom <= 0 for slice.")
-    return np.where(bad, np.nan, total / np.where(bad, 1, dof).astype(_r._dtype(total)))
+    return np.where(bad, np.nan, total / np.where(bad, 1, dof))
 
 
 def _nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_r._NO_VALUE,

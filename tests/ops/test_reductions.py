@@ -1,4 +1,6 @@
 """Reductions: sum, mean, prod, max/min, ptp, var/std, average, nan*-reductions, cumsum/cumprod."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -319,3 +321,79 @@ def test_unsupported_arguments_raise():
         grad(lambda x: np.average(x, weights=x - 1), x)
     with pytest.raises(np.exceptions.AxisError):
         grad(lambda x: np.sum(x, axis=1), x)
+
+
+# -- nan-reductions with NaN at random positions (whole slices may be NaN) ---------------------------
+NAN_REDUCTIONS = {
+    "nansum": lambda x, ax, kd: np.nansum(x, axis=ax, keepdims=kd),
+    "nanmean": lambda x, ax, kd: np.nanmean(x, axis=ax, keepdims=kd),
+    "nanprod": lambda x, ax, kd: np.nanprod(x, axis=ax, keepdims=kd),
+    "nanmax": lambda x, ax, kd: np.nanmax(x, axis=ax, keepdims=kd),
+    "nanmin": lambda x, ax, kd: np.nanmin(x, axis=ax, keepdims=kd),
+    "nanvar": lambda x, ax, kd: np.nanvar(x, axis=ax, keepdims=kd),
+    "nanvar_ddof": lambda x, ax, kd: np.nanvar(x, axis=ax, ddof=1, keepdims=kd),
+    "nanstd": lambda x, ax, kd: np.nanstd(x, axis=ax, keepdims=kd),
+    "nancumsum": lambda x, ax, kd: np.nancumsum(x, axis=ax if isinstance(ax, int) else None),
+    "nancumprod": lambda x, ax, kd: np.nancumprod(x, axis=ax if isinstance(ax, int) else None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAN_REDUCTIONS))
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_nan_reduction_with_nan_entries(name, data):
+    fn = NAN_REDUCTIONS[name]
+    x, axis, keepdims = data.draw(reduction_case(DISTINCT, max_side=3, unique=True))
+    x = np.where(data.draw(hnp.arrays(np.bool_, x.shape)), np.nan, x)
+    f = lambda x: fn(x, axis, keepdims)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # all-NaN slices, dof <= 0
+        want, got = f(x), traced_primal(f, x)
+        assert np.shape(got) == np.shape(want)
+        assert np.result_type(got) == np.result_type(want)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)   # NaN where NumPy's is
+        undefined = np.isnan(want)   # finite differences cannot check NaN outputs
+        check_grads(lambda x: np.where(undefined, 0.0, f(x)), x, order=1)
+
+
+def test_nan_extrema_and_variance_derivatives():
+    x = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan], [2.0, -1.0, np.nan]])
+    with pytest.warns(RuntimeWarning, match="All-NaN"):
+        g = grad(lambda x: np.nansum(np.nanmax(x, axis=1) + 2 * np.nanmin(x, axis=1)), x)
+    np.testing.assert_array_equal(g, [[2, 0, 1], [0, 0, 0], [1, 2, 0]])
+    # nanvar of the non-NaN entries: d/dx_i = 2 (x_i - mean) / (n - ddof).
+    g = grad(lambda x: np.nanvar(x[0], ddof=1), x)
+    np.testing.assert_allclose(g[0], [-2.0, 0.0, 2.0])
+    with pytest.warns(RuntimeWarning, match="Degrees of freedom"):
+        v = traced_primal(lambda x: np.nanvar(x, axis=1, ddof=2), x)
+    np.testing.assert_array_equal(v, [np.nan, np.nan, np.nan])
+    # nanstd'(0) = 0 on a constant slice, as std.
+    g = grad(lambda x: np.nanstd(x), np.array([2.0, np.nan, 2.0]))
+    np.testing.assert_array_equal(g, [0.0, 0.0, 0.0])
+    clean = np.array([[0.3, np.nan, 1.7, -0.4], [1.1, 0.2, np.nan, 0.6]])
+    for f in (lambda x: np.nanvar(x, axis=1), lambda x: np.nanstd(x, axis=1, ddof=1),
+              lambda x: np.nanmax(x, axis=0) ** 2, lambda x: np.nancumprod(x, axis=1)):
+        # (NaN entries enter no product: x * x would give them the derivative 0 * nan.)
+        check_grads(f, clean)
+
+
+def test_nan_reductions_keep_float32_and_refuse_out():
+    x = np.array([[1.0, np.nan, 3.0], [2.0, 1.0, np.nan]], dtype=np.float32)
+    for f in (lambda x: np.nanmax(x, axis=0), lambda x: np.nanvar(x, axis=1),
+              lambda x: np.nanstd(x, axis=0), np.nancumsum):
+        got = traced_primal(lambda x: f(x.astype(np.float32)), x.astype(np.float64))
+        assert np.result_type(got) == np.result_type(f(x)) == np.float32
+    with pytest.raises(NotImplementedError):
+        grad(lambda x: np.nanmax(x, out=np.zeros(())), np.ones(2))
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_cumprod_with_several_zeros(data):
+    shape = data.draw(shapes(1, 2, max_side=4))
+    x = data.draw(hnp.arrays(np.float64, shape, elements=st.sampled_from([0.0, 0.5, -1.5, 2.0])))
+    axis = data.draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1)))
+    f = lambda x: np.cumprod(x, axis=axis)  # noqa: E731
+    assert_matches_numpy(f, x)
+    with np.errstate(divide="raise", invalid="raise"):   # no division by an entry
+        check_grads(f, x)

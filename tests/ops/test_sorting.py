@@ -4,6 +4,8 @@ Primal values are compared with NumPy; derivatives with finite differences (forw
 reverse, first and second order). Values are drawn well apart so that a finite-difference step
 never reorders them; ties are tested separately against the documented convention.
 """
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -210,3 +212,105 @@ def test_inactive_index_functions():
     autodiff(Reverse, f, Active, Active(x))
     np.testing.assert_array_equal(seen[0][1], [1, 2, 0])
     assert seen[0][0][1] == 2
+
+
+# -- argsort is inactive; sorts along every axis --------------------------------------------------------
+@FAST
+@given(distinct_and_axis())
+def test_argsort_is_inactive_and_matches_numpy(xa):
+    x, axis = xa
+    seen = []
+
+    def f(x):
+        order = np.argsort(x, axis=axis)
+        seen.append((order, x.argsort(axis=axis)))
+        flat, ax = (np.ravel(x), 0) if axis is None else (x, axis)
+        return np.take_along_axis(flat, order, axis=ax)   # sort by hand: derivative via the gather
+    got = _traced_primal(f, x)
+    np.testing.assert_array_equal(seen[0][0], np.argsort(x, axis=axis))
+    np.testing.assert_array_equal(seen[0][1], np.argsort(x, axis=axis))
+    assert type(seen[0][0]) is np.ndarray
+    np.testing.assert_array_equal(got, np.sort(x, axis=axis))
+    check_grads(f, x, order=1)
+
+
+def test_sort_and_partition_on_every_axis_second_order():
+    x = np.random.default_rng(3).permutation(24).reshape(2, 3, 4) * 0.5
+    for axis in (None, 0, 1, 2, -1, -2, -3):
+        check_grads(lambda x: np.sort(x * x, axis=axis), x - 5.3)
+        n = x.size if axis is None else x.shape[axis]
+        check_grads(lambda x: np.partition(x * x, n - 1, axis=axis), x - 5.3)
+
+
+# -- NaN in quantiles: NaN slices give NaN; the nan* versions skip NaN entries ------------------------
+@st.composite
+def with_nans(draw, min_side=1):
+    """A `distinct` array with NaN at random positions (whole slices may be NaN)."""
+    x = draw(distinct(min_side=min_side))
+    mask = draw(hnp.arrays(np.bool_, x.shape))
+    return np.where(mask, np.nan, x)
+
+
+@FAST
+@given(st.data())
+def test_quantile_of_slices_with_nan_is_nan(data):
+    x = data.draw(with_nans(min_side=2))
+    axis = data.draw(reduce_axes(x))
+    q = data.draw(st.one_of(st.floats(0, 1), hnp.arrays(np.float64, (2,), elements=st.floats(0, 1))))
+    for f in (lambda x: np.median(x, axis=axis), lambda x: np.quantile(x, q, axis=axis),
+              lambda x: np.percentile(x, np.multiply(q, 100), axis=axis, keepdims=True)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = f(x)
+            got = _traced_primal(f, x)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)   # NaN where NumPy has NaN
+        assert np.shape(got) == np.shape(want)
+
+
+@FAST
+@given(st.data())
+def test_nan_quantiles_match_numpy(data):
+    x = data.draw(with_nans())
+    axis = data.draw(reduce_axes(x))
+    keepdims = data.draw(st.booleans())
+    q = data.draw(st.one_of(st.floats(0, 1), hnp.arrays(np.float64, shapes(max_dims=2),
+                                                       elements=st.floats(0, 1))))
+    fns = (lambda x: np.nanmedian(x, axis=axis, keepdims=keepdims),
+           lambda x: np.nanquantile(x, q, axis=axis, keepdims=keepdims),
+           lambda x: np.nanpercentile(x, np.multiply(q, 100), axis=axis, keepdims=keepdims))
+    for f in fns:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # all-NaN slices
+            want = f(x)
+            got = _traced_primal(f, x)
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+            assert np.shape(got) == np.shape(want)
+            undefined = np.isnan(want)   # finite differences cannot check NaN outputs
+            check_grads(lambda x: np.where(undefined, 0.0, f(x)), x, order=1)
+
+
+def test_nan_quantile_derivatives():
+    x = np.array([[0.3, np.nan, 1.7, -0.4], [np.nan, np.nan, np.nan, np.nan],
+                  [2.0, 0.9, np.nan, 1.1]])
+    with pytest.warns(RuntimeWarning, match="All-NaN"):
+        (g,), = autodiff(Reverse, lambda x: np.nansum(np.nanmedian(x, axis=1)), Active, Active(x))
+    # Row 0: the median of (0.3, 1.7, -0.4) is 0.3; row 2: of (2.0, 0.9, 1.1) is 1.1.
+    np.testing.assert_array_equal(g, [[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
+    clean = np.where(np.isnan(x), np.nan, x)[[0, 2]]
+    check_grads(lambda x: np.nanquantile(x, 0.3, axis=1), clean)
+    check_grads(lambda x, q: np.nanquantile(x, q, axis=1), clean, np.array([0.3, 0.7]))
+    # q's derivative is finite (0) on an all-NaN slice; its value is NaN.
+    with pytest.warns(RuntimeWarning):
+        (gx, gq), = autodiff(Reverse, lambda x, q: np.nansum(np.nanquantile(x, q, axis=1)),
+                             Active, Active(x), Active(0.3))
+    assert np.isfinite(gq) and np.all(np.isfinite(gx))
+
+
+def test_median_with_nan_gives_nan_and_finite_derivatives():
+    x = np.array([[1.0, np.nan, 3.0], [2.0, 0.5, 4.0]])
+    got = _traced_primal(lambda x: np.median(x, axis=1), x)
+    np.testing.assert_array_equal(got, [np.nan, 2.0])
+    (gx, gq), = autodiff(Reverse, lambda x, q: np.nansum(np.quantile(x, q, axis=1)), Active,
+                         Active(x), Active(0.25))
+    np.testing.assert_allclose(gx, [[0, 0, 0], [0.5, 0.5, 0]])
+    assert gq == pytest.approx(1.5 * 2)   # row 1: d/dq of sorted[0] + 2q (sorted[1]-sorted[0])
