@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tape import Active, Duplicated, ForwardWithPrimal, Reverse, autodiff
 from tape.testing import check_grads, traced_value
 
-FAST = settings(max_examples=10, deadline=None)   # order 2; shapes at order 1: test_linalg_properties
+FAST = settings(max_examples=10, deadline=None)   # shapes at order 1: test_linalg_properties
 seeds = st.integers(0, 2 ** 32 - 1)
 batches = st.sampled_from([(), (2,)])
 
