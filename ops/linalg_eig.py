@@ -14,8 +14,8 @@ For real input the sign of each vector is left to the algorithm and jumps: under
 perturbations of 1e-6 in 2.5% of random 2x2 to 5x5 matrices (complex-pair vectors), and between
 an input that is already upper Hessenberg and its neighbours (real-eigenvalue vectors too). So
 only sign-invariant functions of the vectors (v**2, v v^T, V diag(k) V^-1) are differentiable
-there; the rule gives the derivative with the sign of the vector returned held fixed. The reverse rules are the adjoints in
-the transpose convention (docs/complex.md).
+there; the rule gives the derivative with the sign of the vector returned held fixed. The
+reverse rules are the adjoints in the transpose convention (docs/complex.md).
 
 For real input NumPy returns real results when every eigenvalue is real and complex ones
 otherwise; the rules follow the dtype NumPy chose, and a real input gets the real part of its
