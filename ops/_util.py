@@ -115,27 +115,3 @@ def defprimitive(name, impl, augmented_primal, reverse, forward, *, ufunc=None, 
     if function is not None:
         register_function(function, prim)
     return prim
-
-
-def refuse_complex(prim: Primitive, what: str, assumption: str) -> None:
-    """Make `prim`'s derivative rules raise NotImplementedError for a complex first argument:
-    for rules whose formulas hold for real inputs only (their `assumption`), an error is better
-    than a wrong derivative."""
-    augmented, forward = prim.augmented_primal, prim.forward
-
-    def check(a):
-        if np.iscomplexobj(a):
-            raise NotImplementedError(
-                f"{what}: derivatives for complex matrices are not implemented (the rule "
-                f"assumes {assumption}); differentiate the real and imaginary parts as a real "
-                "block matrix instead")
-
-    def checked_augmented(cfg, a, *rest, **params):
-        check(a)
-        return augmented(cfg, a, *rest, **params)
-
-    def checked_forward(cfg, primals, tangents, **params):
-        check(primals[0])
-        return forward(cfg, primals, tangents, **params)
-
-    prim.augmented_primal, prim.forward = checked_augmented, checked_forward
