@@ -1,9 +1,11 @@
-"""Sorting and selection: np.sort, np.partition, np.select, np.quantile/percentile/median.
+"""Sorting and selection: np.sort, np.partition, np.select, np.quantile/percentile/median and
+their nan* versions, np.unique.
 
 A sort is a data-dependent permutation: the values move, the derivative moves with them. So
 `sort(x)` is `permute(x, argsort(x))`, whose reverse rule applies the inverse permutation to the
 cotangent (a gather again, hence itself differentiable) and whose forward rule permutes the
-tangent. Quantiles interpolate linearly between two sorted values.
+tangent. Quantiles interpolate linearly between two sorted values. np.argsort, np.argpartition
+and np.lexsort carry no derivative (`ops.inactive`).
 
 >>> from tape import autodiff, Reverse, Active
 >>> (g,), = autodiff(Reverse, lambda x: np.sort(x)[0], Active, Active(np.array([3.0, 1.0, 2.0])))
@@ -18,6 +20,11 @@ Conventions at non-smooth points:
   not necessarily the arrangement np.partition itself returns).
 - Quantiles are differentiable in `q` too; where q * (n - 1) is an integer the derivative is
   the right-sided one (interpolating towards the next larger value).
+- NaN: quantile, percentile and median give NaN for a slice that holds NaN, as NumPy does; the
+  nan* versions use each slice's non-NaN entries (NaN, with NumPy's RuntimeWarning, when there
+  are none). NaN entries and NaN results carry no derivative.
+- np.unique: a value that occurs several times takes its derivative from its first occurrence
+  (the index `return_index` reports); the index, inverse and count outputs are plain integers.
 """
 from __future__ import annotations
 
