@@ -14,7 +14,9 @@ INACTIVE_FUNCTIONS = [
     np.argmax, np.argmin, np.argsort, np.argwhere, np.nonzero, np.flatnonzero, np.count_nonzero,
     np.all, np.any, np.array_equal, np.allclose, np.isclose, np.searchsorted, np.digitize,
     np.round, np.around, np.fix, np.isposinf, np.isneginf, np.isreal, np.iscomplex,
-    np.argpartition, np.lexsort,
+    np.argpartition, np.lexsort, np.nanargmax, np.nanargmin, np.isin, np.array_equiv,
+    np.shares_memory, np.may_share_memory, np.tril_indices_from, np.triu_indices_from,
+    np.diag_indices_from,
 ]
 
 INACTIVE_UFUNCS = [

@@ -69,5 +69,5 @@ def test_more_differentiable_functions_than_hips_autograd():
 
 
 def test_function_without_a_rule_raises_naming_it():
-    with pytest.raises(NotImplementedError, match="numpy.unique"):
-        autodiff(Reverse, lambda x: np.sum(np.unique(x)), Active, Active(np.ones(3)))
+    with pytest.raises(NotImplementedError, match="numpy.histogram"):
+        autodiff(Reverse, lambda x: np.sum(np.histogram(x)[0]), Active, Active(np.ones(3)))
