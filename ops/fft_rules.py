@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape.backend import array_module
+from tape.batching import Batched
 
 from ._util import defprimitive, shape_of
 
@@ -54,7 +55,19 @@ def _bin_weights(n: int, axis: int, value: float, like):
     return w.reshape(w.shape + (1,) * (-axis - 1))
 
 
+def _batchwise(transform):
+    """Speed-up: a batched tangent (`tape.batching.Batched`: W directions stacked on a leading
+    axis) is transformed in one call instead of once per direction. The primitives' axes are
+    negative, so they never reach the batch axis."""
+    def impl(x, **params):
+        if type(x) is Batched:
+            return Batched(transform(x.data, **params))
+        return transform(x, **params)
+    return impl
+
+
 # -- c2c: fftn / ifftn over `axes` (negative ints), sizes as given -----------------------------
+@_batchwise
 def _c2c_impl(x, axes, norm, inverse):
     fft = array_module(x).fft
     return (fft.ifftn if inverse else fft.fftn)(x, axes=axes, norm=norm)
@@ -79,6 +92,7 @@ c2c = defprimitive("fft_c2c", _c2c_impl, _c2c_augmented, _c2c_reverse, _c2c_forw
 
 
 # -- r2c: rfft along `axis` (negative), n = the input's length there -----------------------------
+@_batchwise
 def _r2c_impl(x, axis, norm):
     return array_module(x).fft.rfft(x, axis=axis, norm=norm)
 
@@ -101,6 +115,7 @@ r2c = defprimitive("fft_r2c", _r2c_impl, _r2c_augmented, _r2c_reverse, _r2c_forw
 
 
 # -- c2r: irfft along `axis` (negative) to n points, the input holding n // 2 + 1 there ---------
+@_batchwise
 def _c2r_impl(h, n, axis, norm):
     return array_module(h).fft.irfft(h, n=n, axis=axis, norm=norm)
 

@@ -275,6 +275,10 @@ def test_errors_name_the_argument():
         grad(lambda x: np.sum(np.fft.irfft(x, n=4.0)), x)
     with pytest.raises(np.exceptions.AxisError):
         grad(lambda x: np.sum(np.fft.irfft(x, axis=1)), x)
+    for name in ("rfftn", "irfftn"):
+        with pytest.raises(ValueError, match=f"{name} needs at least one axis"):
+            grad(lambda x: np.sum(np.real(getattr(np.fft, name)(x, axes=()))), x)
+    np.testing.assert_array_equal(traced_value(lambda x: np.fft.fftn(x, axes=()), x), x)
     with pytest.raises(ValueError, match="Shape and axes have different lengths"):
         grad(lambda x: np.sum(np.fft.irfftn(x, s=(4, 4), axes=(0,))), x)
 
