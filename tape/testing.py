@@ -206,14 +206,28 @@ def _vjp_function(f, diff, u):
     return vjp
 
 
+def _unit_directions(x):
+    """(label, direction) for each coordinate of `x`: its real and, for a complex `x`, its
+    imaginary part."""
+    dtype = np.result_type(x)
+    units = (1.0, 1j) if dtype.kind == "c" else (1.0,)
+    size = int(np.size(x))
+    for j in range(size):
+        for unit in units:
+            e = np.zeros(size, dtype=dtype)
+            e[j] = unit
+            label = f"{j}" if unit == 1.0 else f"{j} (imaginary part)"
+            if isinstance(x, (float, complex)):
+                yield label, type(x)(e[0]) if isinstance(x, complex) else float(e[0].real)
+            else:
+                yield label, e.reshape(np.shape(x))
+
+
 def _check_full_jacobian(f, args, diff, eps, rtol, atol):
     for i in diff:
-        size = int(np.size(args[i]))
-        for j in range(size):
-            e = np.zeros(size)
-            e[j] = 1.0
+        for j, direction in _unit_directions(args[i]):
             d = [None] * len(args)
-            d[i] = float(e[0]) if isinstance(args[i], float) else e.reshape(np.shape(args[i]))
+            d[i] = direction
             numeric = _numeric_jvp(f, args, d, eps)
             annotated = [Duplicated(a, d[i]) if n == i else a for n, a in enumerate(args)]
             tangent, = autodiff(Forward, f, *annotated)

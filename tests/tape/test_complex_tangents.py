@@ -36,3 +36,18 @@ def test_precision_and_batch_are_kept():
                            BatchDuplicated(np.ones(2), (np.ones(2), 2 * np.ones(2))))
     assert all(np.asarray(primal(t)).dtype == np.complex128 for t in tangents)
     np.testing.assert_array_equal(tangents[1], [2 + 0j, 2 + 0j])
+
+
+def test_full_jacobian_check_covers_complex_arguments():
+    from tape.testing import GradientCheckError, check_grads
+    check_grads(np.fft.fft, np.array([1 + 1j, 2 - 1j]), order=1, full_jacobian=True)
+    check_grads(lambda z: np.real(z) * np.conj(z), np.array([1 + 2j]), order=1,
+                full_jacobian=True)   # not holomorphic: the imaginary direction differs
+    from tape import custom_rule
+    drops_imaginary = custom_rule(
+        lambda z: z * 2.0, augmented_primal=lambda cfg, z: (z * 2.0, None),
+        reverse=lambda cfg, s, g: (2.0 * g,),
+        forward=lambda cfg, p, t: (p[0] * 2.0, 2.0 * np.real(t[0]) + 0j))
+    with pytest.raises(GradientCheckError):
+        check_grads(drops_imaginary, np.array([1.0 + 1.0j]), modes=("fwd",), order=1,
+                    full_jacobian=True)
