@@ -6,3 +6,4 @@ from . import (contractions, creation, elementwise, fft, inactive, indexing, lin
                nn, numerical, reductions, scipy_special, shape, sorting)
 from .nn import (cross_entropy, gelu, layer_norm, log_softmax, logsumexp, rms_norm,  # noqa: F401
                  sigmoid, silu, softmax, softplus)
+from . import lists  # noqa: E402,F401  (lists of traced values; last: it wraps the rules above)

@@ -9,6 +9,7 @@ This module never imports a rule: rules live next to their primitives in `ops/` 
 from __future__ import annotations
 
 import contextvars
+import threading
 from typing import Any, Callable, Sequence
 
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
@@ -21,6 +22,35 @@ _TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_tra
 # mode asks for it, for as long as that trace is open.
 STRONG_ZERO: contextvars.ContextVar[bool] = contextvars.ContextVar("hecate_strong_zero",
                                                                    default=False)
+# Callbacks run when the first trace of the process opens (in any thread) and when the last one
+# closes, for what must be in place only while something is traced (ops/lists.py installs its
+# NumPy wrappers this way). They run under a lock, so they never interleave.
+ON_FIRST_TRACE: list[Callable[[], None]] = []
+ON_LAST_TRACE: list[Callable[[], None]] = []
+_OPEN_TRACES = [0]
+_OPEN_LOCK = threading.Lock()
+
+
+def _trace_opened() -> None:
+    with _OPEN_LOCK:
+        _OPEN_TRACES[0] += 1
+        if _OPEN_TRACES[0] == 1:
+            try:
+                for hook in ON_FIRST_TRACE:
+                    hook()
+            except BaseException:
+                _OPEN_TRACES[0] -= 1
+                for hook in ON_LAST_TRACE:
+                    hook()
+                raise
+
+
+def _trace_closed() -> None:
+    with _OPEN_LOCK:
+        _OPEN_TRACES[0] -= 1
+        if _OPEN_TRACES[0] == 0:
+            for hook in ON_LAST_TRACE:
+                hook()
 
 
 class Primitive:
@@ -126,12 +156,14 @@ class Trace:
             self.nan_check = True
 
     def __enter__(self):
+        _trace_opened()
         self._token = _TRACE_STACK.set(_TRACE_STACK.get() + (self,))
         if self.strong_zero:
             self._strong_zero_token = STRONG_ZERO.set(True)
         return self
 
     def __exit__(self, *exc):
+        _trace_closed()   # first, so that the count stays right whatever fails below
         if self._strong_zero_token is not None:
             STRONG_ZERO.reset(self._strong_zero_token)
         _TRACE_STACK.reset(self._token)

@@ -38,6 +38,20 @@ class NonDifferentiableError(HecateError, TypeError):
     silently drop the derivative."""
 
 
+class TracerConversionError(NonDifferentiableError):
+    """A traced value was asked to become a plain NumPy array (its `__array__`). While something
+    is traced, the NumPy functions that take lists (np.array, np.mean, ...) catch this and build
+    a traced array instead (ops/lists.py)."""
+
+    def __init__(self, message: str):
+        super().__init__(
+            message + " Lists and tuples of traced values can be given to numpy.array, "
+            "numpy.mean, numpy.stack and the other numpy.* functions Hecate differentiates, "
+            "but not to a ufunc (np.sin([a, b])) or to a function imported by name before "
+            "differentiating (`from numpy import mean`): build the array first, "
+            "np.array([a, b]).")
+
+
 class NaNError(HecateError, FloatingPointError):
     """NaN-check mode (`set_nan_check(mode)`) found a NaN in a cotangent (or tangent).
 

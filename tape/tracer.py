@@ -13,7 +13,7 @@ import numpy as np
 
 from .aliasing import refuse_aliased_write
 from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, primal
-from .errors import NonDifferentiableError
+from .errors import NonDifferentiableError, TracerConversionError
 
 UFUNC_RULES: dict = {}
 UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
@@ -75,9 +75,9 @@ def _inplace(ufunc):
     return iop
 
 
-def _refuse(kind):
+def _refuse(kind, error=NonDifferentiableError):
     def refuse(self, *args, **kwargs):
-        raise NonDifferentiableError(
+        raise error(
             f"converting a traced value to {kind} would drop its derivative. Keep it as an "
             "array (use np.zeros_like(x) for buffers you write into), or take "
             "tape.primal(x) if you really want the plain value without derivative.")
@@ -117,7 +117,7 @@ class _Surface:
     def __array_function__(self, func, types, args, kwargs):
         return _call_function(func, *args, **kwargs)
 
-    __array__ = _refuse("a plain NumPy array")
+    __array__ = _refuse("a plain NumPy array", TracerConversionError)
     __float__ = _refuse("a Python float")
     __int__ = _refuse("a Python int")
     __complex__ = _refuse("a Python complex")

@@ -1,0 +1,443 @@
+"""Lists and tuples of traced values wherever NumPy takes an array: ``np.array([a, 1.0])``,
+``np.mean([a, b])``, ``np.concatenate(([a, 0.0], x))``, ``np.r_[a, b]``, ``np.full(3, a)``.
+
+NumPy has no hook for this. np.array and its spellings are not dispatched through
+``__array_function__``, and for ``np.mean([a, b])`` NumPy looks for ``__array_function__`` on
+the list, not inside it. Both end by asking each traced value for ``__array__``, which refuses
+with `TracerConversionError`. So, while at least one trace is open (in any thread), the numpy
+module attributes array, asarray, asanyarray, ascontiguousarray, asfortranarray,
+asarray_chkfinite, full, r_, c_ and every numpy / numpy.linalg / numpy.fft function that has a
+rule are replaced by thin wrappers (tape.core's ON_FIRST_TRACE / ON_LAST_TRACE hooks). A wrapper
+calls NumPy's own function first; only when that raises TracerConversionError does it turn the
+list and tuple arguments holding traced values into traced arrays and call again. When the last
+trace closes, the attributes are NumPy's own objects again, so code outside differentiation
+sees NumPy exactly.
+
+Not covered (the TracerConversionError message says to build the array first): ufuncs given a
+list (``np.sin([a, b])``: a ufunc cannot be replaced by a wrapper without changing its type), and
+functions bound to another name before tracing (``from numpy import mean``).
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import sys
+
+import numpy as np
+
+from tape.core import ON_FIRST_TRACE, ON_LAST_TRACE, Tracer, primal
+from tape.errors import NonDifferentiableError, TracerConversionError
+from tape.tracer import FUNCTION_RULES
+
+from .creation import astype, filled, full_like, has_tracer
+from .joining import concatenate, stack_p
+from .shape import reshape
+
+# NumPy's own constructors, taken before any wrapper can be installed.
+_np_array, _np_asarray, _np_einsum = np.array, np.asarray, np.einsum
+_COPY_ERROR = ("Unable to avoid copy while creating an array as requested.")
+
+
+def _plain(obj):
+    """`obj` with each traced value replaced by its plain value: what NumPy would see."""
+    if isinstance(obj, Tracer):
+        return primal(obj)
+    if isinstance(obj, (list, tuple)):
+        return [_plain(o) for o in obj]
+    return obj
+
+
+def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0):
+    """``np.array(obj, dtype, copy=copy, ndmin=ndmin)`` for an `obj` holding traced values:
+    nested lists and tuples of traced values (0-d or arrays), numbers and arrays.
+
+    The dtype, the shape and the errors (ragged nesting, ``copy=False``) are NumPy's own: NumPy
+    builds the plain array first. Floating and complex results are traced (a nested stack of
+    the elements, each cast to the result dtype); integer or boolean results carry no
+    derivative and come back plain, as ``x.astype(int)`` does.
+
+    >>> import numpy as np
+    >>> from tape import gradient, Reverse
+    >>> gradient(Reverse, lambda x: np.sum(traced_array([[x, 1.0], [2.0, x * x]])), 3.0)
+    (7.0,)
+    """
+    if isinstance(obj, Tracer):
+        return _from_tracer(obj, dtype, copy, ndmin)
+    like = _np_array(_plain(obj), dtype=dtype, copy=copy, ndmin=ndmin)
+    if not has_tracer(obj):
+        return like
+    if like.dtype.kind not in "fc":
+        if like.dtype.kind not in "biu":
+            raise NonDifferentiableError(
+                f"an array of dtype {like.dtype} built from traced values cannot carry a "
+                "derivative; give numbers of one numeric type (or dtype=float)")
+        return like
+    out = _build(obj, like.dtype)
+    return _with_ndmin(out, ndmin)
+
+
+def _build(obj, dtype):
+    if isinstance(obj, Tracer):
+        return obj if obj.dtype == dtype else astype(obj, dtype=dtype)
+    parts = [_build(o, dtype) if has_tracer(o) else _np_asarray(o, dtype=dtype) for o in obj]
+    return stack_p(*parts, axis=0)
+
+
+def _from_tracer(t, dtype, copy, ndmin):
+    if dtype is not None and np.dtype(dtype) != t.dtype:
+        if copy is False:
+            raise ValueError(_COPY_ERROR)
+        out = t.astype(dtype)   # a new array; integer and boolean casts come back plain
+    elif copy:
+        out = t.copy()          # np.array copies by default: a private buffer
+    else:
+        out = t                 # np.asarray returns its argument itself
+    return _with_ndmin(out, ndmin)
+
+
+def _with_ndmin(out, ndmin):
+    shape = np.shape(out)
+    if len(shape) >= ndmin:
+        return out
+    return reshape(out, shape=(1,) * (ndmin - len(shape)) + shape)
+
+
+# -- fallbacks: what a wrapper does after NumPy's function refused a traced value --------------
+def _array(fn, args, kwargs):
+    return _array_args(*args, **kwargs)
+
+
+def _array_args(object, dtype=None, *, copy=True, order="K", subok=True, ndmin=0, like=None):
+    return traced_array(object, dtype, copy=copy, ndmin=ndmin)
+
+
+def _asarray(fn, args, kwargs):
+    return _asarray_args(*args, **kwargs)
+
+
+def _asarray_args(a, dtype=None, order=None, *, device=None, copy=None, like=None):
+    return traced_array(a, dtype, copy=copy)
+
+
+def _contiguous(fn, args, kwargs):
+    return _contiguous_args(*args, **kwargs)
+
+
+def _contiguous_args(a, dtype=None, *, like=None):
+    return traced_array(a, dtype, ndmin=1)   # both return at least 1-d arrays
+
+
+def _chkfinite(fn, args, kwargs):
+    return _chkfinite_args(*args, **kwargs)
+
+
+def _chkfinite_args(a, dtype=None, order=None):
+    out = traced_array(a, dtype)
+    if not np.isfinite(primal(out)).all():
+        raise ValueError("array must not contain infs or NaNs")
+    return out
+
+
+def _full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
+    fill = traced_array(fill_value)
+    dtype = np.dtype(fill.dtype if dtype is None else dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return filled(shape, fill, dtype)
+
+
+# Functions whose arguments are sequences of arrays: their lists are converted item by item
+# (np.concatenate(([a, 1.0], x)) joins a traced [a, 1.0] with x), by position and by name.
+_SEQUENCE_ARGS = {np.concatenate: (0, "arrays"), np.stack: (0, "arrays"),
+                  np.hstack: (0, "tup"), np.vstack: (0, "tup"), np.dstack: (0, "tup"),
+                  np.column_stack: (0, "tup"), np.linalg.multi_dot: (0, "arrays"),
+                  np.select: (0, "condlist", 1, "choicelist")}
+for _name in ("concat", "row_stack"):
+    if hasattr(np, _name):   # not in every NumPy version
+        _SEQUENCE_ARGS[getattr(np, _name)] = (0, "arrays" if _name == "concat" else "tup")
+
+
+# Functions whose first n positional arguments are all arrays: their plain lists become arrays
+# too, as some rules take a plain list for a scalar (np.dot(x, [1.0, 2.0])).
+_ARRAY_ARGS = {np.dot: 2, np.inner: 2, np.outer: 2, np.vdot: 2, np.kron: 2, np.tensordot: 2}
+
+
+def _converted(value, items: bool, array: bool = False):
+    if not isinstance(value, (list, tuple)):
+        return value
+    if not has_tracer(value):
+        return _np_asarray(value) if array else value
+    if items:
+        return [_converted(v, False) for v in value]
+    return traced_array(value)
+
+
+def _convert_lists(fn, args, kwargs):
+    """The generic fallback: list and tuple arguments holding traced values become traced
+    arrays (sequences of arrays item by item), then NumPy's function is called again; now it
+    dispatches to the rule. An argument that is itself traced is left as it is."""
+    items = _SEQUENCE_ARGS.get(fn, ())
+    n_arrays = _ARRAY_ARGS.get(fn, 0)
+    if fn is _np_einsum and args and isinstance(args[0], str):
+        n_arrays = len(args)   # einsum("ij,j", *operands)
+    args = tuple(_converted(a, i in items, i < n_arrays) for i, a in enumerate(args))
+    kwargs = {k: _converted(v, k in items) for k, v in kwargs.items()}
+    return fn(*args, **kwargs)
+
+
+_FALLBACKS = {np.array: _array, np.asarray: _asarray, np.asanyarray: _asarray,
+              np.ascontiguousarray: _contiguous, np.asfortranarray: _contiguous,
+              np.asarray_chkfinite: _chkfinite}
+
+
+class Wrapper:
+    """NumPy's function `fn` while tracing: calls it, and when a traced value refused to
+    become a plain array, calls `fallback(fn, args, kwargs)` instead.
+
+    A wrapper is equal to `fn` and hashes like it, so that the tables keyed by NumPy's
+    functions (the rules: the tracer's methods look up ``np.sum`` at call time) find it."""
+
+    def __init__(self, fn, fallback=None):
+        functools.update_wrapper(self, fn)
+        self.fn, self.fallback = fn, fallback
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.fn(*args, **kwargs)
+        except TracerConversionError:
+            if not (has_tracer(args) or has_tracer(list(kwargs.values()))):
+                raise
+        # Outside the except clause: an error of the fallback is not chained to NumPy's.
+        return self.fallback(self.fn, args, kwargs)
+
+    def __eq__(self, other):
+        return other is self.fn or other is self
+
+    def __hash__(self):
+        return hash(self.fn)
+
+    def __repr__(self):
+        return repr(self.fn)
+
+
+class _ListWrapper(Wrapper):
+    """A function with a rule. Its list arguments holding traced values are converted before
+    NumPy's function is called: NumPy's Python code would otherwise meet traced values
+    half-way (through the np.asanyarray it calls) instead of dispatching them to the rule."""
+
+    def __call__(self, *args, **kwargs):
+        for a in args:
+            if isinstance(a, (list, tuple)) and has_tracer(a):
+                return self.fallback(self.fn, args, kwargs)
+        if kwargs and has_tracer([v for v in kwargs.values() if isinstance(v, (list, tuple))]):
+            return self.fallback(self.fn, args, kwargs)
+        return Wrapper.__call__(self, *args, **kwargs)
+
+
+class _FullWrapper(Wrapper):
+    # np.full(shape, traced, dtype) ends in np.copyto into a plain array, which refuses with
+    # another error: a traced fill value is routed before NumPy's function is called.
+    def __call__(self, shape, fill_value, *args, **kwargs):
+        if has_tracer(fill_value):
+            return _full(shape, fill_value, *args, **kwargs)
+        return self.fn(shape, fill_value, *args, **kwargs)
+
+
+class _FullLikeWrapper(Wrapper):
+    # np.full_like(plain, traced) is not dispatched (only `a` is) and ends in np.copyto.
+    def __call__(self, a, fill_value, *args, **kwargs):
+        if has_tracer(fill_value) or has_tracer(a):
+            return full_like(a, fill_value, *args, **kwargs)
+        return self.fn(a, fill_value, *args, **kwargs)
+
+
+_WRAPPER_CLASSES = {np.full: _FullWrapper, np.full_like: _FullLikeWrapper}
+
+
+# -- np.r_ and np.c_ ----------------------------------------------------------------------------
+class _Concatenator:
+    """Stands for np.r_ / np.c_ while tracing: NumPy's own object, and a traced concatenation
+    when an item holds traced values."""
+
+    __slots__ = ("original",)
+
+    def __init__(self, original):
+        self.original = original
+
+    def __getitem__(self, key):
+        if isinstance(key, str):   # the matrix-builder syntax reads the caller's names
+            frame = sys._getframe(1)
+            return np.bmat(key, frame.f_globals, frame.f_locals)
+        try:
+            return self.original[key]
+        except TracerConversionError:
+            if not has_tracer(key):
+                raise
+        return _traced_concatenation(self.original, key if isinstance(key, tuple) else (key,))
+
+    def __len__(self):
+        return 0
+
+    def __getattr__(self, name):
+        return getattr(self.original, name)
+
+    def __repr__(self):
+        return repr(self.original)
+
+
+def _traced_concatenation(how, items):
+    """np.r_ / np.c_ semantics: a leading 'axis,ndmin,trans1d' directive, slices as ranges,
+    scalars promoted weakly, each item raised to `ndmin` dimensions (its own axes starting at
+    position `trans1d`), all joined along `axis`."""
+    axis, ndmin, trans1d = how.axis, how.ndmin, how.trans1d
+    if how.matrix:
+        raise NotImplementedError("np.r_/np.c_ matrix output cannot carry a derivative")
+    pieces, kinds = [], []
+    for k, item in enumerate(items):
+        if isinstance(item, str):
+            axis, ndmin, trans1d = _directive(item, k, axis, ndmin, trans1d)
+            continue
+        if isinstance(item, slice):
+            piece = _with_ndmin(np.r_[item], ndmin)
+            if ndmin > 1 and trans1d != -1:
+                piece = piece.swapaxes(-1, trans1d)
+            pieces.append(piece)
+            kinds.append(piece.dtype)
+        elif type(item) in np.ScalarType:
+            pieces.append(item)
+            kinds.append(item)   # a Python number is promoted weakly, as NumPy does
+        else:
+            piece = traced_array(item) if has_tracer(item) else _np_array(item, copy=None)
+            pieces.append(_placed(piece, ndmin, trans1d))
+            kinds.append(piece.dtype)
+    dtype = np.result_type(*kinds)
+    return concatenate([_cast_to(p, dtype, ndmin) for p in pieces], axis=axis)
+
+
+def _directive(item, k, axis, ndmin, trans1d):
+    if k != 0:
+        raise ValueError("special directives must be the first entry.")
+    if item in ("r", "c"):
+        raise NotImplementedError("np.r_['r', ...] builds a np.matrix, which cannot carry a "
+                                  "derivative")
+    try:
+        values = [int(v) for v in item.split(",")]
+    except ValueError as e:
+        raise ValueError(f"unknown special directive {item!r}") from e
+    axis = values[0]
+    if len(values) > 1:
+        ndmin = values[1]
+    if len(values) > 2:
+        trans1d = values[2]
+    return axis, ndmin, trans1d
+
+
+def _placed(piece, ndmin, trans1d):
+    """`piece` raised to `ndmin` dimensions; with trans1d, its own axes start at position
+    trans1d (counted among the ndmin axes, negative from the end) instead of last."""
+    ndim = np.ndim(piece)
+    out = _with_ndmin(piece, ndmin)
+    if trans1d == -1 or ndim >= ndmin:
+        return out
+    new = ndmin - ndim
+    start = trans1d + new + 1 if trans1d < 0 else trans1d
+    order = list(range(ndmin))
+    return np.transpose(out, order[:start] + order[new:] + order[start:new])
+
+
+def _cast_to(piece, dtype, ndmin):
+    if isinstance(piece, Tracer):
+        return _with_ndmin(piece if piece.dtype == dtype else astype(piece, dtype=dtype), ndmin)
+    return _np_array(piece, copy=None, ndmin=ndmin, dtype=dtype)
+
+
+# -- installing and removing the wrappers --------------------------------------------------------
+_WRAPPERS: dict = {}   # NumPy's object -> its wrapper, made once so that identities are stable
+
+
+def _wrapper_of(value):
+    wrapper = _WRAPPERS.get(value)
+    if wrapper is None:
+        if value is np.r_ or value is np.c_:
+            wrapper = _Concatenator(value)
+        elif value in _WRAPPER_CLASSES:
+            wrapper = _WRAPPER_CLASSES[value](value)
+        elif value in _FALLBACKS:
+            wrapper = Wrapper(value, _FALLBACKS[value])
+        else:
+            wrapper = _ListWrapper(value, _convert_lists)
+        _WRAPPERS[value] = wrapper
+    return wrapper
+
+
+def _wanted(value) -> bool:
+    if value is np.r_ or value is np.c_:
+        return True
+    if isinstance(value, (np.ufunc, Wrapper)) or not callable(value):
+        return False
+    try:
+        return value in FUNCTION_RULES or value in _FALLBACKS or value in _WRAPPER_CLASSES
+    except TypeError:   # unhashable
+        return False
+
+
+class _Patch:
+    """The attributes of one module that are replaced while tracing."""
+
+    def __init__(self, namespace: dict, names: list):
+        self.namespace = namespace
+        self.originals = tuple(namespace[n] for n in names)
+        self.wrappers = tuple(_wrapper_of(v) for v in self.originals)
+        self.wrapped = dict(zip(names, self.wrappers))
+        self.restored = dict(zip(names, self.originals))
+        # Speed-up: one C call reads all the current values, to compare them at once.
+        getter = operator.itemgetter(*names)
+        self.current = getter if len(names) > 1 else (lambda d: (getter(d),))
+
+    def now(self):
+        try:
+            return self.current(self.namespace)
+        except KeyError:   # an attribute was deleted
+            return None
+
+
+def _plan() -> list:
+    patches = []
+    for module in (np, np.linalg, getattr(np, "fft", None)):
+        if module is None:
+            continue
+        namespace = vars(module)
+        names = [n for n, v in list(namespace.items()) if not n.startswith("__") and _wanted(v)]
+        if names:
+            patches.append(_Patch(namespace, names))
+    return patches
+
+
+_STATE = {"plan": [], "rules": -1}
+
+
+def install() -> None:
+    """Replace the numpy attributes by their wrappers (the first trace has opened). The plan
+    is remade when rules were registered since, or when an attribute is no longer NumPy's
+    (someone replaced it: theirs is left alone)."""
+    plan = _STATE["plan"]
+    if _STATE["rules"] != len(FUNCTION_RULES) or any(p.now() != p.originals for p in plan):
+        plan = _STATE["plan"] = _plan()
+        _STATE["rules"] = len(FUNCTION_RULES)
+    for patch in plan:
+        patch.namespace.update(patch.wrapped)
+
+
+def uninstall() -> None:
+    """Put NumPy's own objects back (the last trace has closed), except where someone else
+    replaced a wrapper meanwhile."""
+    for patch in _STATE["plan"]:
+        if patch.now() == patch.wrappers:
+            patch.namespace.update(patch.restored)
+            continue
+        for name, wrapper in patch.wrapped.items():
+            if patch.namespace.get(name) is wrapper:
+                patch.namespace[name] = patch.restored[name]
+
+
+ON_FIRST_TRACE.append(install)
+ON_LAST_TRACE.append(uninstall)
