@@ -15,7 +15,7 @@ import numpy as np
 from .activities import (Active, Annotation, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Mode, Reverse, ReverseSplitWithPrimal,
                          ReverseWithPrimal)
-from .api import _is_float, autodiff, make_zero
+from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
 from .backend import array_module
 from .core import Tracer
 from .errors import ActivityError
@@ -207,6 +207,8 @@ def _reverse_rows(f, args, i, chunk):
     call = [Const(a.val if isinstance(a, Const) else a) for a in args]
     primal = f(*[c.val for c in call])
     seeds = onehot(primal) if _is_float(primal) else ()
+    if not _is_mutable_leaf(x):
+        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds)
     blocks = _chunks(len(seeds), chunk)
     width = len(blocks[0]) if blocks else 1
     shadows = tuple(make_zero(x) for _ in range(width))
@@ -225,6 +227,20 @@ def _reverse_rows(f, args, i, chunk):
     xp = array_module(x if hasattr(x, "shape") else np.asarray(x))
     J = xp.stack([xp.asarray(r) for r in rows]).reshape(np.shape(primal) + np.shape(x))
     return J if J.ndim else J[()]
+
+
+def _reverse_rows_of_scalar(f, call, i, x, primal, seeds):
+    """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
+    from .split import autodiff_thunk
+    call[i] = Active(x)
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    tape, _, _ = fwd(*call)
+    rows = [rev(*call, seed, tape)[0][i] for seed in seeds]
+    if not rows:
+        return np.zeros(np.shape(primal))
+    if not np.shape(primal):
+        return rows[0]
+    return np.reshape(np.stack(rows), np.shape(primal))
 
 
 def _copy_leaf(s):

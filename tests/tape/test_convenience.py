@@ -184,3 +184,17 @@ def test_reverse_over_reverse_hessian_row():
     from tape import Active
     (row,), = autodiff(Reverse, grad0, Active, Active(X))
     np.testing.assert_allclose(row, rosen_hessian(X)[0])
+
+
+def test_reverse_jacobian_of_a_scalar_input():
+    # A Python float (or NumPy scalar) has no shadow to fill: one reverse sweep per row.
+    (J,) = jacobian(Reverse, lambda x: np.array([1.0, 2.0]) * x ** 2, 2.0)
+    np.testing.assert_allclose(J, [4.0, 8.0])
+    assert jacobian(Reverse, lambda x: x ** 3, np.float64(2.0)) == (12.0,)
+    (J,) = jacobian(Reverse, lambda x: np.sin(x) * np.ones((2, 2)), 0.5)
+    np.testing.assert_allclose(J, np.full((2, 2), np.cos(0.5)), rtol=1e-14, atol=1e-15)
+    # nested: the inner Jacobian is differentiated by an outer one
+    (H,) = jacobian(Forward, lambda x: jacobian(Reverse, lambda y: y ** 3 * np.ones(2), x)[0],
+                    2.0)
+    np.testing.assert_allclose(H, [12.0, 12.0])
+    assert jacobian(Reverse, lambda x: jacobian(Reverse, lambda y: y ** 3, x)[0], 2.0) == (12.0,)
