@@ -262,7 +262,7 @@ def real_if_close(a, tol=100):
     """
     if not np.iscomplexobj(a):
         return a
-    value = primal(a)
+    value = np.asarray(primal(a))   # a Python complex has no dtype
     if tol > 1:
         tol = np.finfo(value.dtype).eps * tol
     return np.real(a) if np.all(np.abs(value.imag) < tol) else a

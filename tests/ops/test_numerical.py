@@ -404,6 +404,9 @@ def test_real_if_close():
     assert_matches(traced(np.real_if_close, x), x)
     check_grads(lambda x: np.real_if_close(x * x + 0j), x)
     check_grads(lambda z: np.real_if_close(z * z), z2)
+    # Python complex scalars
+    check_grads(np.real_if_close, 0.4 + 0.1j)
+    assert autodiff(Forward, np.real_if_close, Duplicated(0.4 + 0j, 1 + 0j)) == (1.0,)
 
 
 # -- np.kron and np.clip with traced bounds ----------------------------------------------------------
