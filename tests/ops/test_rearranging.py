@@ -1,0 +1,75 @@
+"""np.delete, insert, resize, compress, extract, choose, block, vander, bincount, cov and
+corrcoef on traced values: the primal equals NumPy's over random shapes and arguments, and
+derivatives match finite differences (second order in tests/tape/second_order_rearranging.py)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tape import Active, Reverse, autodiff
+from tape.testing import arrays, check_grads, shapes, traced_value
+
+FAST = settings(max_examples=25, deadline=None)
+
+
+def _same(got, want):
+    assert np.shape(got) == np.shape(want) and np.result_type(got) == np.result_type(want)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+@FAST
+@given(a=arrays(shapes(1, 3, max_side=4)), data=st.data())
+def test_delete_and_insert_match_numpy(a, data):
+    axis = data.draw(st.sampled_from([None] + list(range(a.ndim))))
+    n = a.size if axis is None else a.shape[axis]
+    obj = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))
+    for f in (lambda a: np.delete(a, obj, axis=axis),
+              lambda a: np.insert(a, obj[0], 2.5, axis=axis)):
+        for mode in ("forward", "reverse"):
+            _same(traced_value(f, a, mode=mode), f(a))
+        check_grads(f, a, order=1)
+
+
+@FAST
+@given(a=arrays(shapes(1, 2, max_side=4)),
+       shape=st.lists(st.integers(1, 4), min_size=1, max_size=2))
+def test_resize_and_compress_match_numpy(a, shape):
+    f = lambda a: np.resize(a, tuple(shape))   # noqa: E731
+    _same(traced_value(f, a), f(a))
+    check_grads(f, a, order=1)
+    mask = a.reshape(-1) > 0
+    g = lambda a: np.compress(mask, a)   # noqa: E731
+    _same(traced_value(g, a), g(a))
+    h = lambda a: np.extract(a > 0, a)   # noqa: E731
+    _same(traced_value(h, a), h(a))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # constant rows: corrcoef is NaN
+@FAST
+@given(m=arrays(shapes(2, 2, min_side=2, max_side=4)), bias=st.booleans(),
+       rowvar=st.booleans())
+def test_cov_and_corrcoef_match_numpy(m, bias, rowvar):
+    f = lambda m: np.cov(m, rowvar=rowvar, bias=bias)   # noqa: E731
+    _same(traced_value(f, m), f(m))
+    check_grads(f, m, order=1)
+    g = lambda m: np.corrcoef(m, rowvar=rowvar)   # noqa: E731
+    np.testing.assert_allclose(traced_value(g, m), g(m), rtol=1e-12, atol=1e-12)
+
+
+def test_block_and_choose_match_numpy():
+    a, b = np.arange(4.0).reshape(2, 2), np.ones((2, 3))
+    for f in (lambda a, b: np.block([a, b]), lambda a, b: np.block([[a, b], [b[:, :2], a, b[:, :1]]])):
+        _same(traced_value(f, a, b), f(a, b))
+        check_grads(f, a, b, order=1)
+    c = lambda a, b: np.choose(np.array([[0, 1], [1, 0]]), [a, 2.0 * a + b[:, :2]])   # noqa: E731
+    _same(traced_value(c, a, b), c(a, b))
+
+
+def test_bincount_weights_are_differentiated_and_counts_are_not():
+    idx = np.array([0, 2, 2, 1, 0])
+    (g,), = autodiff(Reverse, lambda w: np.sum(np.bincount(idx, w) ** 2), Active,
+                     Active(np.arange(1.0, 6.0)))
+    np.testing.assert_allclose(g, 2 * np.bincount(idx, np.arange(1.0, 6.0))[idx])
+    with pytest.raises(NotImplementedError, match="out="):
+        autodiff(Reverse, lambda x: np.sum(np.compress([True], x, out=np.zeros(1))), Active,
+                 Active(np.ones(1)))
