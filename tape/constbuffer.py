@@ -94,8 +94,12 @@ _NEW_BUFFERS = (np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.cop
 
 
 def _called_by_user(frame) -> bool:
-    """Rules see Const arguments as they are: their own temporaries stay plain arrays."""
-    return frame.f_globals.get("__name__", "").partition(".")[0] not in _ENGINE_PACKAGES
+    """Rules see Const arguments as they are: their own temporaries stay plain arrays. Frames
+    of modules that only forward a call (they set `__hecate_transparent__`) are skipped."""
+    while frame is not None and frame.f_globals.get("__hecate_transparent__"):
+        frame = frame.f_back
+    return (frame is not None
+            and frame.f_globals.get("__name__", "").partition(".")[0] not in _ENGINE_PACKAGES)
 
 
 _ENGINE_PACKAGES = ("tape", "ops", "kernels", "numpy")

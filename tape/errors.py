@@ -41,15 +41,62 @@ class NonDifferentiableError(HecateError, TypeError):
 class TracerConversionError(NonDifferentiableError):
     """A traced value was asked to become a plain NumPy array (its `__array__`). While something
     is traced, the NumPy functions that take lists (np.array, np.mean, ...) catch this and build
-    a traced array instead (ops/lists.py)."""
+    a traced array instead (ops/lists.py).
 
-    def __init__(self, message: str):
-        super().__init__(
-            message + " Lists and tuples of traced values can be given to numpy.array, "
-            "numpy.mean, numpy.stack and the other numpy.* functions Hecate differentiates, "
-            "but not to a ufunc (np.sin([a, b])) or to a function imported by name before "
-            "differentiating (`from numpy import mean`): build the array first, "
-            "np.array([a, b]).")
+    The message names the NumPy or SciPy function that asked, found on the stack only when the
+    message is read (a conversion that ops/lists.py catches pays nothing for it)."""
+
+    def __init__(self, message: str, frame=None):
+        super().__init__(message)
+        self.message, self.frame = message, frame
+
+    def __str__(self):
+        caller = _library_caller(self.frame)
+        if caller is not None and caller[0] == "scipy":
+            module, function = caller[1], caller[2]
+            return (f"{module}.{function} was called on a traced value; SciPy's functions "
+                    f"compute on plain arrays, so the derivative would be lost. Use the "
+                    f"differentiable tape.{module} (`from tape.{module} import ...`, SciPy's "
+                    f"names and signatures) instead, or, where it is missing, a "
+                    f"tape.custom_rule around {module}.{function}")
+        if caller is not None and caller[2].startswith("vectorize"):
+            return ("np.vectorize calls its function on plain elements, so the derivative "
+                    "would be lost. Call the function on the whole array instead (written with "
+                    "NumPy operations it usually works as is), or loop in Python and collect "
+                    "the traced results with np.array([...]) or np.stack")
+        where = f" (in {caller[1]}.{caller[2]})" if caller is not None else ""
+        return (self.message + where + " This also happens with np.float64(x), np.int64(x) "
+                "or plain_array[i] = x (a plain array cannot hold a traced value: allocate it "
+                "with np.zeros_like(x)). Lists and tuples of traced values can be given to "
+                "numpy.array, numpy.mean, numpy.stack and the other numpy.* functions Hecate "
+                "differentiates, but not to a ufunc (np.sin([a, b])) or to a function imported "
+                "by name before differentiating (`from numpy import mean`): build the array "
+                "first, np.array([a, b]).")
+
+
+def _function_name(frame) -> str:
+    """`vectorize.__call__`, `rv_continuous.logpdf`: the method's class where there is one."""
+    owner = frame.f_locals.get("self")
+    name = frame.f_code.co_name
+    if owner is None:
+        return name
+    return f"{type(owner).__name__.removesuffix('_gen')}.{name}"   # scipy.stats' norm_gen
+
+
+def _library_caller(frame):
+    """("scipy" or "numpy", public module, function) of the outermost SciPy or NumPy frame
+    between `frame` and the user's code, or None."""
+    found = None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        package = module.partition(".")[0]
+        if package in ("scipy", "numpy"):
+            public = ".".join(p for p in module.split(".")[:2] if not p.startswith("_"))
+            found = (package, public, _function_name(frame))
+        elif package not in ("tape", "ops", "kernels") and found is not None:
+            return found
+        frame = frame.f_back
+    return found
 
 
 class NaNError(HecateError, FloatingPointError):

@@ -7,6 +7,7 @@ Operators and methods look their primitive up in three plain dicts that `ops/` f
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy as np
@@ -75,13 +76,29 @@ def _inplace(ufunc):
     return iop
 
 
-def _refuse(kind, error=NonDifferentiableError):
+def _refuse_array(self, *args, **kwargs):
+    raise TracerConversionError(
+        f"converting a traced value ({_describe(self)}) to a plain NumPy array would drop its "
+        "derivative. Keep it as an array (use np.zeros_like(x) for buffers you write into), "
+        "or take tape.primal(x) if you really want the plain value without derivative.",
+        sys._getframe(1))
+
+
+def _refuse(call, fix):
     def refuse(self, *args, **kwargs):
-        raise error(
-            f"converting a traced value to {kind} would drop its derivative. Keep it as an "
-            "array (use np.zeros_like(x) for buffers you write into), or take "
-            "tape.primal(x) if you really want the plain value without derivative.")
+        raise NonDifferentiableError(
+            f"{call} of a traced value ({_describe(self)}) would give a plain Python value "
+            f"and drop its derivative. {fix}")
     return refuse
+
+
+_KEEP_ARRAY = ("Keep computing with the traced value itself (branching on it works: "
+               "`if x > 0:`), or use tape.primal(x) for the plain value without derivative.")
+
+
+def _describe(x) -> str:
+    value = primal(x)
+    return f"{_dtype_of(value)} of shape {np.shape(value)}"
 
 
 class _Surface:
@@ -117,12 +134,36 @@ class _Surface:
     def __array_function__(self, func, types, args, kwargs):
         return _call_function(func, *args, **kwargs)
 
-    __array__ = _refuse("a plain NumPy array", TracerConversionError)
-    __float__ = _refuse("a Python float")
-    __int__ = _refuse("a Python int")
-    __complex__ = _refuse("a Python complex")
-    item = _refuse("a Python scalar (.item())")
-    tolist = _refuse("a Python list (.tolist())")
+    __array__ = _refuse_array
+    __float__ = _refuse("float(x)", _KEEP_ARRAY)
+    __complex__ = _refuse("complex(x)", _KEEP_ARRAY)
+    __int__ = _refuse("int(x)", "An integer has no derivative: for an index or a count, use "
+                      "int(tape.primal(x)); to keep differentiating, use np.floor(x) or "
+                      "np.round(x), which stay traced (with derivative zero).")
+    __index__ = __int__
+    __round__ = _refuse("round(x)", "Use np.round(x), which stays traced (its derivative is "
+                        "zero), or round(tape.primal(x)) for a plain number.")
+    item = _refuse("x.item()", _KEEP_ARRAY)
+    tolist = _refuse("x.tolist()", "Index the traced array instead (x[i] stays traced), or "
+                     "use tape.primal(x).tolist() for plain values.")
+
+    @property
+    def flat(self):
+        raise NonDifferentiableError(
+            f"x.flat of a traced value ({_describe(self)}) is not supported: its iterator "
+            "reads and writes plain elements. Use x.ravel() or x.reshape(-1) (a view: writes "
+            "into it reach x, as x.flat[i] = v would), or x.ravel()[i] to read.")
+
+    def sort(self, *args, **kwargs):
+        raise NonDifferentiableError(
+            f"x.sort() sorts a traced value ({_describe(self)}) in place, which is not "
+            "supported; write x = np.sort(x, axis=...) (or x[...] = np.sort(x) to keep views "
+            "of x in step).")
+
+    def partition(self, *args, **kwargs):
+        raise NonDifferentiableError(
+            f"x.partition() partitions a traced value ({_describe(self)}) in place, which is "
+            "not supported; write x = np.partition(x, kth, axis=...).")
 
     def __bool__(self):
         # Control flow on a value is allowed (its derivative is not needed to branch).
@@ -266,6 +307,7 @@ class _Surface:
     def argmax(self, *a, **k): return np.argmax(primal(self), *a, **k)
     def argmin(self, *a, **k): return np.argmin(primal(self), *a, **k)
     def argsort(self, *a, **k): return np.argsort(primal(self), *a, **k)
+    def argpartition(self, *a, **k): return np.argpartition(primal(self), *a, **k)
     def nonzero(self): return np.nonzero(primal(self))
     def all(self, *a, **k): return np.all(primal(self), *a, **k)
     def any(self, *a, **k): return np.any(primal(self), *a, **k)

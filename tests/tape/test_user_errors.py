@@ -41,3 +41,36 @@ def test_a_buffer_made_from_a_const_argument_receives_traced_values(make):
     (tangent,) = autodiff(Forward, f, Duplicated(x, np.array([1.0, 0.0])), Const(c))
     assert tangent == pytest.approx(6.0)
     np.testing.assert_array_equal(c, [3.0, 4.0])   # the Const argument is untouched
+
+
+def _x(x):
+    return x * 1.0
+
+
+@pytest.mark.parametrize("f,match", [
+    (lambda x: float(x[0]) * x[1], r"float\(x\) of a traced value \(float64 of shape \(\)\).*"
+                                   r"tape\.primal\(x\)"),
+    (lambda x: int(x[0]) * x[1], r"int\(x\) of a traced value.*int\(tape\.primal\(x\)\)"),
+    (lambda x: round(x[0]) * x[1], r"round\(x\) of a traced value.*np\.round\(x\)"),
+    (lambda x: x[0].item() * x[1], r"x\.item\(\) of a traced value"),
+    (lambda x: np.sum(_x(x).sort()), r"x\.sort\(\) sorts a traced value \(float64 of shape "
+                                     r"\(2,\)\) in place.*np\.sort\(x"),
+    (lambda x: x.flat[0], r"x\.flat of a traced value.*x\.ravel\(\)"),
+    (lambda x: np.sum(np.vectorize(lambda a: a * 2)(x)), r"np\.vectorize calls its function "
+                                                          r"on plain elements"),
+    (lambda x: np.float64(x[0]) * x[1], r"np\.float64\(x\), np\.int64\(x\)"),
+    (lambda x: np.int64(x[0]) * x[1], r"np\.float64\(x\), np\.int64\(x\)"),
+])
+def test_conversions_name_the_call_and_the_fix(f, match):
+    from tape import NonDifferentiableError
+    with pytest.raises(NonDifferentiableError, match=match):
+        autodiff(Reverse, f, Active, Active(np.array([1.5, 2.0])))
+
+
+def test_a_scipy_function_on_a_traced_value_names_its_replacement():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from tape import NonDifferentiableError
+    with pytest.raises(NonDifferentiableError, match=r"scipy\.stats\.norm\.logpdf was called on "
+                                                     r"a traced value.*tape\.scipy\.stats"):
+        autodiff(Reverse, lambda x: np.sum(scipy_stats.norm.logpdf(x)), Active,
+                 Active(np.array([0.5, 1.0])))
