@@ -249,7 +249,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
     >>> from tape import gradient, Reverse
     >>> gradient(Reverse, lambda a, b: np.sum(np.linspace(a, b, 5) ** 2), 0.0, 1.0)
-    (0.75, 1.875)
+    (1.25, 3.75)
     """
     start, stop, num = _endpoints(start, stop, num)
     if _inexact(dtype):

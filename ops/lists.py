@@ -6,20 +6,27 @@ NumPy has no hook for this. np.array and its spellings are not dispatched throug
 the list, not inside it. Both end by asking each traced value for ``__array__``, which refuses
 with `TracerConversionError`. So, while at least one trace is open (in any thread), the numpy
 module attributes array, asarray, asanyarray, ascontiguousarray, asfortranarray,
-asarray_chkfinite, full, r_, c_ and every numpy / numpy.linalg / numpy.fft function that has a
-rule are replaced by thin wrappers (tape.core's ON_FIRST_TRACE / ON_LAST_TRACE hooks). A wrapper
-calls NumPy's own function first; only when that raises TracerConversionError does it turn the
-list and tuple arguments holding traced values into traced arrays and call again. When the last
-trace closes, the attributes are NumPy's own objects again, so code outside differentiation
-sees NumPy exactly.
+asarray_chkfinite, full, full_like, r_, c_ and every numpy / numpy.linalg / numpy.fft function
+that has a rule are replaced by thin wrappers (tape.core's ON_FIRST_TRACE / ON_LAST_TRACE hooks
+install them when the first trace opens and put NumPy's objects back when the last one closes,
+errors included). A wrapper calls NumPy's own function first; only when that raises
+TracerConversionError does it turn the list and tuple arguments holding traced values into
+traced arrays (np.array's semantics: a nested stack) and call again, now dispatching to the
+rule. Calls made by NumPy's own Python code are not converted, so that NumPy never runs on
+traced values half-way (np.meshgrid calls np.asanyarray): the refusal reaches the outer
+wrapper, which converts before NumPy's code runs. With no trace open the attributes are
+NumPy's own objects, so code outside differentiation sees NumPy exactly.
 
 Not covered (the TracerConversionError message says to build the array first): ufuncs given a
-list (``np.sin([a, b])``: a ufunc cannot be replaced by a wrapper without changing its type), and
-functions bound to another name before tracing (``from numpy import mean``).
+list (``np.sin([a, b])``: a ufunc cannot be replaced by a wrapper without changing its type),
+functions bound to another name before tracing (``from numpy import mean``), and the shape and
+type queries (np.shape, np.ndim, ... of a list), left unwrapped as a speed-up.
 """
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import operator
 import sys
 
@@ -189,68 +196,49 @@ _FALLBACKS = {np.array: _array, np.asarray: _asarray, np.asanyarray: _asarray,
               np.asarray_chkfinite: _chkfinite}
 
 
-class Wrapper:
+def _from_numpy(frame) -> bool:
+    """Whether the code running in `frame` is NumPy's own."""
+    name = frame.f_globals.get("__name__", "")
+    return name == "numpy" or name.startswith("numpy.")
+
+
+def _wrapper(fn, fallback):
     """NumPy's function `fn` while tracing: calls it, and when a traced value refused to
-    become a plain array, calls `fallback(fn, args, kwargs)` instead.
-
-    A wrapper is equal to `fn` and hashes like it, so that the tables keyed by NumPy's
-    functions (the rules: the tracer's methods look up ``np.sum`` at call time) find it."""
-
-    def __init__(self, fn, fallback=None):
-        functools.update_wrapper(self, fn)
-        self.fn, self.fallback = fn, fallback
-
-    def __call__(self, *args, **kwargs):
+    become a plain array, calls `fallback(fn, args, kwargs)` instead. Only for calls from
+    outside NumPy: NumPy's own Python code (np.meshgrid calls np.asanyarray) lets the refusal
+    through, so that the outer wrapper converts the lists before NumPy's code runs at all."""
+    def wrapped(*args, **kwargs):
         try:
-            return self.fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except TracerConversionError:
-            if not (has_tracer(args) or has_tracer(list(kwargs.values()))):
+            if _from_numpy(sys._getframe(1)) or not (
+                    has_tracer(args) or has_tracer(list(kwargs.values()))):
                 raise
         # Outside the except clause: an error of the fallback is not chained to NumPy's.
-        return self.fallback(self.fn, args, kwargs)
-
-    def __eq__(self, other):
-        return other is self.fn or other is self
-
-    def __hash__(self):
-        return hash(self.fn)
-
-    def __repr__(self):
-        return repr(self.fn)
+        return fallback(fn, args, kwargs)
+    return wrapped
 
 
-class _ListWrapper(Wrapper):
-    """A function with a rule. Its list arguments holding traced values are converted before
-    NumPy's function is called: NumPy's Python code would otherwise meet traced values
-    half-way (through the np.asanyarray it calls) instead of dispatching them to the rule."""
-
-    def __call__(self, *args, **kwargs):
-        for a in args:
-            if isinstance(a, (list, tuple)) and has_tracer(a):
-                return self.fallback(self.fn, args, kwargs)
-        if kwargs and has_tracer([v for v in kwargs.values() if isinstance(v, (list, tuple))]):
-            return self.fallback(self.fn, args, kwargs)
-        return Wrapper.__call__(self, *args, **kwargs)
-
-
-class _FullWrapper(Wrapper):
+def _full_wrapper(fn, fallback=None):
     # np.full(shape, traced, dtype) ends in np.copyto into a plain array, which refuses with
     # another error: a traced fill value is routed before NumPy's function is called.
-    def __call__(self, shape, fill_value, *args, **kwargs):
+    def wrapped(shape, fill_value, *args, **kwargs):
         if has_tracer(fill_value):
             return _full(shape, fill_value, *args, **kwargs)
-        return self.fn(shape, fill_value, *args, **kwargs)
+        return fn(shape, fill_value, *args, **kwargs)
+    return wrapped
 
 
-class _FullLikeWrapper(Wrapper):
+def _full_like_wrapper(fn, fallback=None):
     # np.full_like(plain, traced) is not dispatched (only `a` is) and ends in np.copyto.
-    def __call__(self, a, fill_value, *args, **kwargs):
+    def wrapped(a, fill_value, *args, **kwargs):
         if has_tracer(fill_value) or has_tracer(a):
             return full_like(a, fill_value, *args, **kwargs)
-        return self.fn(a, fill_value, *args, **kwargs)
+        return fn(a, fill_value, *args, **kwargs)
+    return wrapped
 
 
-_WRAPPER_CLASSES = {np.full: _FullWrapper, np.full_like: _FullLikeWrapper}
+_WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper}
 
 
 # -- np.r_ and np.c_ ----------------------------------------------------------------------------
@@ -359,23 +347,32 @@ def _wrapper_of(value):
     if wrapper is None:
         if value is np.r_ or value is np.c_:
             wrapper = _Concatenator(value)
-        elif value in _WRAPPER_CLASSES:
-            wrapper = _WRAPPER_CLASSES[value](value)
-        elif value in _FALLBACKS:
-            wrapper = Wrapper(value, _FALLBACKS[value])
         else:
-            wrapper = _ListWrapper(value, _convert_lists)
+            make = _WRAPPER_MAKERS.get(value, _wrapper)
+            wrapper = functools.update_wrapper(
+                make(value, _FALLBACKS.get(value, _convert_lists)), value)
+            _WRAPPED.add(wrapper)
         _WRAPPERS[value] = wrapper
     return wrapper
+
+
+_WRAPPED: set = set()   # the wrappers made, so that a wrapper is never wrapped again
+
+
+# Shape and type queries are left unwrapped, as a speed-up: the rules and the tracer's
+# attributes call them all the time (np.shape of a primal), and a list is rarely asked.
+_QUERIES = {np.shape, np.ndim, np.size, np.result_type, np.may_share_memory, np.iscomplexobj,
+            np.isrealobj}
 
 
 def _wanted(value) -> bool:
     if value is np.r_ or value is np.c_:
         return True
-    if isinstance(value, (np.ufunc, Wrapper)) or not callable(value):
+    if isinstance(value, np.ufunc) or not callable(value) or value in _QUERIES:
         return False
     try:
-        return value in FUNCTION_RULES or value in _FALLBACKS or value in _WRAPPER_CLASSES
+        return (value not in _WRAPPED and value in FUNCTION_RULES or value in _FALLBACKS
+                or value in _WRAPPER_MAKERS)
     except TypeError:   # unhashable
         return False
 
@@ -389,6 +386,12 @@ class _Patch:
         self.wrappers = tuple(_wrapper_of(v) for v in self.originals)
         self.wrapped = dict(zip(names, self.wrappers))
         self.restored = dict(zip(names, self.originals))
+        # The tracer's methods look their rule up by the module attribute at call time
+        # (x.sum() finds np.sum): while tracing, those wrappers are also keys to the rule.
+        looked_up = _looked_up() if namespace is vars(np) else set()
+        self.ruled = tuple(o for n, o in zip(names, self.originals)
+                           if n in looked_up and o in FUNCTION_RULES)
+        self.aliases = tuple(_wrapper_of(o) for o in self.ruled)
         # Speed-up: one C call reads all the current values, to compare them at once.
         getter = operator.itemgetter(*names)
         self.current = getter if len(names) > 1 else (lambda d: (getter(d),))
@@ -398,6 +401,27 @@ class _Patch:
             return self.current(self.namespace)
         except KeyError:   # an attribute was deleted
             return None
+
+
+def _looked_up() -> set:
+    """The names that tape.tracer's code reads (np.sum in ``x.sum()``), found in its code
+    objects, so that a method added there is covered without a list to keep."""
+    import tape.tracer as tracer
+    names, todo = set(), []
+    for value in vars(tracer).values():
+        todo.extend(vars(value).values() if isinstance(value, type) else [value])
+    while todo:
+        item = todo.pop()
+        if isinstance(item, property):
+            todo.extend((item.fget, item.fset))
+        elif isinstance(item, (staticmethod, classmethod)):
+            todo.append(item.__func__)
+        elif hasattr(item, "__code__"):
+            todo.append(item.__code__)
+        elif isinstance(item, type(_looked_up.__code__)):
+            names.update(item.co_names)
+            todo.extend(c for c in item.co_consts if isinstance(c, type(item)))
+    return names
 
 
 def _plan() -> list:
@@ -425,12 +449,15 @@ def install() -> None:
         _STATE["rules"] = len(FUNCTION_RULES)
     for patch in plan:
         patch.namespace.update(patch.wrapped)
+        FUNCTION_RULES.update(zip(patch.aliases, map(FUNCTION_RULES.get, patch.ruled)))
 
 
 def uninstall() -> None:
     """Put NumPy's own objects back (the last trace has closed), except where someone else
     replaced a wrapper meanwhile."""
     for patch in _STATE["plan"]:
+        collections.deque(map(FUNCTION_RULES.pop, patch.aliases, itertools.repeat(None)),
+                          maxlen=0)   # speed-up: the loop runs in C
         if patch.now() == patch.wrappers:
             patch.namespace.update(patch.restored)
             continue

@@ -208,3 +208,11 @@ def test_plain_calls_still_numpys():
     (g, _), = autodiff(Reverse, lambda x, c: np.sum(np.linspace(x, c, 3)), Active,
                        Active(0.0), Const(1.0))
     assert g == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("module", ["ops.creation", "ops.lists"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module), extraglobs={"np": np})
+    assert result.attempted > 0 and result.failed == 0
