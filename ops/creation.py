@@ -81,10 +81,15 @@ register_function(np.full_like, full_like)
 
 
 # -- copy: the identity, producing a private buffer ----------------------------------------------
-copy = defprimitive("copy", lambda x: x.copy(),
-                    lambda cfg, x: (x.copy(), None),
+def _copied(x):
+    # A traced Python float holds no .copy of its own; NumPy's copy of it is a 0-d array.
+    return x.copy() if hasattr(x, "copy") else np.array(x)
+
+
+copy = defprimitive("copy", _copied,
+                    lambda cfg, x: (_copied(x), None),
                     lambda cfg, saved, g: (g,),
-                    lambda cfg, primals, tangents: (primals[0].copy(), tangents[0].copy()))
+                    lambda cfg, primals, tangents: (_copied(primals[0]), _copied(tangents[0])))
 
 
 def _copy_method(x):

@@ -177,6 +177,13 @@ def test_like_buffers_of_lists_take_writes():
     check(f, np.array([0.4, -1.1]))
 
 
+@pytest.mark.parametrize("f", [lambda x: np.array(x) * 2, lambda x: np.copy(x) ** 2,
+                               lambda x: np.array(x, ndmin=2) * x],
+                         ids=["array", "copy", "ndmin"])
+def test_copies_of_a_traced_python_float(f):
+    check(f, 1.5)
+
+
 def test_astype_of_a_traced_python_float():
     check(lambda x: np.asarray(x).astype(np.complex128) * (2 + 1j), 1.5)
     (g,), = autodiff(Reverse, lambda x: x.astype(np.float64) * 3.0, Active, Active(1.5))
