@@ -24,9 +24,7 @@ type queries (np.shape, np.ndim, ... of a list), left unwrapped as a speed-up.
 """
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
 import operator
 import sys
 
@@ -378,20 +376,25 @@ def _wanted(value) -> bool:
 
 
 class _Patch:
-    """The attributes of one module that are replaced while tracing."""
+    """The attributes of one module that are replaced while tracing. `skipped` lists those
+    left alone because someone had replaced NumPy's object (monkeypatch): when NumPy's
+    object is back, the plan is remade."""
 
-    def __init__(self, namespace: dict, names: list):
+    def __init__(self, namespace: dict, names: list, skipped: list):
         self.namespace = namespace
+        self.skipped = tuple(skipped)
         self.originals = tuple(namespace[n] for n in names)
         self.wrappers = tuple(_wrapper_of(v) for v in self.originals)
         self.wrapped = dict(zip(names, self.wrappers))
         self.restored = dict(zip(names, self.originals))
         # The tracer's methods look their rule up by the module attribute at call time
-        # (x.sum() finds np.sum): while tracing, those wrappers are also keys to the rule.
+        # (x.sum() finds np.sum), so those wrappers are keys to the same rules too. They stay
+        # (unreachable outside tracing): adding and removing them at every trace cost more.
         looked_up = _looked_up() if namespace is vars(np) else set()
         self.ruled = tuple(o for n, o in zip(names, self.originals)
                            if n in looked_up and o in FUNCTION_RULES)
         self.aliases = tuple(_wrapper_of(o) for o in self.ruled)
+        self.rules = None   # the rules last given to the aliases
         # Speed-up: one C call reads all the current values, to compare them at once.
         getter = operator.itemgetter(*names)
         self.current = getter if len(names) > 1 else (lambda d: (getter(d),))
@@ -401,6 +404,10 @@ class _Patch:
             return self.current(self.namespace)
         except KeyError:   # an attribute was deleted
             return None
+
+    def stale(self) -> bool:
+        return self.now() != self.originals or any(
+            self.namespace.get(name) is value for name, value in self.skipped)
 
 
 def _looked_up() -> set:
@@ -424,15 +431,21 @@ def _looked_up() -> set:
     return names
 
 
+_MODULES = tuple(m for m in (np, np.linalg, getattr(np, "fft", None)) if m is not None)
+# NumPy's own objects, taken before any trace (and any wrapper) existed.
+_NUMPY_OBJECTS = {id(vars(m)): dict(vars(m)) for m in _MODULES}
+
+
 def _plan() -> list:
     patches = []
-    for module in (np, np.linalg, getattr(np, "fft", None)):
-        if module is None:
-            continue
+    for module in _MODULES:
         namespace = vars(module)
         names = [n for n, v in list(namespace.items()) if not n.startswith("__") and _wanted(v)]
+        skipped = [(n, v) for n, v in _NUMPY_OBJECTS[id(namespace)].items()
+                   if n not in names and not n.startswith("__") and namespace.get(n) is not v
+                   and _wanted(v)]
         if names:
-            patches.append(_Patch(namespace, names))
+            patches.append(_Patch(namespace, names, skipped))
     return patches
 
 
@@ -444,20 +457,21 @@ def install() -> None:
     is remade when rules were registered since, or when an attribute is no longer NumPy's
     (someone replaced it: theirs is left alone)."""
     plan = _STATE["plan"]
-    if _STATE["rules"] != len(FUNCTION_RULES) or any(p.now() != p.originals for p in plan):
+    if _STATE["rules"] != len(FUNCTION_RULES) or any(p.stale() for p in plan):
         plan = _STATE["plan"] = _plan()
-        _STATE["rules"] = len(FUNCTION_RULES)
     for patch in plan:
         patch.namespace.update(patch.wrapped)
-        FUNCTION_RULES.update(zip(patch.aliases, map(FUNCTION_RULES.get, patch.ruled)))
+        rules = tuple(map(FUNCTION_RULES.get, patch.ruled))
+        if rules != patch.rules:   # a rule was registered anew (or this is a new plan)
+            FUNCTION_RULES.update(zip(patch.aliases, rules))
+            patch.rules = rules
+    _STATE["rules"] = len(FUNCTION_RULES)
 
 
 def uninstall() -> None:
     """Put NumPy's own objects back (the last trace has closed), except where someone else
     replaced a wrapper meanwhile."""
     for patch in _STATE["plan"]:
-        collections.deque(map(FUNCTION_RULES.pop, patch.aliases, itertools.repeat(None)),
-                          maxlen=0)   # speed-up: the loop runs in C
         if patch.now() == patch.wrappers:
             patch.namespace.update(patch.restored)
             continue
