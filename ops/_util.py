@@ -12,11 +12,11 @@ from tape.rules import register_function, register_ufunc
 
 
 def shape_of(x) -> tuple:
-    """The shape of an array, tracer or Python number."""
+    """The shape of an array, tracer, Python number or (plain) nested list."""
     try:
         return x.shape
     except AttributeError:
-        return ()
+        return np.shape(x) if isinstance(x, (list, tuple)) else ()
 
 
 def as_float(x):

@@ -46,8 +46,14 @@ def _swap_last(x):
 
 
 # -- matmul ---------------------------------------------------------------------------------------
+def _sequence_as_array(x):
+    """A plain (nested) list or tuple operand, as NumPy would read it."""
+    return np.asarray(x) if isinstance(x, (list, tuple)) else x
+
+
 def _matmul_augmented(cfg, x, y):
     # d(x@y)/dx needs y and d(x@y)/dy needs x: keep an operand only if the other side is active.
+    x, y = _sequence_as_array(x), _sequence_as_array(y)
     saved = (x if cfg.active[1] else None, y if cfg.active[0] else None,
              shape_of(x), shape_of(y))
     return np.matmul(x, y), saved
@@ -83,7 +89,7 @@ def _matmul_reverse(cfg, saved, g):
 
 
 def _matmul_forward(cfg, primals, tangents):
-    x, y = primals
+    x, y = (_sequence_as_array(p) for p in primals)
     tx, ty = tangents
     return (matmul(x, y), add_tangents(None if tx is None else matmul(tx, y),
                                        None if ty is None else matmul(x, ty)))
@@ -356,6 +362,7 @@ def _dot(a, b, out=None):
     tensordot of a's last axis with b's second-to-last."""
     if out is not None:
         raise NotImplementedError("np.dot(..., out=) is not supported on traced values")
+    a, b = _sequence_as_array(a), _sequence_as_array(b)
     na, nb = len(shape_of(a)), len(shape_of(b))
     if na == 0 or nb == 0:
         return np.multiply(a, b)

@@ -43,6 +43,10 @@ _np_array, _np_asarray, _np_einsum = np.array, np.asarray, np.einsum
 _COPY_ERROR = ("Unable to avoid copy while creating an array as requested.")
 
 
+# The wrappers only forward calls: code that asks who called it looks past their frames
+# (tape.constbuffer tells the user's own buffers from the rules').
+__hecate_transparent__ = True
+
 def _plain(obj):
     """`obj` with each traced value replaced by its plain value: what NumPy would see."""
     if isinstance(obj, Tracer):
@@ -195,9 +199,11 @@ _FALLBACKS = {np.array: _array, np.asarray: _asarray, np.asanyarray: _asarray,
 
 
 def _from_numpy(frame) -> bool:
-    """Whether the code running in `frame` is NumPy's own."""
+    """Whether the code running in `frame` is NumPy's or SciPy's own. SciPy's Python code
+    expects plain arrays too: it gets the refusal, whose message names the tape.scipy
+    replacement, instead of carrying on with traced values half-way."""
     name = frame.f_globals.get("__name__", "")
-    return name == "numpy" or name.startswith("numpy.")
+    return name.partition(".")[0] in ("numpy", "scipy")
 
 
 def _wrapper(fn, fallback):

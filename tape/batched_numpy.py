@@ -109,6 +109,11 @@ def _like(func):
     return handler
 
 
+# NumPy's own np.stack, taken at import: while tracing, the numpy module attribute is a
+# wrapper (ops/lists.py), so `np.stack` at call time is not the function `func` was given as.
+_STACK = np.stack
+
+
 def _joined(func):
     """concatenate / stack: unbatched pieces are repeated across the batch."""
     def handler(arrays, axis=0, **kwargs):
@@ -119,7 +124,7 @@ def _joined(func):
         if axis is None:
             pieces = [_full(v, width, xp).reshape(width, -1) for v in arrays]
             return Batched(xp.concatenate(pieces, axis=1, **kwargs))
-        out_ndim = ndim + (func is np.stack)
+        out_ndim = ndim + (func is _STACK)
         pieces = [_full(v, width, xp) for v in arrays]
         return Batched(func(pieces, axis=_normalize(axis, out_ndim) + 1, **kwargs))
     return handler

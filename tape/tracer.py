@@ -93,7 +93,9 @@ def _refuse(call, fix):
 
 
 _KEEP_ARRAY = ("Keep computing with the traced value itself (branching on it works: "
-               "`if x > 0:`), or use tape.primal(x) for the plain value without derivative.")
+               "`if x > 0:`), or use tape.primal(x) for the plain value without derivative. "
+               "Writing it into a plain array (buffer[i] = x) asks for this too: allocate the "
+               "buffer with np.zeros_like(x) (or np.empty_like, x.copy()) instead.")
 
 
 def _describe(x) -> str:

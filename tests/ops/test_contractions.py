@@ -55,8 +55,8 @@ def test_matmul_broadcast_batch_cotangent_is_summed():
     b = np.ones((4, 3, 5))
     (ga, gb), = autodiff(Reverse, lambda x, y: np.sum(x @ y), Active, Active(a), Active(b))
     assert ga.shape == (1, 2, 3) and gb.shape == (4, 3, 5)
-    np.testing.assert_allclose(ga, np.full((1, 2, 3), 20.0))
-    np.testing.assert_allclose(gb, np.broadcast_to(a.sum(axis=1)[..., None], (4, 3, 5)))
+    np.testing.assert_allclose(ga, np.full((1, 2, 3), 20.0), atol=1e-11)
+    np.testing.assert_allclose(gb, np.broadcast_to(a.sum(axis=1)[..., None], (4, 3, 5)), atol=1e-11)
 
 
 def test_matmul_saves_only_the_operand_the_active_side_needs():
@@ -67,7 +67,7 @@ def test_matmul_saves_only_the_operand_the_active_side_needs():
     assert saved[0] is x and saved[1] is None
     (gx, gy), = autodiff(Reverse, lambda x, y: np.sum(x @ y), Active, Active(x), Const(y))
     assert gy is None
-    np.testing.assert_allclose(gx, np.full((2, 3), 4.0))
+    np.testing.assert_allclose(gx, np.full((2, 3), 4.0), atol=1e-11)
 
 
 def test_matmul_unsupported_keyword_raises():
@@ -151,7 +151,7 @@ def test_scalar_operands_multiply():
         (ga, gb), = autodiff(Reverse, lambda x, y: np.sum(f(x, y)), Active, Active(2.0),
                              Active(b))
         assert ga == pytest.approx(10.0)
-        np.testing.assert_allclose(gb, np.full((2, 2), 2.0))
+        np.testing.assert_allclose(gb, np.full((2, 2), 2.0), atol=1e-12)
 
 
 # -- tensordot ------------------------------------------------------------------------------------
@@ -315,3 +315,14 @@ def test_einsum_errors():
         run(lambda a: np.einsum("ij,ij", a, np.ones((3, 2))))
     with pytest.raises(NotImplementedError):
         run(lambda a: np.einsum("ij", a, out=np.zeros((2, 3))))
+
+
+def test_plain_list_operands_are_read_as_arrays():
+    """np.dot(x, [1., 2.]) once treated the list as a scalar (an elementwise product)."""
+    from tape.testing import check_grads
+    x = np.array([1.5, 2.0])
+    for f, want in [(lambda x: np.dot(x, [1.0, 2.0]), 5.5), (lambda x: x @ [1.0, 2.0], 5.5),
+                    (lambda x: np.dot([[1.0, 2.0], [0.0, 1.0]], x), [5.5, 2.0]),
+                    (lambda x: np.inner(x, [1.0, 2.0]), 5.5)]:
+        np.testing.assert_allclose(f(x), want)
+        check_grads(f, x, order=2)
