@@ -324,5 +324,5 @@ def test_plain_list_operands_are_read_as_arrays():
     for f, want in [(lambda x: np.dot(x, [1.0, 2.0]), 5.5), (lambda x: x @ [1.0, 2.0], 5.5),
                     (lambda x: np.dot([[1.0, 2.0], [0.0, 1.0]], x), [5.5, 2.0]),
                     (lambda x: np.inner(x, [1.0, 2.0]), 5.5)]:
-        np.testing.assert_allclose(f(x), want)
+        np.testing.assert_allclose(f(x), want, atol=1e-11)
         check_grads(f, x, order=2)

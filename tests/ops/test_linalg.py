@@ -60,7 +60,7 @@ def sym(x):
 @given(seeds, batches, st.integers(1, 4))
 def test_inv(seed, batch, n):
     a = matrices(seed, batch, n)
-    np.testing.assert_allclose(traced_value(np.linalg.inv, a), np.linalg.inv(a))
+    np.testing.assert_allclose(traced_value(np.linalg.inv, a), np.linalg.inv(a), atol=1e-12)
     check_grads(np.linalg.inv, a)
 
 
@@ -70,7 +70,8 @@ def test_inv(seed, batch, n):
 def test_solve_matrix_rhs_with_broadcast_batches(seed, batches_ab, n, k):
     a = matrices(seed, batches_ab[0], n)
     b = np.random.default_rng(seed).standard_normal(batches_ab[1] + (n, k))
-    np.testing.assert_allclose(traced_value(np.linalg.solve, a, b), np.linalg.solve(a, b))
+    np.testing.assert_allclose(traced_value(np.linalg.solve, a, b), np.linalg.solve(a, b),
+                               atol=1e-12)
     check_grads(np.linalg.solve, a, b)
 
 
@@ -81,7 +82,7 @@ def test_solve_vector_rhs(seed, batch, n):
     b = np.random.default_rng(seed).standard_normal(n)
     x = traced_value(np.linalg.solve, a, b)
     assert x.shape == batch + (n,)
-    np.testing.assert_allclose(x, np.linalg.solve(a, b))
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), atol=1e-12)
     check_grads(np.linalg.solve, a, b)
 
 
@@ -91,10 +92,10 @@ def test_det_and_slogdet(seed, batch, n, flip):
     a = matrices(seed, batch, n)
     if flip:
         a = a * np.where(np.arange(n) == 0, -1.0, 1.0)[:, None]   # negative determinant
-    np.testing.assert_allclose(traced_value(np.linalg.det, a), np.linalg.det(a))
+    np.testing.assert_allclose(traced_value(np.linalg.det, a), np.linalg.det(a), atol=1e-11)
     sign, logdet = traced_value(np.linalg.slogdet, a)
     np.testing.assert_array_equal(sign, np.linalg.slogdet(a).sign)
-    np.testing.assert_allclose(logdet, np.linalg.slogdet(a).logabsdet)
+    np.testing.assert_allclose(logdet, np.linalg.slogdet(a).logabsdet, atol=1e-12)
     check_grads(np.linalg.det, a)
     check_grads(lambda x: np.linalg.slogdet(x).logabsdet, a)
     check_grads(lambda x: np.multiply(*np.linalg.slogdet(x)), a)   # sign * logabsdet
@@ -105,7 +106,7 @@ def test_det_and_slogdet(seed, batch, n, flip):
 def test_matrix_power(seed, batch, n, power):
     a = matrices(seed, batch, n)
     f = lambda x: np.linalg.matrix_power(x, power)  # noqa: E731
-    np.testing.assert_allclose(traced_value(f, a), np.linalg.matrix_power(a, power))
+    np.testing.assert_allclose(traced_value(f, a), np.linalg.matrix_power(a, power), atol=1e-11)
     check_grads(f, a)
 
 
@@ -121,7 +122,7 @@ def test_matrix_power_zero_is_a_constant_identity():
 def test_cholesky(seed, batch, n, upper):
     a = matrices(seed, batch, n, symmetric=True)
     f = lambda x: np.linalg.cholesky(sym(x), upper=upper)  # noqa: E731
-    np.testing.assert_allclose(traced_value(f, a), np.linalg.cholesky(a, upper=upper))
+    np.testing.assert_allclose(traced_value(f, a), np.linalg.cholesky(a, upper=upper), atol=1e-12)
     check_grads(f, a)
 
 
@@ -145,9 +146,10 @@ def test_eigh(seed, batch, n, uplo):
         w, v = np.linalg.eigh(sym(x), UPLO=uplo)
         return w, np.sum(v ** 2 * weights, axis=-1)
     w, v = traced_value(lambda x: np.linalg.eigh(x, UPLO=uplo), a)
-    np.testing.assert_allclose(w, np.linalg.eigh(a).eigenvalues)
+    np.testing.assert_allclose(w, np.linalg.eigh(a).eigenvalues, atol=1e-11)
     np.testing.assert_allclose(v ** 2, np.linalg.eigh(a).eigenvectors ** 2, atol=1e-12)
-    np.testing.assert_allclose(traced_value(np.linalg.eigvalsh, a), np.linalg.eigvalsh(a))
+    np.testing.assert_allclose(traced_value(np.linalg.eigvalsh, a), np.linalg.eigvalsh(a),
+                               atol=1e-11)
     check_grads(f, a)
     check_grads(lambda x: np.linalg.eigvalsh(sym(x)), a)
 
@@ -161,7 +163,7 @@ def test_eigh_derivatives_follow_the_triangle_read():
             x, uplo).eigenvalues
         tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, da))
         triangle_tangent, _ = autodiff(ForwardWithPrimal, f, Duplicated(a, keep(da)))
-        np.testing.assert_allclose(tangent, triangle_tangent)
+        np.testing.assert_allclose(tangent, triangle_tangent, atol=1e-12)
         (g,), = autodiff(Reverse, lambda x: np.sum(f(x) * da), Active, Active(a))
         np.testing.assert_array_equal(g - keep(g), 0.0)
 
@@ -176,9 +178,9 @@ def test_eigh_result_fields_and_degenerate_eigenvalues():
         assert result.eigenvectors is result[1]
         return np.sum(result.eigenvalues)
     (g,), = autodiff(Reverse, f, Active, Active(a))
-    np.testing.assert_allclose(g, np.eye(3))
+    np.testing.assert_allclose(g, np.eye(3), atol=1e-12)
     (g,), = autodiff(Reverse, lambda x: np.sum(np.linalg.eigvalsh(x)), Active, Active(a))
-    np.testing.assert_allclose(g, np.eye(3))
+    np.testing.assert_allclose(g, np.eye(3), atol=1e-12)
 
 
 # -- svd, qr --------------------------------------------------------------------------------------
@@ -192,7 +194,7 @@ def test_svd_reduced(seed, batch, m, n):
         return s, u ** 2, vh ** 2, u @ vh
     u, s, vh = traced_value(lambda x: np.linalg.svd(x, full_matrices=False), a)
     np.testing.assert_allclose((u * s[..., None, :]) @ vh, a, atol=1e-12)
-    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False))
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12)
     check_grads(f, a)
 
 
@@ -200,7 +202,7 @@ def test_svd_reduced(seed, batch, m, n):
 @given(seeds, batches, st.integers(1, 4), st.integers(1, 4))
 def test_singular_values_only(seed, batch, m, n):
     a = matrices(seed, batch, m, n)
-    np.testing.assert_allclose(traced_value(np.linalg.svdvals, a), np.linalg.svdvals(a))
+    np.testing.assert_allclose(traced_value(np.linalg.svdvals, a), np.linalg.svdvals(a), atol=1e-12)
     # First derivatives need no gap between singular values; second ones divide by
     # s_i^2 - s_j^2, so they are checked on separated spectra.
     check_grads(lambda x: np.linalg.svd(x, compute_uv=False), a, order=1)
@@ -220,8 +222,8 @@ def test_svd_full_matrices():
 def test_qr_reduced(seed, batch, n, extra_rows):
     a = matrices(seed, batch, n + extra_rows, n)
     q, r = traced_value(np.linalg.qr, a)
-    np.testing.assert_allclose(q, np.linalg.qr(a).Q)
-    np.testing.assert_allclose(r, np.linalg.qr(a).R)
+    np.testing.assert_allclose(q, np.linalg.qr(a).Q, atol=1e-12)
+    np.testing.assert_allclose(r, np.linalg.qr(a).R, atol=1e-12)
     check_grads(lambda x: tuple(np.linalg.qr(x)), a)
     check_grads(lambda x: np.linalg.qr(x, mode="r"), a)
 
@@ -237,7 +239,7 @@ def test_qr_wide_input_is_not_differentiable():
 @given(seeds, batches, st.integers(1, 4), st.integers(1, 4))
 def test_pinv_full_rank(seed, batch, m, n):
     a = matrices(seed, batch, m, n)
-    np.testing.assert_allclose(traced_value(np.linalg.pinv, a), np.linalg.pinv(a))
+    np.testing.assert_allclose(traced_value(np.linalg.pinv, a), np.linalg.pinv(a), atol=1e-12)
     check_grads(np.linalg.pinv, a)
 
 
@@ -248,10 +250,10 @@ def test_lstsq_solution(seed, m, n, rhs_cols):
     b = np.random.default_rng(seed).standard_normal((m,) + rhs_cols)
     x, residuals, rank, s = traced_value(lambda x, y: np.linalg.lstsq(x, y), a, b)
     expected = np.linalg.lstsq(a, b)
-    np.testing.assert_allclose(x, expected[0])
+    np.testing.assert_allclose(x, expected[0], atol=1e-12)
     np.testing.assert_allclose(residuals, expected[1], atol=1e-12)   # |b - a x|^2, not LAPACK's
     assert rank == expected[2]
-    np.testing.assert_allclose(s, expected[3])
+    np.testing.assert_allclose(s, expected[3], atol=1e-12)
     check_grads(lambda x, y: np.linalg.lstsq(x, y)[0], a, b)
     check_grads(lambda x: np.linalg.lstsq(x, b)[3], a)
     if residuals.size:   # tall a only
@@ -275,7 +277,7 @@ def test_vector_norms(seed, ord, axis, keepdims):
     else:
         f = lambda v: np.linalg.norm(v, ord, axis, keepdims)  # noqa: E731
         expected = np.linalg.norm(x, ord, axis, keepdims)
-    np.testing.assert_allclose(traced_value(f, x), expected)
+    np.testing.assert_allclose(traced_value(f, x), expected, atol=1e-12)
     check_grads(f, x)
 
 
@@ -287,7 +289,8 @@ def test_matrix_norms(seed, ord, axis, keepdims):
     x = np.moveaxis(matrices(seed, (2,), 3, 4, spectrum=separated), 0, 1)   # shape (3, 2, 4)
     x = x + 0.01 * rng.standard_normal(x.shape)   # break ties among row / column sums
     f = lambda v: np.linalg.norm(v, ord, axis, keepdims)  # noqa: E731
-    np.testing.assert_allclose(traced_value(f, x), np.linalg.norm(x, ord, axis, keepdims))
+    np.testing.assert_allclose(traced_value(f, x), np.linalg.norm(x, ord, axis, keepdims),
+                               atol=1e-11)
     check_grads(f, x)
 
 
@@ -297,7 +300,7 @@ def test_norm_defaults_matrix_norm_and_cond():
               lambda x: np.linalg.matrix_norm(x, ord="nuc", keepdims=True),
               np.linalg.cond, lambda x: np.linalg.cond(x, -2),
               lambda x: np.linalg.cond(x, "fro"), lambda x: np.linalg.cond(x, 1)):
-        np.testing.assert_allclose(traced_value(f, a), f(a))
+        np.testing.assert_allclose(traced_value(f, a), f(a), atol=1e-11)
         check_grads(f, a)
 
 
