@@ -41,7 +41,7 @@ def test_same_gradient_as_without_checkpointing():
     x, y = RNG.standard_normal(3), 0.7
     got = grads(loss_of(checkpoint(block)), x, y)
     want = grads(loss_of(block), x, y)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13, atol=1e-14)
     assert got[1] == pytest.approx(want[1], rel=1e-13)
 
 
@@ -83,7 +83,7 @@ def test_the_tape_holds_one_record_that_saves_only_the_inputs():
         assert in_slots == (leaf.slot,) and out_slots == (out.slot,)
         assert [v for _, v, _ in saved.inputs] == [x]   # the input itself, not a copy
         g, = prim.reverse(None, saved, (np.ones(4),))
-    np.testing.assert_allclose(g, np.exp(np.sin(x) * 2) * 2 * np.cos(x) + 1, rtol=1e-13)
+    np.testing.assert_allclose(g, np.exp(np.sin(x) * 2) * 2 * np.cos(x) + 1, rtol=1e-13, atol=1e-12)
     assert len(calls) == 2   # the forward run and the recomputation
 
 
@@ -99,7 +99,7 @@ def test_closure_over_a_differentiated_value_gets_its_gradient():
         return np.sum(layer(layer(x)) ** 2)
     got, want = grads(loss, W, x), grads(plain, W, x)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-13)
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
     check_grads(loss, W, x)
 
 
@@ -112,7 +112,7 @@ def test_duplicated_arguments_accumulate_into_their_shadows():
     autodiff(Reverse, loss, Active, Duplicated(W, dW), Const(x))
     autodiff(Reverse, lambda Wd, x: np.sum(np.sin(Wd @ x)), Active, Duplicated(W, dW_plain),
              Const(x))
-    np.testing.assert_allclose(dW, dW_plain, rtol=1e-13)
+    np.testing.assert_allclose(dW, dW_plain, rtol=1e-13, atol=1e-13)
 
 
 def test_pytree_results_with_passthrough_and_integer_leaves():
@@ -128,7 +128,7 @@ def test_pytree_results_with_passthrough_and_integer_leaves():
     x, y = RNG.standard_normal(3), RNG.standard_normal(3)
     got, want = grads(loss(checkpoint(f)), x, y), grads(loss(f), x, y)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-13)
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-12)
 
 
 def test_nested_checkpoints():
@@ -139,7 +139,7 @@ def test_nested_checkpoints():
     plain = lambda x: np.sum((lambda h: plain_inner(plain_inner(h)) * h)(
         plain_inner(plain_inner(x)) * x) ** 2)
     x = RNG.standard_normal(3)
-    np.testing.assert_allclose(grads(loss, x)[0], grads(plain, x)[0], rtol=1e-13)
+    np.testing.assert_allclose(grads(loss, x)[0], grads(plain, x)[0], rtol=1e-13, atol=1e-17)
     check_grads(loss, x)
 
 
@@ -150,7 +150,7 @@ def test_autodiff_inside_a_checkpointed_function():
     x = RNG.standard_normal(3)
     loss = lambda f: lambda x: np.sum(f(x) ** 2)
     np.testing.assert_allclose(grads(loss(checkpoint(inner_grad)), x)[0],
-                               grads(loss(inner_grad), x)[0], rtol=1e-13)
+                               grads(loss(inner_grad), x)[0], rtol=1e-13, atol=1e-14)
     check_grads(loss(checkpoint(inner_grad)), x, order=1)
 
 
@@ -164,7 +164,7 @@ def test_values_written_after_the_call_do_not_reach_the_recomputation():
         return inner
     x = RNG.standard_normal(3)
     np.testing.assert_allclose(grads(loss(checkpoint(np.sin)), x)[0],
-                               grads(loss(np.sin), x)[0], rtol=1e-13)
+                               grads(loss(np.sin), x)[0], rtol=1e-13, atol=1e-13)
 
 
 def test_split_mode_tape_reversed_twice():
@@ -175,8 +175,8 @@ def test_split_mode_tape_reversed_twice():
     (g1,), = rev(Active(W), 1.0, tape)
     (g3,), = rev(Active(W), 3.0, tape)
     want = grads(lambda Wd: np.sum(np.tanh(Wd @ B)), W)[0]
-    np.testing.assert_allclose(g1, want, rtol=1e-13)
-    np.testing.assert_allclose(g3, 3 * want, rtol=1e-13)
+    np.testing.assert_allclose(g1, want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(g3, 3 * want, rtol=1e-13, atol=1e-13)
 
 
 def test_complex_inputs():
@@ -186,17 +186,17 @@ def test_complex_inputs():
                        (Reverse, lambda f: lambda z: np.sum(np.abs(f(z)) ** 2))]:
         (got,), = autodiff(mode, loss(checkpoint(inner)), Active, Active(z))
         (want,), = autodiff(mode, loss(inner), Active, Active(z))
-        np.testing.assert_allclose(got, want, rtol=1e-13)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
 def test_batched_reverse_and_hvp_through_checkpoints():
     x, v = RNG.standard_normal(3), RNG.standard_normal(3)
     layer = lambda h: np.tanh(W @ h) * h
     jac = lambda f: jacobian(Reverse, f, x, chunk=2)[0]   # BatchDuplicated reverse passes
-    np.testing.assert_allclose(jac(checkpoint(layer)), jac(layer), rtol=1e-13)
+    np.testing.assert_allclose(jac(checkpoint(layer)), jac(layer), rtol=1e-13, atol=1e-13)
     loss = lambda f: lambda h: np.sum(f(f(h)) ** 2)
     np.testing.assert_allclose(hvp(loss(checkpoint(layer)), x, v), hvp(loss(layer), x, v),
-                               rtol=1e-12)
+                               rtol=1e-12, atol=1e-15)
 
 
 def test_an_error_inside_the_function_leaves_the_trace_usable():
@@ -208,7 +208,7 @@ def test_an_error_inside_the_function_leaves_the_trace_usable():
             checkpoint(f)(x)
         return np.sum(np.sin(x))   # recorded as usual again
     x = RNG.standard_normal(3)
-    np.testing.assert_allclose(grads(loss, x)[0], np.cos(x), rtol=1e-14)
+    np.testing.assert_allclose(grads(loss, x)[0], np.cos(x), rtol=1e-14, atol=1e-14)
 
 
 # The recomputation's sweep runs under the mode modifiers of the tape it stands in for.
@@ -309,7 +309,7 @@ PLAIN = grads(rnn_loss(python_loop), W, H0, XS)
 def test_scan_gradients_equal_the_plain_loop(kw):
     got = grads(rnn_loss(lambda *a: checkpointed_scan(*a, **kw)), W, H0, XS)
     for name, g, want in zip(("U (closure)", "h0", "xs"), got, PLAIN):
-        np.testing.assert_allclose(g, want, rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-11, err_msg=name)
 
 
 @pytest.mark.parametrize("kw", [dict(every=3), dict(schedule="revolve", snapshots=2)])
@@ -346,7 +346,7 @@ def test_scan_stores_every_kth_carry_and_runs_each_step_twice():
                 want.append(c)
             c = np.sin(c) + XS[i]
         for got, w in zip(carries, want):
-            np.testing.assert_allclose(got, w, rtol=1e-15)
+            np.testing.assert_allclose(got, w, rtol=1e-15, atol=1e-15)
         assert len(carries) == len(want)
         trace.backward({h.slot: np.ones(3)}, [h0.slot])
     assert len(calls) == 2 * n
@@ -366,7 +366,7 @@ def test_revolve_runs_each_step_at_most_t_plus_1_times():
         lambda h, x: (np.tanh(U @ h + 0.01 * x), 0.0), h0,
         np.arange(n, dtype=float)[:, None] * np.ones(3))[0]), W, H0)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-12)
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     t = 5   # the least t with C(s + t, s) >= 40: C(3 + 4, 3) = 35, C(3 + 5, 3) = 56
     assert runs.max() == t + 1 and runs[-1] == 1   # the last step is taped directly
     assert runs.sum() < n * (t + 1)                # most steps run fewer times
@@ -394,7 +394,7 @@ def test_scan_pytree_carry_xs_and_ys():
     want = grads(loss(python_loop_tree), *args)
     got = grads(loss(lambda *a: checkpointed_scan(*a, every=4)), *args)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-12)
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-11)
 
 
 def python_loop_tree(step, carry, xs):
@@ -415,7 +415,7 @@ def test_scan_with_duplicated_weights_and_a_checkpoint_inside_the_step():
     dU, dU_plain = np.zeros_like(W), np.zeros_like(W)
     autodiff(Reverse, loss, Active, Duplicated(W, dU), Const(H0), Const(XS))
     autodiff(Reverse, plain, Active, Duplicated(W, dU_plain), Const(H0), Const(XS))
-    np.testing.assert_allclose(dU, dU_plain, rtol=1e-12)
+    np.testing.assert_allclose(dU, dU_plain, rtol=1e-12, atol=1e-12)
 
 
 def test_scan_without_xs():

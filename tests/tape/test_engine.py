@@ -56,7 +56,7 @@ def test_two_threads_differentiate_concurrently():
                 y = np.sin(y) * scale + x
             return np.sum(y)
         (expected,), = autodiff(Reverse, single, Active, Active(np.linspace(0.1, 0.5, 4)))
-        np.testing.assert_allclose(results[name], expected, rtol=1e-12)
+        np.testing.assert_array_equal(results[name], expected)
 
 
 def test_tape_is_released_after_the_call():
@@ -116,7 +116,7 @@ def test_owned_buffer_written_many_times_after_use():
     # total = sum_k sum_{i<=k} (x_i (i+1))^2  =>  d/dx_i = 2 x_i (i+1)^2 (n - i)
     n = len(x)
     expected = [2 * x[i] * (i + 1) ** 2 * (n - i) for i in range(n)]
-    np.testing.assert_allclose(g, expected)
+    np.testing.assert_allclose(g, expected, atol=1e-10)
 
 
 def test_cotangents_freed_during_sweep():
@@ -127,7 +127,7 @@ def test_cotangents_freed_during_sweep():
         assert len(trace.records) == 3
         out = trace.backward({y.slot: np.ones(())}, [x.slot])
     assert trace.records == []
-    np.testing.assert_allclose(out[x.slot], 2 * np.cos(1.0) * np.ones(3))
+    np.testing.assert_allclose(out[x.slot], 2 * np.cos(1.0) * np.ones(3), atol=1e-12)
 
 
 def test_augmented_assignment_on_duplicated_buffer():
@@ -172,7 +172,7 @@ def test_writes_through_a_basic_view_reach_the_base_array():
             r[2] = r[2] * 3.0
         return np.sum(out * out)
     numeric = numeric_gradient(plain, x)
-    np.testing.assert_allclose(g, numeric, rtol=1e-6)
+    np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-6)
     primal_value = autodiff(ReverseWithPrimal, f, Active, Active(x))[1]
     assert primal_value == pytest.approx(plain(x))
 
@@ -277,7 +277,7 @@ def test_writes_into_a_const_array_after_use_do_not_change_the_gradient():
     np.testing.assert_array_equal(W, [100.0, 2.0])       # the write still reaches the caller
     W = np.array([1.0, 2.0])
     (dx, _), = autodiff(Reverse, h, Active, Active(np.ones(2)), Const(W))
-    np.testing.assert_allclose(dx, np.cos(1.0) * np.array([1.0, 2.0]))
+    np.testing.assert_allclose(dx, np.cos(1.0) * np.array([1.0, 2.0]), atol=1e-12)
     np.testing.assert_array_equal(W, [3.0, 6.0])
 
 

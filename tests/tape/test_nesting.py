@@ -55,7 +55,7 @@ def test_hessian_vector_product_arrays():
         (g,), = autodiff(Reverse, f, Active, Active(x))
         return g
     hv, = autodiff(Forward, gradient, Duplicated(x, v))
-    np.testing.assert_allclose(hv, A @ v - np.sin(x) * v, rtol=1e-10)
+    np.testing.assert_allclose(hv, A @ v - np.sin(x) * v, rtol=1e-10, atol=1e-12)
 
 
 def test_inner_duplicated_shadow_is_traced_by_the_outer_level():
@@ -66,7 +66,7 @@ def test_inner_duplicated_shadow_is_traced_by_the_outer_level():
         return np.sum(dy)
     x = np.array([0.5, -1.0, 2.0])
     (g,), = autodiff(Reverse, outer, Active, Active(x))
-    np.testing.assert_allclose(g, 6 * x)
+    np.testing.assert_allclose(g, 6 * x, atol=1e-11)
 
 
 def test_const_outer_tracer_inside_inner():

@@ -34,14 +34,14 @@ def test_tape_is_reversed_many_times_with_different_seeds():
     x, dx = np.array([0.2, -0.4, 0.9]), np.zeros(3)
     fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Duplicated, Duplicated)
     tape, y, dy = fwd(Duplicated(x, dx))
-    np.testing.assert_allclose(y, f(x))
+    np.testing.assert_allclose(y, f(x), atol=1e-12)
     rows = []
     for k in range(2):
         dx[:] = 0
         rev(Duplicated(x, dx), np.eye(2)[k], tape)
         rows.append(dx.copy())
     J = (1 - np.tanh(A @ x) ** 2)[:, None] * A
-    np.testing.assert_allclose(np.array(rows), J)
+    np.testing.assert_allclose(np.array(rows), J, atol=1e-12)
 
 
 def test_duplicated_return_seeded_through_its_shadow():
@@ -52,7 +52,7 @@ def test_duplicated_return_seeded_through_its_shadow():
     np.testing.assert_array_equal(dy, np.zeros(2))
     dy[:] = [2.0, 0.0]
     assert rev(Duplicated(x, dx), tape) == ((None,),)
-    np.testing.assert_allclose(dx, [2.0 * (1 + 0.5) * np.exp(0.5), 0.0])
+    np.testing.assert_allclose(dx, [2.0 * (1 + 0.5) * np.exp(0.5), 0.0], atol=1e-11)
 
 
 def test_shadows_accumulate_across_reversals():
@@ -62,7 +62,7 @@ def test_shadows_accumulate_across_reversals():
     tape, _, _ = fwd(Duplicated(x, dx))
     rev(Duplicated(x, dx), 1.0, tape)
     rev(Duplicated(x, dx), 1.0, tape)
-    np.testing.assert_allclose(dx, [4.0, 8.0])
+    np.testing.assert_allclose(dx, [4.0, 8.0], atol=1e-11)
 
 
 def test_in_place_function_overwrites_primal_in_forward_and_seeds_in_reverse():
@@ -93,7 +93,7 @@ def test_values_saved_before_an_overwrite_stay_valid():
     tape, s, _ = fwd(Duplicated(x, dx))
     np.testing.assert_array_equal(x, [0.0, 0.0])
     rev(Duplicated(x, dx), 1.0, tape)
-    np.testing.assert_allclose(dx, np.cos(x0))
+    np.testing.assert_allclose(dx, np.cos(x0), atol=1e-12)
 
 
 def test_batch_split_mode():
@@ -105,7 +105,7 @@ def test_batch_split_mode():
     assert len(dys) == 2
     rev(BatchDuplicated(x, shadows), (np.array([1.0, 0.0]), np.array([0.0, 1.0])), tape)
     J = A * np.cos(x)
-    np.testing.assert_allclose(np.array(shadows), J)
+    np.testing.assert_allclose(np.array(shadows), J, atol=1e-12)
 
 
 def test_repr_lists_the_records():
@@ -190,7 +190,7 @@ def test_split_gradient_matches_finite_differences():
         tape, _, _ = fwd(Active(x))
         return rev(Active(x), 1.0, tape)[0][0]
     x = np.array([0.3, -0.8, 1.4])
-    np.testing.assert_allclose(via_split(x), np.sin(x) + x * np.cos(x))
+    np.testing.assert_allclose(via_split(x), np.sin(x) + x * np.cos(x), atol=1e-12)
     check_grads(via_split, x, modes=("fwd",), order=1)
 
 
