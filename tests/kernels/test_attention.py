@@ -50,8 +50,8 @@ def test_stop_gradient_barrier_gives_exact_zero():
     dq, dk, dv = grads(lambda q, k, v: kernels.swa_attention(q, _stop(k), v, 3), args, weight)
     assert not np.any(dk)
     full = grads(lambda *a: kernels.swa_attention(*a, 3), args, weight)
-    np.testing.assert_allclose(dq, full[0], rtol=1e-12)
-    np.testing.assert_allclose(dv, full[2], rtol=1e-12)
+    np.testing.assert_allclose(dq, full[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dv, full[2], rtol=1e-12, atol=1e-12)
     derivs, = autodiff(Reverse, lambda q, k, v: np.sum(_stop(kernels.swa_attention(q, k, v, 3)))
                        + 0.0 * np.sum(q), Active, *[Active(a) for a in args])
     assert all(g is None or not np.any(g) for g in derivs)
@@ -66,8 +66,9 @@ def test_full_window_is_causal_softmax_attention():
     p = np.exp(scores - scores.max(axis=1, keepdims=True))
     want = (p / p.sum(axis=1, keepdims=True)) @ v
     for window in (9, 50):
-        np.testing.assert_allclose(kernels.swa_attention(q, k, v, window), want, rtol=1e-12)
-    np.testing.assert_allclose(kernels.swa_attention(q, k, v, 1), v)
+        np.testing.assert_allclose(kernels.swa_attention(q, k, v, window), want, rtol=1e-12,
+                                   atol=1e-12)
+    np.testing.assert_allclose(kernels.swa_attention(q, k, v, 1), v, atol=1e-12)
 
 
 def test_blocks_cover_long_sequences():
@@ -96,7 +97,8 @@ def test_forward_saves_the_log_sum_exp():
     scores = q[0] @ k[0].T / np.sqrt(2)
     for i in range(5):
         lo = max(0, i - 1)
-        np.testing.assert_allclose(lse[0, i], np.log(np.sum(np.exp(scores[i, lo:i + 1]))))
+        np.testing.assert_allclose(lse[0, i], np.log(np.sum(np.exp(scores[i, lo:i + 1]))),
+                                   atol=1e-12)
 
 
 def test_batch_and_head_axes():
@@ -106,7 +108,7 @@ def test_batch_and_head_axes():
     g = grads(lambda *a: kernels.swa_attention(*a, 2), args, weight)
     for b in np.ndindex(2, 3):
         one = [a[b] for a in args]
-        np.testing.assert_allclose(out[b], kernels.swa_attention(*one, 2), rtol=1e-13)
+        np.testing.assert_allclose(out[b], kernels.swa_attention(*one, 2), rtol=1e-13, atol=1e-13)
         for gb, w in zip(g, grads(lambda *a: kernels.swa_attention(*a, 2), one, weight[b])):
             np.testing.assert_allclose(gb[b], w, rtol=1e-12, atol=1e-14)
 

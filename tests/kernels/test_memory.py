@@ -261,7 +261,7 @@ def test_memory_read():
     rng = np.random.default_rng(4)
     q, m = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 3, 3))
     y = kernels.memory_read(q, m)
-    np.testing.assert_allclose(y[1, 2], m[1] @ q[1, 2])
+    np.testing.assert_allclose(y[1, 2], m[1] @ q[1, 2], atol=1e-12)
     check_grads(kernels.memory_read, q, m, order=1)
     _, m_final = kernels.delta_rule(*make_args("delta", s=3, d=3, lead=(2,))[:5], m)
     check_grads(lambda q: kernels.memory_read(q, m_final), q, order=1)

@@ -115,7 +115,7 @@ def test_levels_zero_is_pure_sliding_window_attention(composition):
     value, new_state = loss(params, tokens, state, cfg)
     assert new_state.blocks == [[], []] and new_state.pos == cfg.seq_len
     args = (params.embed, params.blocks[0].w_o, params.blocks[1].attn.w_q)
-    np.testing.assert_allclose(float(value), float(reference(*args)), rtol=1e-12)
+    np.testing.assert_allclose(float(value), float(reference(*args)), rtol=1e-12, atol=1e-12)
 
     def model_loss(embed, w_o0, w_q1):
         p = dataclasses.replace(params, embed=embed, blocks=[

@@ -29,8 +29,8 @@ def test_adamw_matches_hand_computation_on_a_pytree():
     # weight decay only on matrices by default
     w = _hand_adamw(start["w"], [g["w"] for g in grads], 0.05, 0.9, 0.99, 1e-8, 0.1)
     b = _hand_adamw(start["b"], [g["b"][0] for g in grads], 0.05, 0.9, 0.99, 1e-8, 0.0)
-    np.testing.assert_allclose(params["w"], w, rtol=1e-12)
-    np.testing.assert_allclose(params["b"][0], b, rtol=1e-12)
+    np.testing.assert_allclose(params["w"], w, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(params["b"][0], b, rtol=1e-12, atol=1e-12)
     assert opt.t == 4
 
 

@@ -102,7 +102,7 @@ def test_hessian_of_linear_ode_against_expm():
     y0, v = np.array([1.0, -0.5]), np.array([0.3, 1.0])
     hv, = autodiff(Forward, lambda y0: gradient(Reverse, f, y0)[0], Duplicated(y0, v))
     want = e.T @ (6 * (e @ y0) * (e @ v))   # d/dy0 of 3 e^T (e y0)^2, in direction v
-    np.testing.assert_allclose(hv, want, rtol=1e-7)
+    np.testing.assert_allclose(hv, want, rtol=1e-7, atol=1e-8)
 
 
 def test_single_time_is_the_initial_value():
