@@ -236,6 +236,17 @@ class _MultivariateNormal(_Distribution):
         """
         return np.exp(self.logpdf(x, mean, cov, allow_singular))
 
+    def entropy(self, mean: ArrayLike | None = None, cov: ArrayLike = 1) -> Any:
+        """The differential entropy, (dim log(2 pi e) + log det cov) / 2; differentiable in
+        cov (through a Cholesky factor: cov must be positive definite).
+
+        >>> round(float(multivariate_normal.entropy(np.zeros(2), np.eye(2))), 6)
+        2.837877
+        """
+        dim, mean, cov = _mvn_parameters(mean, cov)
+        log_det = 2.0 * np.sum(np.log(np.diagonal(np.linalg.cholesky(cov))))
+        return 0.5 * (dim * (_LOG_2PI + 1.0) + log_det)
+
     def cdf(self, x: ArrayLike, mean: ArrayLike | None = None, cov: ArrayLike = 1,
             allow_singular: bool = False, maxpts: int | None = None, abseps: float = 1e-5,
             releps: float = 1e-5, *, lower_limit: ArrayLike | None = None,

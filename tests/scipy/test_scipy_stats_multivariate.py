@@ -168,3 +168,13 @@ def test_dirichlet_errors_as_scipy():
             S.dirichlet.logpdf(x, alpha_)
         with pytest.raises(ValueError):
             ss.dirichlet.logpdf(x, alpha_)
+
+
+@pytest.mark.parametrize("cov", [2.5, np.array([1.5, 0.5]), np.array([[2.0, 0.3], [0.3, 1.0]])])
+def test_mvn_entropy_matches_scipy_and_differentiates(cov):
+    dim = 2 if np.ndim(cov) else 1
+    want = ss.multivariate_normal.entropy(np.zeros(dim), cov)
+    np.testing.assert_allclose(S.multivariate_normal.entropy(np.zeros(dim), cov), want,
+                               rtol=1e-13, atol=1e-13)
+    check_grads(lambda c: S.multivariate_normal.entropy(np.zeros(dim), c * c), np.sqrt(cov)
+                if np.ndim(cov) < 2 else cov, order=2)
