@@ -20,12 +20,18 @@ from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Reverse, ReverseSplitNoPrimal, ReverseWithPrimal)
 from .api import autodiff
 from .core import primal
-from .pytree import flatten, is_inactive, tree_map
+from .pytree import flatten, is_inactive, tree_map, unflatten
 from .split import autodiff_thunk
 
 
 class GradientCheckError(AssertionError):
     """A derivative disagrees with finite differences."""
+
+
+def _is_tree(x) -> bool:
+    """Whether `x` is a container of values (not an array or a number)."""
+    leaves, _ = flatten(x)
+    return len(leaves) != 1 or leaves[0] is not x
 
 
 def _is_float(x):
@@ -93,8 +99,28 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     ``full_jacobian=True`` (slow; for debugging) every Jacobian entry is compared.
     Raises `GradientCheckError` saying which mode and order disagree.
 
+    Arguments may be pytrees (dicts, lists, dataclasses, ...): their floating-point leaves are
+    checked.
+
     >>> check_grads(lambda x, y: x * np.exp(y), 0.5, np.array([0.1, 0.2]), order=1)
+    >>> check_grads(lambda p: np.sum(p["w"] * p["b"]), {"w": np.ones(2), "b": 0.5}, order=1)
     """
+    if any(_is_tree(a) for a in args):   # check the leaves, passed one by one
+        leaves, treedefs, counts = [], [], []
+        for a in args:
+            flat, td = flatten(a)
+            leaves += flat
+            treedefs.append(td)
+            counts.append(len(flat))
+
+        def on_leaves(*flat):
+            rebuilt, start = [], 0
+            for td, n in zip(treedefs, counts):
+                rebuilt.append(unflatten(td, flat[start:start + n]))
+                start += n
+            return f(*rebuilt)
+        return check_grads(on_leaves, *leaves, modes=modes, order=order, eps=eps, rtol=rtol,
+                           atol=atol, full_jacobian=full_jacobian, seed=seed)
     args = list(args)
     rng = np.random.default_rng(seed)
     diff = [i for i, a in enumerate(args) if _is_float(a)]

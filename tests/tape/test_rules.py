@@ -123,3 +123,16 @@ def test_config_tells_which_arguments_are_active():
                       reverse=rev)
     autodiff(Reverse, lambda x, y: add(x, y), Active, Active(1.0), 2.0)
     assert configs == [(True, False)]
+
+
+def test_check_grads_takes_pytree_arguments():
+    params = {"w": np.array([0.3, -0.8]), "layers": [np.array([1.2, 0.4]), 0.7]}
+
+    def loss(p, x):
+        h = np.tanh(p["w"] * x + p["layers"][0])
+        return np.sum(h ** 2) * p["layers"][1]
+    check_grads(loss, params, np.array([0.5, 1.5]), order=2)
+    wrong = custom_rule(lambda x: x * x, augmented_primal=lambda cfg, x: (x * x, x),
+                        reverse=lambda cfg, x, g: (3 * x * g,))
+    with pytest.raises(GradientCheckError):
+        check_grads(lambda p: np.sum(wrong(p["w"])), params, modes=("rev",), order=1)
