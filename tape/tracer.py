@@ -137,7 +137,8 @@ class _Surface:
         return _call_function(func, *args, **kwargs)
 
     __array__ = _refuse_array
-    __float__ = _refuse("float(x)", _KEEP_ARRAY)
+    __float__ = _refuse("float(x)", "The math module's functions ask for this (math.exp(x)): "
+                        "use NumPy's (np.exp(x)). " + _KEEP_ARRAY)
     __complex__ = _refuse("complex(x)", _KEEP_ARRAY)
     __int__ = _refuse("int(x)", "An integer has no derivative: for an index or a count, use "
                       "int(tape.primal(x)); to keep differentiating, use np.floor(x) or "
