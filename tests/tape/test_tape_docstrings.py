@@ -1,4 +1,5 @@
-"""Every example in the engine's docstrings runs and prints what it says."""
+"""Every example in the docstrings of tape (tape.scipy included) and ops runs and prints what
+it says."""
 import doctest
 import importlib
 import pkgutil
@@ -6,9 +7,12 @@ import pkgutil
 import numpy as np
 import pytest
 
+import ops
 import tape
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(tape.__path__, "tape."))
+# The engine, its tape.scipy package and the ops that register the rules.
+MODULES = sorted(m.name for package in (tape, ops)
+                 for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."))
 
 
 @pytest.mark.parametrize("name", MODULES)
