@@ -437,8 +437,13 @@ def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=No
 def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
          correction=None):
     """np.std: sqrt(var), with std'(0) = 0 on constant slices."""
-    v = _var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where,
-             mean=mean, correction=correction)
+    return sqrt_of_variance(_var(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
+                                 keepdims=keepdims, where=where, mean=mean,
+                                 correction=correction))
+
+
+def sqrt_of_variance(v):
+    """sqrt(v) for a variance, with derivative 0 where v == 0 (a constant slice)."""
     if not isinstance(v, Tracer):
         return np.sqrt(v)
     flat = primal(v) == 0

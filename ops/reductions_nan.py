@@ -99,12 +99,9 @@ def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where
 def _nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_r._NO_VALUE,
             mean=_r._NO_VALUE, correction=_r._NO_VALUE):
     """np.nanstd: sqrt(nanvar), with nanstd'(0) = 0 on constant slices."""
-    v = _nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where,
-                mean=mean, correction=correction)
-    if not isinstance(v, Tracer):
-        return np.sqrt(v)
-    flat = primal(v) == 0
-    return np.where(flat, 0, np.sqrt(np.where(flat, 1, v)))
+    return _r.sqrt_of_variance(_nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
+                                       keepdims=keepdims, where=where, mean=mean,
+                                       correction=correction))
 
 
 def _nan_scan(name, fill):
