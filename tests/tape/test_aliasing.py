@@ -47,6 +47,11 @@ STEPS = st.one_of(
     st.tuples(st.just("write_through_transpose"), _rows, _cols, _coef),
     st.tuples(st.just("write_through_ravel"), st.integers(0, 11), _coef),
     st.tuples(st.just("add_whole"), _coef),
+    st.tuples(st.just("write_through_asarray"), _rows, _cols, _coef),   # the same array
+    st.tuples(st.just("write_into_array_copy"), _rows, _cols, _coef),   # a copy
+    st.tuples(st.just("multiply_out"), _coef),                          # ufunc out=y
+    st.tuples(st.just("add_out_into_row"), _rows, _coef),               # out= a view
+    st.tuples(st.just("read_swapaxes"),),                               # a view
 )
 
 
@@ -116,6 +121,20 @@ def run(program, y):
             r[args[0]] *= args[1]
         elif name == "add_whole":
             y += args[0]
+        elif name == "write_through_asarray":
+            a = np.asarray(y)
+            a[args[0], args[1]] = args[2] * a[args[0], args[1]] + 0.25
+        elif name == "write_into_array_copy":
+            a = np.array(y)
+            a[args[0], args[1]] = args[2]
+            pool.append(a)
+        elif name == "multiply_out":
+            np.multiply(y, args[0], out=y)
+        elif name == "add_out_into_row":
+            row = y[args[0]]
+            np.add(row, args[1] * row, out=row)
+        elif name == "read_swapaxes":
+            pool.append(np.swapaxes(y, 0, 1))
     return pool
 
 
