@@ -1,1 +1,2 @@
-"""Benchmarks of Hecate against its peers (never part of the test run): `hecate bench`."""
+"""Benchmark scripts that run from a checkout (never part of the test run). `hecate bench`
+itself is the installed package `models.bench`, which never imports this folder."""

@@ -1,6 +1,6 @@
-"""The ADBench tests import `benchmarks.adbench` from the repository root (benchmarks/ is not an
-installed package), and get ADBench's own files through the `adbench_data` fixture, which
-skips when they are absent (a user's checkout has no ../shared)."""
+"""The ADBench tests import `models.bench.adbench` (and `benchmarks.harness`, the checkout's entry
+point, from the repository root), and get ADBench's own files through the `adbench_data`
+fixture, which skips when they are absent (a user's checkout has no ../shared)."""
 import sys
 from pathlib import Path
 
@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 @pytest.fixture
 def adbench_data():
-    from benchmarks.adbench import io
+    from models.bench.adbench import io
 
     folder = io.data_dir()
     if folder is None:

@@ -1,7 +1,7 @@
 """ADBench's file formats: what the generator writes, the reader reads back exactly."""
 import numpy as np
 
-from benchmarks.adbench import generate, io
+from models.bench.adbench import generate, io
 
 
 def assert_same(a, b):

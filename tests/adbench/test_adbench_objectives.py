@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.adbench import ba, generate, gmm, lstm
+from models.bench.adbench import ba, generate, gmm, lstm
 from tape.testing import check_grads
 
 

@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 
-from benchmarks.adbench import ba, gmm, io, lstm
-from benchmarks.adbench.runners import rho
+from models.bench.adbench import ba, gmm, io, lstm
+from models.bench.adbench.runners import rho
 
 TOLERANCE = 1e-8   # ADBench's
 
@@ -43,7 +43,7 @@ def test_ba_residuals_and_sparse_jacobian(adbench_data):
 
 
 def test_standard_inputs_read_with_the_sizes_their_names_give(adbench_data):
-    from benchmarks.adbench import suite
+    from models.bench.adbench import suite
 
     for problem in suite.PROBLEMS.values():
         for size in problem.sizes:

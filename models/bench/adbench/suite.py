@@ -71,7 +71,7 @@ def load(problem: Problem, size: Size, generated_only: bool = False):
 class Tool:
     """Hecate or a peer, and how to prepare its calls on an input."""
     name: str
-    module: str | None       # the peer module under benchmarks.adbench (None: Hecate)
+    module: str | None       # the peer module under models.bench.adbench (None: Hecate)
     options: tuple = ()      # extra positional arguments of its prepare functions
     package: str = ""        # the library it needs, for the version and the "skipped" note
 

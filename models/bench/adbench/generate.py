@@ -6,9 +6,9 @@ weight and feature replicated, exactly like ADBench's files) and are written in 
 formats by `io`. ``random_ba`` makes a BA instance whose cameras, points and observations all
 differ, for tests (ADBench's replicated instances have identical rows).
 
-    python -m benchmarks.adbench.generate gmm --d 10 --K 25 --n 1000 gmm_d10_K25.txt
-    python -m benchmarks.adbench.generate lstm --l 2 --c 1024 lstm_l2_c1024.txt
-    python -m benchmarks.adbench.generate ba --n 49 --m 7776 --p 31843 ba1.txt
+    python -m models.bench.adbench.generate gmm --d 10 --K 25 --n 1000 gmm_d10_K25.txt
+    python -m models.bench.adbench.generate lstm --l 2 --c 1024 lstm_l2_c1024.txt
+    python -m models.bench.adbench.generate ba --n 49 --m 7776 --p 31843 ba1.txt
 """
 from __future__ import annotations
 

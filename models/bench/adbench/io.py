@@ -27,14 +27,22 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV_VAR = "HECATE_ADBENCH"
 
 
 def data_dir() -> Path | None:
-    """The folder holding ADBench's input files, or None when it is not available."""
+    """The folder holding ADBench's input files (``$HECATE_ADBENCH``, else ``../shared/adbench``
+    next to a checkout), or None when it is not available."""
+    from .. import checkout_root
+
     override = os.environ.get(ENV_VAR)
-    path = Path(override) if override else ROOT.parent / "shared" / "adbench"
+    root = checkout_root()
+    if override:
+        path = Path(override)
+    elif root is not None:
+        path = root.parent / "shared" / "adbench"
+    else:
+        return None
     return path if path.is_dir() else None
 
 

@@ -27,7 +27,8 @@ def _primitives():
     """Every primitive that a module of ops/, tape/ or the benchmarks holds at top level."""
     seen = {}
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(("ops", "tape", "kernels", "benchmarks")):
+        if module is None or not name.startswith(("ops", "tape", "kernels", "models.bench",
+                                                    "benchmarks")):
             continue
         for value in list(vars(module).values()):
             if isinstance(value, Primitive):
