@@ -4,7 +4,11 @@
 a central finite difference, so a new user sees the API work end to end. `hecate info` prints
 the detected GPU and the backend the kernel pairs select (`kernels.info`). `hecate train`,
 `hecate sample` and `hecate eval` train the Nested-Learning model and use its checkpoints
-(`models.commands`).
+(`models.commands`); `hecate bench` runs the benchmarks (`models.bench`).
+
+Every numeric flag is checked while the command line is parsed (`models.validation`); a user
+mistake is one ``hecate <command>: error: ...`` line on stderr, never a traceback, unless
+``--debug`` is given.
 """
 from __future__ import annotations
 
@@ -95,45 +99,87 @@ def demo(out=sys.stdout) -> int:
 
 
 def bench(argv: Sequence[str]) -> int:
-    """`hecate bench ...`: the harness in the repository's benchmarks/ folder, which sits next
-    to this package in a checkout or an editable install (it is not an installed package)."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "benchmarks" / "harness.py").is_file():
-        print(f"hecate bench needs the repository's benchmarks/ folder, which is not next to "
-              f"{root / 'models'}: run it from a checkout installed with `pip install -e .`",
-              file=sys.stderr)
-        return 2
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from benchmarks.harness import main as harness_main
+    """`hecate bench ...`: `models.bench.harness`, installed with this package (the
+    repository's benchmarks/ folder is not needed)."""
+    from .bench.harness import main as harness_main
     return harness_main(list(argv))
 
 
+def _run_guarded(command: str, debug: bool, fn: Callable[[], int]) -> int:
+    """``fn()``, with every error it raises turned into one line on stderr: an operating-system
+    error (a file that cannot be read or written) or lack of memory exits 1, an interruption
+    130, anything else (a bug) 1 with a pointer to ``--debug``. With `debug` the exception
+    propagates, so Python prints the whole traceback."""
+    prefix = f"hecate {command}: error:"
+    try:
+        return fn()
+    except SystemExit:
+        raise
+    except BaseException as e:
+        if debug:
+            raise
+        if isinstance(e, KeyboardInterrupt):
+            print(f"hecate {command}: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(e, MemoryError):
+            print(f"{prefix} out of memory ({e or 'MemoryError'}): use a smaller model, batch or "
+                  f"--seq-len", file=sys.stderr)
+        elif isinstance(e, OSError):
+            where = f": {e.filename}" if e.filename else ""
+            print(f"{prefix} {e.strerror or e}{where}", file=sys.stderr)
+        elif isinstance(e, Exception):
+            print(f"{prefix} internal error: {type(e).__name__}: {e} (run with --debug for the "
+                  f"traceback)", file=sys.stderr)
+        else:
+            raise
+        return 1
+
+
+DEBUG_HELP = "on an error, show the full Python traceback instead of the one-line message"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``hecate`` command. Returns the exit status: 0 on success, 2 for a bad command line
+    or bad input (one line on stderr, never a traceback unless ``--debug`` is given, before or
+    after the subcommand), 1 for other errors, 130 when interrupted."""
+    from .validation import Parser
+
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:   # the harness parses its own options (`hecate bench --help`)
-        return bench(argv[1:])
-    parser = argparse.ArgumentParser(prog="hecate", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    lead = 0
+    while argv[lead:lead + 1] == ["--debug"]:
+        lead += 1
+    if argv[lead:lead + 1] == ["bench"]:   # the harness parses its own options
+        rest = argv[lead + 1:]
+        return _run_guarded("bench", bool(lead) or "--debug" in rest, lambda: bench(rest))
+    parser = Parser(prog="hecate", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("demo", help="differentiate a few functions, checked against finite "
                                 "differences")
     sub.add_parser("info", help="the detected GPU and the backend kernel pairs use")
     sub.add_parser("bench", help="Hecate against autograd, PyTorch and JAX: ADBench and more "
                                  "(see `hecate bench --help`)")
-    from .commands import add_parsers, run
+    from .commands import add_parsers, check, run
     add_parsers(sub)   # train, sample, eval
-    args = parser.parse_args(argv)
-    if args.command in ("train", "sample", "eval"):
-        return run(args)
-    if args.command == "demo":
-        return 1 if demo() else 0
-    if args.command == "info":
+    for command in sub.choices.values():   # --debug after the subcommand too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=DEBUG_HELP)
+    try:
+        args = parser.parse_args(argv)
+        check(sub.choices[args.command], args)
+    except SystemExit as e:   # a bad flag (already reported, one line), or --help
+        return e.code if isinstance(e.code, int) else 2
+
+    def dispatch() -> int:
+        if args.command in ("train", "sample", "eval"):
+            return run(args)
+        if args.command == "demo":
+            return 1 if demo() else 0
         import kernels
         print(kernels.info())
         return 0
-    return 2
+
+    return _run_guarded(args.command, args.debug, dispatch)
 
 
 if __name__ == "__main__":

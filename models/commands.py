@@ -1,8 +1,10 @@
 """The `hecate train`, `hecate sample` and `hecate eval` subcommands (parsers and handlers).
 
-Every expected failure (missing data file, binary corpus, seq-len < window, incompatible or
-corrupt checkpoint, `--device gpu` without a GPU) is printed as one ``hecate <cmd>: error: ...``
-line on stderr with exit status 2; tracebacks are for bugs only.
+Numeric flags are checked while parsing (`models.validation`: ranges, finiteness; `check`: the
+checks across flags and the memory a run needs). Every expected failure after that (missing data
+file, binary corpus, incompatible or corrupt checkpoint, `--device gpu` without a GPU) is printed
+as one ``hecate <cmd>: error: ...`` line on stderr with exit status 2; with ``--debug`` it is
+raised instead, so its traceback shows.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(); sub = p.add_subparsers(dest="command")
@@ -20,6 +22,7 @@ from typing import Any
 
 from .config import COMPOSITIONS, RULES
 from .data import DataError
+from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, check_train
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
@@ -30,8 +33,8 @@ TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data"
 
 def add_parsers(sub: Any) -> None:
     """Register the three subcommands on an argparse subparsers object."""
-    t = sub.add_parser("train", help="train the Nested-Learning model (default: a few minutes "
-                                     "on the CPU on Python's own sources)")
+    t = sub.add_parser("train", help="train the Nested-Learning model (the defaults: 1 to 2 "
+                                     "minutes on 2 CPU cores, on Python's own sources)")
     t.add_argument("--run-dir", help="run directory (default runs/<timestamp>)")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir from its last checkpoint")
@@ -46,28 +49,45 @@ def add_parsers(sub: Any) -> None:
                                                             "CUDA kernels)")
     t.add_argument("--rule", choices=RULES)
     t.add_argument("--composition", choices=COMPOSITIONS)
-    t.add_argument("--levels", type=int, help="CMS levels (0: no memory branch, SWA alone)")
-    for name in ("d_model", "layers", "seq_len", "window", "steps", "seed",
-                 "batch_size"):
-        t.add_argument("--" + name.replace("_", "-"), type=int)
-    t.add_argument("--lr", type=float, help="peak learning rate")
-    t.add_argument("--gate-penalty", type=float,
+    t.add_argument("--levels", type=LEVELS, metavar="N",
+                   help="CMS levels, 0 to 4 (default 2; 0: no memory branch, SWA alone)")
+    sizes = {"d_model": "width of the model (default 64)",
+             "layers": "blocks (default 2)",
+             "seq_len": "tokens per training chunk, at least --window (default 128)",
+             "window": "sliding-window attention span, at most --seq-len (default 32)",
+             "steps": "optimizer steps (default 500)",
+             "batch_size": "sequences per step (default 8)"}
+    for name, text in sizes.items():
+        t.add_argument("--" + name.replace("_", "-"), type=POSITIVE_INT, metavar="N",
+                       help=f"{text}; a positive integer")
+    t.add_argument("--seed", type=SEED, metavar="N",
+                   help="seed of the initial parameters and the data order (default 0); "
+                        "a non-negative integer")
+    t.add_argument("--lr", type=POSITIVE, metavar="X",
+                   help="peak learning rate (default 3e-3); a finite number > 0")
+    t.add_argument("--gate-penalty", type=NON_NEGATIVE, metavar="X",
                    help="weight of the penalty that keeps the sigmoid gates out of saturation "
-                        "(default 0.01; 0 turns it off; models.layers.gate_excess)")
+                        "(default 0.01; 0 turns it off; models.layers.gate_excess); a finite "
+                        "number >= 0")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     s = sub.add_parser("sample", help="generate text from a run's last checkpoint")
     s.add_argument("--run", required=True, help="run directory")
     s.add_argument("--prompt", default="def ")
-    s.add_argument("--length", type=int, default=200, help="bytes to generate")
-    s.add_argument("--temperature", type=float, default=0.8)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--length", type=POSITIVE_INT, default=200, metavar="N",
+                   help="bytes to generate (default 200); a positive integer")
+    s.add_argument("--temperature", type=NON_NEGATIVE, default=0.8, metavar="X",
+                   help="sampling temperature (default 0.8; 0: always the likeliest byte); "
+                        "a finite number >= 0")
+    s.add_argument("--seed", type=SEED, default=0, metavar="N",
+                   help="sampling seed (default 0); a non-negative integer")
     s.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
 
     e = sub.add_parser("eval", help="validation loss and bits per byte of a run")
     e.add_argument("--run", required=True, help="run directory")
-    e.add_argument("--batches", type=int, help="validation chunks (default: the run's final "
-                                               "evaluation size)")
+    e.add_argument("--batches", type=POSITIVE_INT, metavar="N",
+                   help="validation chunks (default: the run's final evaluation size); a "
+                        "positive integer")
     e.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
 
 
@@ -105,6 +125,16 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checks of a parsed command that involve several flags (`parser.error` on failure:
+    one line, exit status 2); single values were checked while parsing (`models.validation`)."""
+    if args.command != "train":
+        return
+    if args.resume and not args.run_dir:
+        parser.error("--resume needs --run-dir DIR (the run to continue)")
+    check_train(parser, args, _flags(args, MODEL_FLAGS), _flags(args, TRAIN_FLAGS))
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch a parsed `train` / `sample` / `eval` command; expected errors -> exit 2."""
     from .checkpoint import CheckpointFileError
@@ -113,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return handler(args)
     except (DataError, CheckpointFileError, RunError) as e:
+        if getattr(args, "debug", False):
+            raise
         print(f"hecate {args.command}: error: {e}", file=sys.stderr)
         return 2
 
 
-__all__ = ["add_parsers", "run"]
+__all__ = ["add_parsers", "check", "run"]

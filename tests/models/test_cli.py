@@ -68,7 +68,7 @@ def test_empty_and_binary_corpus(tmp_path, capsys):
 def test_seq_len_below_window(tmp_path, capsys):
     err = _err(capsys, ["train", "--run-dir", str(tmp_path / "r"), "--seq-len", "8",
                         "--window", "16"])
-    assert "seq_len (8) must be >= window (16)" in err
+    assert "--seq-len 8 must be >= --window 16" in err
 
 
 def test_gpu_without_gpu(tmp_path, capsys, monkeypatch):
