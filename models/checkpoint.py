@@ -11,8 +11,13 @@ Format (version 1). A NumPy ``.npz`` archive (a zip of ``.npy`` files) with thes
 
 The checksum is SHA-256 over every array entry in sorted name order (name, dtype, shape and
 bytes), so a flipped bit anywhere is caught, not only a truncated zip. Writing goes to a
-temporary file in the same directory, flushed and fsynced, then `os.replace`d over the target:
-a crash leaves either the old checkpoint or the new one, never half of one.
+temporary file in the same directory (``<name>.<8 random chars>.tmp``, `TEMP_RE`), flushed and
+fsynced, then `os.replace`d over the target: a crash leaves either the old checkpoint or the new
+one, never half of one, and a write needs one checkpoint's worth of free space beyond the old
+file (never two copies plus a temporary file). An exception during the write removes the
+temporary file; a process killed mid-write leaves it behind, and `remove_orphans` (called when
+a run starts) deletes such files. `atomic_write` is the same writer for any file; `link_copy`
+adds a second name for a finished checkpoint (``step_<N>.npz``) without copying its bytes.
 
 >>> import tempfile, os, numpy as np
 >>> d = tempfile.mkdtemp()
@@ -24,14 +29,16 @@ a crash leaves either the old checkpoint or the new one, never half of one.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable, Optional
 
 import numpy as np
 
@@ -91,6 +98,88 @@ def _checksum(arrays: dict) -> str:
     return h.hexdigest()
 
 
+# The temporary files `atomic_write` creates: `tempfile.mkstemp` names, 8 characters from
+# [a-z0-9_] between the target's name and ".tmp".
+TEMP_RE = re.compile(r"^(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(f)`` on a temporary file next to `path`, fsync it, then rename it over
+    `path`. On any exception (including KeyboardInterrupt) the temporary file is removed and
+    `path` is left as it was.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.txt")
+    >>> atomic_write(p, lambda f: f.write(b"hi")); open(p).read()
+    'hi'
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def remove_orphans(directory: str | Path, targets: re.Pattern) -> list[str]:
+    """Delete the temporary files of `atomic_write` in `directory` whose target name matches
+    `targets` (files a killed process left behind); returns their names. Nothing else is
+    touched. Call it only while holding the directory's lock, so no live writer is in the way.
+    """
+    removed = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return removed
+    for name in names:
+        m = TEMP_RE.match(name)
+        if m and targets.match(m.group("target")) and os.path.isfile(os.path.join(directory,
+                                                                                  name)):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def link_copy(src: str | Path, dst: str | Path) -> None:
+    """Give the finished file `src` the second name `dst` (a hard link: no bytes copied, and
+    a later `os.replace` over `src` leaves `dst` as it was); falls back to an atomic copy
+    where the file system has no hard links."""
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f"{dst.name}.{os.getpid() % 10**8:08d}.tmp")
+    try:
+        if tmp.exists():
+            tmp.unlink()
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+    except OSError as e:
+        if tmp.exists():
+            tmp.unlink()
+        if e.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP,
+                           getattr(errno, "EOPNOTSUPP", errno.ENOTSUP)):
+            raise
+        data = src.read_bytes()
+        atomic_write(dst, lambda f: f.write(data))
+
+
+def estimate_size(arrays: dict, header: Optional[dict] = None) -> int:
+    """Bytes a checkpoint of `arrays` takes on disk (uncompressed .npz: the array bytes plus
+    per-entry zip and .npy headers), for a free-space check before writing."""
+    total = sum(int(a.nbytes) if hasattr(a, "nbytes") else np.asarray(a).nbytes
+                for a in arrays.values())
+    return total + 512 * (len(arrays) + 1) + len(json.dumps(header or {})) + 4096
+
+
 def save_checkpoint(path: str | Path, arrays: dict, header: dict) -> None:
     """Write `arrays` (name -> NumPy/CuPy array) and `header` (JSON-ready) to `path` atomically.
 
@@ -101,17 +190,7 @@ def save_checkpoint(path: str | Path, arrays: dict, header: dict) -> None:
     host = {name: to_numpy(a) for name, a in arrays.items()}
     header = dict(header, format=FORMAT, version=VERSION, checksum=_checksum(host))
     blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, __header__=blob, **host)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: np.savez(f, __header__=blob, **host))
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, dict]:
@@ -163,9 +242,10 @@ def config_differences(saved: dict, current: dict) -> list[str]:
     return out
 
 
-def check_compatible(path: str | Path, header: dict, model_config: dict) -> None:
-    """Raise `CheckpointFileError` naming every differing model-config field. Fields the
-    checkpoint predates (added to `ModelConfig` later) count as their defaults."""
+def check_compatible(path: str | Path, header: dict, model_config: dict, hint: str = "") -> None:
+    """Raise `CheckpointFileError` naming every differing model-config field (`hint` is
+    appended to the message). Fields the checkpoint predates (added to `ModelConfig` later)
+    count as their defaults."""
     from .config import ModelConfig
     saved = dict(header.get("model", {}))
     if saved:
@@ -174,8 +254,9 @@ def check_compatible(path: str | Path, header: dict, model_config: dict) -> None
     diffs = config_differences(saved, model_config)
     if diffs:
         raise CheckpointFileError(f"checkpoint {path} was written for another model "
-                                  f"configuration; differing fields: " + "; ".join(diffs))
+                                  f"configuration; differing fields: " + "; ".join(diffs) + hint)
 
 
-__all__ = ["CheckpointFileError", "save_checkpoint", "load_checkpoint", "check_compatible",
+__all__ = ["CheckpointFileError", "save_checkpoint", "atomic_write", "remove_orphans",
+           "link_copy", "estimate_size", "TEMP_RE", "load_checkpoint", "check_compatible",
            "config_differences", "tree_arrays", "fill_tree", "to_numpy", "FORMAT", "VERSION"]

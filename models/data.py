@@ -10,6 +10,8 @@
 
 All randomness comes from one seeded `numpy.random.Generator`; `state()` / `set_state()` capture
 it (and the stream positions) for checkpoints, so a resumed run draws the same batches.
+`describe()` names the data for the run's config and checkpoint: for text, the file's absolute
+path and the SHA-256 of its bytes, which `data_mismatch` compares when a run is resumed.
 
 >>> data = TextData(b"hello world, " * 100, batch=2, seq_len=8, seed=0)
 >>> data.next_batch().shape
@@ -17,6 +19,7 @@ it (and the stream positions) for checkpoints, so a resumed run draws the same b
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math  # noqa: F401  (used by the doctests)
 from pathlib import Path
@@ -129,6 +132,7 @@ class TextData:
                             f"validation chunk)")
         self.train, self.val = tokens[:-n_val], tokens[-n_val:]
         self.batch, self.seq_len, self.source = batch, seq_len, source
+        self.sha256 = hashlib.sha256(corpus).hexdigest()
         self.rng = np.random.default_rng(seed)
         self.cursors = self._starts(batch)
 
@@ -169,7 +173,7 @@ class TextData:
 
     def describe(self) -> dict:
         return {"task": "text", "source": self.source, "train_bytes": int(len(self.train)),
-                "val_bytes": int(len(self.val))}
+                "val_bytes": int(len(self.val)), "sha256": self.sha256}
 
 
 class RecallTask:
@@ -255,9 +259,47 @@ def make_data(task: str, batch: int, seq_len: int, seed: int, data_path: str | N
     if task != "text":
         raise DataError(f"unknown task {task!r}; expected 'text' or 'recall'")
     if data_path:
-        return TextData(load_text_file(data_path), batch, seq_len, seed, source=str(data_path))
+        return TextData(load_text_file(data_path), batch, seq_len, seed,
+                        source=str(absolute_path(data_path)))
     return TextData(stdlib_corpus(), batch, seq_len, seed, source="stdlib")
 
 
+def absolute_path(path: str | Path) -> Path:
+    """`path` made absolute against the current directory (``~`` expanded, symlinks kept), so
+    a run's config names its data file from any working directory.
+
+    >>> absolute_path("/a/../b.txt").as_posix()
+    '/b.txt'
+    """
+    import os
+    return Path(os.path.abspath(os.path.expanduser(str(path))))
+
+
+def data_mismatch(saved: dict, current: dict) -> str | None:
+    """One line naming how the data of a run (`saved`, from its checkpoint) differs from the
+    data found now (`current`, both from `describe()`), or None when the content is the same.
+    Only the content counts (a moved file with the same bytes is the same data); a checkpoint
+    written before hashes were stored is not compared.
+
+    >>> a = {"task": "text", "source": "/d/a.txt", "sha256": "1" * 64, "train_bytes": 9}
+    >>> data_mismatch(a, dict(a, source="/e/a.txt")) is None
+    True
+    >>> print(data_mismatch(a, dict(a, sha256="2" * 64)))
+    the training data differs from the checkpoint's: sha256 11111111... (/d/a.txt, 9 train bytes) at the checkpoint vs 22222222... (/d/a.txt, 9 train bytes) now
+    """
+    if saved.get("task") != current.get("task"):
+        return (f"the task differs from the checkpoint's: {saved.get('task')!r} at the checkpoint "
+                f"vs {current.get('task')!r} now")
+    old, new = saved.get("sha256"), current.get("sha256")
+    if old is None or new is None or old == new:
+        return None
+
+    def name(d: dict) -> str:
+        return f"{d['sha256'][:8]}... ({d.get('source')}, {d.get('train_bytes')} train bytes)"
+    return f"the training data differs from the checkpoint's: sha256 {name(saved)} at the " \
+           f"checkpoint vs {name(current)} now"
+
+
 __all__ = ["DataError", "TextData", "RecallTask", "make_data", "stdlib_corpus",
-           "load_text_file", "check_text", "unigram_entropy", "STDLIB_MODULES"]
+           "load_text_file", "check_text", "unigram_entropy", "STDLIB_MODULES", "absolute_path",
+           "data_mismatch"]

@@ -10,9 +10,18 @@ A run directory holds ``config.json`` (model and training configs), ``metrics.js
 per step: step, loss (the cross-entropy), objective (with the gate penalty), lr, grad_norm,
 tokens_per_s, and val_loss on evaluation steps),
 ``loss.png`` (train and validation curves) and ``checkpoints/`` (``last.npz`` plus
-``step_<N>.npz`` every `ckpt_every` steps; format in `models.checkpoint`). Everything a step
-depends on (params, AdamW moments, memory state, data RNG and stream positions, step) is in a
-checkpoint, so ``resume=True`` reproduces the losses of an uninterrupted run exactly.
+``step_<N>.npz`` every `ckpt_every` steps; format in `models.checkpoint`). ``last.npz`` is also
+written every `checkpoint_minutes` minutes of training, at the end, and when the run is stopped.
+Everything a step depends on (params, AdamW moments, memory state, data RNG and stream
+positions, step) is in a checkpoint, so ``resume=True`` reproduces the losses of an
+uninterrupted run exactly; the header also carries config.json (`models.rundir`), so a deleted
+config.json is rebuilt.
+
+Faults: SIGTERM or Ctrl-C stops at the next step boundary with a checkpoint, and a second
+Ctrl-C at once (`models.signals`); one trainer per run directory (`models.runlock`); orphan
+temporary files of killed writes are removed at the next start; a full or read-only disk stops
+the run with one line and the previous checkpoint intact; a resume refuses other data (by
+SHA-256) or another model config unless forced, and refuses ``--steps`` below its step.
 
 >>> import tempfile
 >>> from models.config import ModelConfig
@@ -28,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import signal
 import sys
 import time
 from pathlib import Path
@@ -40,15 +48,18 @@ from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_ze
 from tape import primal, tree_map
 
 from . import model
-from .checkpoint import (CheckpointFileError, check_compatible, fill_tree, load_checkpoint,
-                         save_checkpoint, to_numpy, tree_arrays)
+from .checkpoint import (CheckpointFileError, atomic_write, check_compatible, load_checkpoint,
+                         to_numpy)
 from .config import ModelConfig
-from .data import DataError, RecallTask, TextData, make_data, unigram_entropy
+from .data import (DataError, RecallTask, TextData, absolute_path, data_mismatch, make_data,
+                   unigram_entropy)
 from .optim import AdamW, clip_by_global_norm, warmup_cosine
+from .rundir import (METRICS, RunError, ckpt_path, disk_error, history_entry, load_run_config,
+                     read_history, remove_orphans, resume_command, write_json)
+from .runlock import LockError, RunLock
+from .runstate import FORCE_HINT, Checkpointer, plot_losses, restore, state_arrays
+from .signals import StopSignals
 
-
-class RunError(ValueError):
-    """A training/eval request that cannot run (bad flags, no GPU, existing run, NaN loss)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +81,7 @@ class TrainConfig:
     eval_batches: int = 4
     final_eval_batches: int = 16
     ckpt_every: int = 200
+    checkpoint_minutes: float = 5.0   # also write last.npz this often (0: only every ckpt_every)
     sample_bytes: int = 200
 
     def to_dict(self) -> dict:
@@ -111,6 +123,12 @@ class TrainResult:
     accuracy: Optional[float]
     seconds: float
     sample: str = ""
+    stopped_by: Optional[int] = None   # the signal that stopped the run early (SIGINT, SIGTERM)
+
+    @property
+    def exit_code(self) -> int:
+        """0, or 128 + the stopping signal (130 for Ctrl-C, 143 for SIGTERM)."""
+        return 0 if self.stopped_by is None else 128 + int(self.stopped_by)
 
 
 def array_module_for(device: str) -> Any:
@@ -135,38 +153,6 @@ def array_module_for(device: str) -> Any:
 
 def _plain(tree: Any) -> Any:
     return tree_map(lambda x: primal(x), tree)
-
-
-def _ckpt_path(run_dir: Path, name: str = "last") -> Path:
-    return run_dir / "checkpoints" / f"{name}.npz"
-
-
-def _save(run_dir: Path, names: list, cfg: ModelConfig, tcfg: TrainConfig, step: int,
-          params: Any, opt: AdamW, state: Any, data: Any) -> None:
-    arrays = tree_arrays(params, "params", "params")
-    arrays.update({f"opt/{k}": v for k, v in opt.state_arrays().items()})
-    arrays.update({k: np.asarray(to_numpy(v)) for k, v in
-                   tree_arrays(state, "state", "state").items()})
-    header = {"step": step, "opt_step": opt.t, "model": cfg.to_dict(), "train": tcfg.to_dict(),
-              "data_state": data.state()}
-    for name in names:
-        save_checkpoint(_ckpt_path(run_dir, name), arrays, header)
-
-
-def restore(path: Path, cfg: ModelConfig, tcfg: TrainConfig, xp: Any) -> tuple:
-    """``(params, opt, state, header)`` from the checkpoint at `path`, verified against `cfg`."""
-    arrays, header = load_checkpoint(path)
-    check_compatible(path, header, cfg.to_dict())
-    params = fill_tree(model.init_params(cfg, 0, xp), arrays, "params", "params", str(path), xp)
-    state = fill_tree(model.init_state(cfg, tcfg.batch_size, xp), arrays, "state", "state",
-                      str(path), xp)
-    opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-    try:
-        opt.load_state_arrays({k[4:]: v for k, v in arrays.items() if k.startswith("opt/")},
-                              header["opt_step"])
-    except (KeyError, ValueError) as e:
-        raise CheckpointFileError(f"checkpoint {path}: {e}") from None
-    return params, opt, state, header
 
 
 def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int) -> dict:
@@ -194,40 +180,6 @@ def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int
             "accuracy": float(np.mean(accs)) if accs else None}
 
 
-def _plot(run_dir: Path, history: list, baseline: Optional[float]) -> None:
-    import matplotlib
-    matplotlib.use("Agg")   # no display: write a file, never open a window
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    steps = [h["step"] for h in history]
-    ax.plot(steps, [h["loss"] for h in history], lw=0.8, label="train")
-    val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
-    if val:
-        ax.plot(*zip(*val), "o-", label="validation")
-    if baseline is not None:
-        ax.axhline(baseline, color="grey", ls="--", label=f"unigram ({baseline:.2f})")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(run_dir / "loss.png", dpi=100)
-    plt.close(fig)
-
-
-def _read_history(path: Path, upto: int) -> list:
-    """Metrics lines with step <= `upto` (lines past the last checkpoint are dropped on resume:
-    the resumed run writes them again)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if row["step"] <= upto:
-                rows.append(row)
-    return rows
-
-
 def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature: float = 0.8,
                 seed: int = 0, xp: Any = np) -> str:
     """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced)."""
@@ -239,26 +191,79 @@ def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature:
 
 def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool = False,
           progress: bool = True, out: Any = "stdout", corpus: Optional[bytes] = None,
-          stop_after: Optional[int] = None) -> TrainResult:
+          stop_after: Optional[int] = None, force: bool = False,
+          argv: Optional[list] = None) -> TrainResult:
     """Train `cfg` under `tcfg`, writing the run directory; see the module docstring.
 
     `corpus` (bytes) replaces the default corpus for the text task (tests); `stop_after` ends
     the run after that many steps as if interrupted, with a checkpoint (tests of `resume`).
-    `out` is where the summary goes: ``"stdout"`` (looked up at call time), a file, or None.
+    `out` is where the summary goes: ``"stdout"`` (looked up at call time), a file, or None
+    (None also silences the notes and the stop message, which go to stderr). `force` resumes
+    despite other data or model fields; `argv` is recorded in the config history (default
+    ``sys.argv[1:]``). A run stopped by SIGTERM/SIGINT returns with `TrainResult.stopped_by`
+    set; a second SIGINT raises KeyboardInterrupt.
     """
     out = sys.stdout if isinstance(out, str) and out == "stdout" else out
+
+    def note(msg: str) -> None:
+        if out is not None:
+            print(f"hecate train: {msg}", file=sys.stderr)
+
     try:
         cfg.validate()
     except ValueError as e:
         raise RunError(str(e)) from None
+    if not (math.isfinite(tcfg.checkpoint_minutes) and tcfg.checkpoint_minutes >= 0):
+        raise RunError(f"--checkpoint-minutes must be a finite number >= 0 (0: off); got "
+                       f"{tcfg.checkpoint_minutes}")
     xp = array_module_for(tcfg.device)
+    if tcfg.data:
+        tcfg = dataclasses.replace(tcfg, data=str(absolute_path(tcfg.data)))
     run_dir = Path(run_dir)
-    last = _ckpt_path(run_dir)
+    last = ckpt_path(run_dir)
+    if resume and not last.exists():
+        raise RunError(f"--resume: no checkpoint at {last}")
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise disk_error(e, run_dir, "nothing was written", "run the same command again") \
+            from None
+    lock = RunLock(run_dir)
+    try:
+        taken = lock.acquire()
+        if taken:
+            note(taken)
+        removed = remove_orphans(run_dir)
+        if removed:
+            note(f"removed {len(removed)} temporary file(s) left by an interrupted write: "
+                 f"{', '.join(removed)}")
+        with StopSignals() as stop:
+            try:
+                return _run(cfg, tcfg, run_dir, resume, progress, out, corpus, stop_after,
+                            force, argv, xp, stop, note)
+            except KeyboardInterrupt:
+                kept = f"the last complete checkpoint is kept: {last}; continue with: " \
+                    f"{resume_command(run_dir)}" if last.exists() else "no checkpoint written"
+                note(f"interrupted again: stopped at once; {kept}")
+                raise
+    finally:
+        lock.release()
+        if created:
+            try:
+                run_dir.rmdir()   # only when nothing was written into it
+            except OSError:
+                pass
+
+
+def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progress: bool,
+         out: Any, corpus: Optional[bytes], stop_after: Optional[int], force: bool,
+         argv: Optional[list], xp: Any, stop: StopSignals, note: Any) -> TrainResult:
+    """`train` with the run directory locked and the stop handlers installed."""
+    last = ckpt_path(run_dir)
     if not resume and last.exists():
         raise RunError(f"{run_dir} already holds a run (checkpoint {last}): pass --resume to "
                        f"continue it, or another --run-dir")
-    if resume and not last.exists():
-        raise RunError(f"--resume: no checkpoint at {last}")
     if corpus is not None and tcfg.task == "text":
         data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed, source="corpus")
     else:
@@ -268,31 +273,47 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
         raise RunError(f"--task recall needs vocab >= 129; got {cfg.vocab}")
     baseline = unigram_entropy(data.train) if isinstance(data, TextData) else None
 
+    history_cfg: list = []
     if resume:
-        params, opt, state, header = restore(last, cfg, tcfg, xp)
-        data.set_state(header["data_state"])
+        saved = load_run_config(run_dir, note)
+        params, opt, state, header = restore(last, cfg, tcfg, xp, force, note)
         start = int(header["step"])
+        if tcfg.steps < start:
+            raise RunError(f"--steps {tcfg.steps} is below the run's current step {start} "
+                           f"({last}): pass --steps {start} or more to continue it, or "
+                           f"another --run-dir")
+        mismatch = data_mismatch(header.get("data") or {}, data.describe())
+        if mismatch and not force:
+            raise RunError(f"{mismatch}; pass --force to resume on this data anyway")
+        if mismatch:
+            note(f"--force: {mismatch}")
+        data.set_state(header["data_state"])
+        history_cfg = list(saved.get("history") or header.get("history") or [])
     else:
         params = model.init_params(cfg, tcfg.seed, xp)
         opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
         state = model.init_state(cfg, tcfg.batch_size, xp)
         start = 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(
-        {"model": cfg.to_dict(), "train": tcfg.to_dict(), "data": data.describe(),
-         "unigram_entropy": baseline}, indent=2))
-    metrics_path = run_dir / "metrics.jsonl"
-    history = _read_history(metrics_path, start)
-    metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+    history_cfg.append(history_entry(start, tcfg.steps, argv))
+    config = {"model": cfg.to_dict(), "train": tcfg.to_dict(), "data": data.describe(),
+              "unigram_entropy": baseline, "history": history_cfg}
+    ckpt = Checkpointer(run_dir, tcfg.ckpt_every, tcfg.checkpoint_minutes,
+                        start if resume else None)
+    metrics_path = run_dir / METRICS
+    history = read_history(metrics_path, start)
+    try:
+        write_json(run_dir / "config.json", config)
+        text = "".join(json.dumps(h) + "\n" for h in history).encode()
+        atomic_write(metrics_path, lambda f: f.write(text))
+        last.parent.mkdir(exist_ok=True)
+        log = metrics_path.open("a")
+    except OSError as e:
+        raise disk_error(e, getattr(e, "filename", None) or run_dir, ckpt.kept(),
+                         resume_command(run_dir) if resume else "run the same command "
+                                                                "again") from None
 
     grads = make_zero(params)
     tokens_per_step = tcfg.batch_size * cfg.seq_len
-    interrupted = []
-    old_handler = None
-    try:   # Ctrl-C ends the run at the next step boundary, with a checkpoint
-        old_handler = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-    except ValueError:   # not the main thread
-        pass
     bar = None
     if progress:
         from tqdm import tqdm
@@ -300,77 +321,94 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
                    file=sys.stderr)
     t_start = time.perf_counter()
     losses, step, ev = [], start, None
+    at_once = False   # a second Ctrl-C: leave without the plot
     try:
-        with metrics_path.open("a") as log:
-            while step < tcfg.steps:
-                t0 = time.perf_counter()
-                tokens = xp.asarray(data.next_batch())
-                if isinstance(data, RecallTask):
-                    # Recall sequences are independent episodes (as in `evaluate`): memory
-                    # carried over from the previous batch would hold the same keys bound to
-                    # other values, a conflict the model could not resolve.
-                    state = model.init_state(cfg, tcfg.batch_size, xp)
-                make_zero_(grads)
-                box = []
+        while step < tcfg.steps and not stop.requested:
+            t0 = time.perf_counter()
+            tokens = xp.asarray(data.next_batch())
+            if isinstance(data, RecallTask):
+                # Recall sequences are independent episodes (as in `evaluate`): memory
+                # carried over from the previous batch would hold the same keys bound to
+                # other values, a conflict the model could not resolve.
+                state = model.init_state(cfg, tcfg.batch_size, xp)
+            make_zero_(grads)
+            box = []
 
-                def objective(p, t):
-                    value, new_state, ce = model.training_loss(p, t, state, cfg)
-                    box.append((new_state, ce))
-                    return value
+            def objective(p, t):
+                value, new_state, ce = model.training_loss(p, t, state, cfg)
+                box.append((new_state, ce))
+                return value
 
-                _, total = autodiff(ReverseWithPrimal, objective, Active,
-                                    Duplicated(params, grads), Const(tokens))
-                # The cross-entropy is what is reported; a non-finite gate term still stops.
-                value, total = float(primal(box[-1][1])), float(total)
-                norm = clip_by_global_norm(grads, tcfg.clip)
-                if not (math.isfinite(value) and math.isfinite(total) and math.isfinite(norm)):
-                    kept = f"last good checkpoint kept: {last}" if last.exists() else \
-                        "no checkpoint was written before it"
-                    raise RunError(f"non-finite loss ({value}), objective ({total}) or gradient "
-                                   f"norm ({norm}) at step "
-                                   f"{step + 1}; training stopped; {kept}")
-                lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
-                opt.step(params, grads, lr)
-                state = _plain(box[-1][0])
-                step += 1
-                losses.append(value)
-                tps = tokens_per_step / (time.perf_counter() - t0)
-                row = {"step": step, "loss": value, "objective": total, "lr": lr,
-                       "grad_norm": norm,
-                       "tokens_per_s": tps, "val_loss": None}
-                if step % tcfg.eval_every == 0 or step == tcfg.steps:
-                    batches = tcfg.final_eval_batches if step == tcfg.steps else tcfg.eval_batches
-                    ev = evaluate(params, cfg, data, xp, batches)
-                    row["val_loss"] = ev["val_loss"]
-                    if ev["accuracy"] is not None:
-                        row["val_accuracy"] = ev["accuracy"]
+            _, total = autodiff(ReverseWithPrimal, objective, Active,
+                                Duplicated(params, grads), Const(tokens))
+            # The cross-entropy is what is reported; a non-finite gate term still stops.
+            value, total = float(primal(box[-1][1])), float(total)
+            norm = clip_by_global_norm(grads, tcfg.clip)
+            if not (math.isfinite(value) and math.isfinite(total) and math.isfinite(norm)):
+                kept = f"last good checkpoint kept: {last}" if last.exists() else \
+                    "no checkpoint was written before it"
+                raise RunError(f"non-finite loss ({value}), objective ({total}) or gradient "
+                               f"norm ({norm}) at step "
+                               f"{step + 1}; training stopped; {kept}")
+            lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
+            opt.step(params, grads, lr)
+            state = _plain(box[-1][0])
+            step += 1
+            losses.append(value)
+            tps = tokens_per_step / (time.perf_counter() - t0)
+            row = {"step": step, "loss": value, "objective": total, "lr": lr,
+                   "grad_norm": norm, "tokens_per_s": tps, "val_loss": None}
+            if step % tcfg.eval_every == 0 or step == tcfg.steps:
+                batches = tcfg.final_eval_batches if step == tcfg.steps else tcfg.eval_batches
+                ev = evaluate(params, cfg, data, xp, batches)
+                row["val_loss"] = ev["val_loss"]
+                if ev["accuracy"] is not None:
+                    row["val_accuracy"] = ev["accuracy"]
+            try:
                 log.write(json.dumps(row) + "\n")
                 log.flush()
-                history.append(row)
-                stopping = bool(interrupted) or (stop_after is not None
-                                                 and step - start >= stop_after)
-                names = ["last"] if (step % tcfg.ckpt_every == 0 or step == tcfg.steps
-                                     or stopping) else []
-                if step % tcfg.ckpt_every == 0:
-                    names.append(f"step_{step:06d}")
-                if names:
-                    _save(run_dir, names, cfg, tcfg, step, params, opt, state, data)
-                if bar is not None:
-                    bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
-                    bar.update(1)
-                if stopping:
-                    if interrupted and out is not None:
-                        print(f"interrupted at step {step}; checkpoint {last}; continue with "
-                              f"--resume --run-dir {run_dir}", file=out)
-                    break
+            except OSError as e:
+                raise disk_error(e, metrics_path, ckpt.kept(), resume_command(run_dir)) \
+                    from None
+            history.append(row)
+            stopping = stop.requested or (stop_after is not None and step - start >= stop_after)
+            names = ckpt.due(step, step == tcfg.steps, stopping)
+            if names:
+                header = {"step": step, "opt_step": opt.t, **config,
+                          "data_state": data.state()}
+                ckpt.save(names, step, state_arrays(params, opt, state), header)
+            if bar is not None:
+                bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
+                bar.update(1)
+            if stopping:
+                break
+    except KeyboardInterrupt:
+        at_once = True
+        raise
     finally:
         if bar is not None:
             bar.close()
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
-        if history:
-            _plot(run_dir, history, baseline)
+        try:
+            log.close()
+        except OSError:
+            pass
+        if history and not at_once:
+            try:
+                plot_losses(run_dir, history, baseline)
+            except OSError as e:
+                note(f"could not write {run_dir / 'loss.png'}: {e.strerror}")
     seconds = time.perf_counter() - t_start
+    if stop.requested:
+        if ckpt.saved_step is None:
+            note(f"stopped by {stop.name} before the first step: nothing to resume; run the "
+                 f"same command again")
+        else:
+            note(f"stopped by {stop.name} at step {step}; checkpoint {last} (step "
+                 f"{ckpt.saved_step}); resume with: {resume_command(run_dir)}")
+        nan = float("nan")
+        return TrainResult(run_dir, step, losses, ev["val_loss"] if ev else nan,
+                           ev["bits_per_byte"] if ev else nan, baseline,
+                           ev["accuracy"] if ev else None, seconds, "", stop.signum)
     if ev is None or (history and history[-1]["val_loss"] is None):
         ev = evaluate(params, cfg, data, xp, tcfg.eval_batches)
     text = ""
@@ -398,11 +436,11 @@ def summary(r: TrainResult) -> str:
 
 
 def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: dict,
-                    train_flags: dict) -> tuple[ModelConfig, TrainConfig]:
+                    train_flags: dict, force: bool = False) -> tuple[ModelConfig, TrainConfig]:
     """Configs for a run: the defaults (`RECALL_MODEL` / `RECALL_TRAIN` over them for
-    ``task="recall"``; with `resume`, the run's saved config.json) with the explicitly given
-    flags on top. A model flag that contradicts the checkpoint is an error
-    naming every differing field."""
+    ``task="recall"``; with `resume`, the run's saved config, rebuilt from the checkpoint when
+    config.json is gone) with the explicitly given flags on top. A model flag that contradicts
+    the checkpoint is an error naming every differing field, unless `force`."""
     model_base, train_base = ModelConfig().to_dict(), TrainConfig().to_dict()
     if train_flags.get("task") == "recall":
         model_base, train_base = {**model_base, **RECALL_MODEL}, {**train_base, **RECALL_TRAIN}
@@ -414,20 +452,10 @@ def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: di
         tcfg = TrainConfig.from_dict({**train_base, **train_flags})
     except (TypeError, ValueError) as e:
         raise RunError(str(e)) from None
-    if resume:
-        _, header = load_checkpoint(_ckpt_path(Path(run_dir)))
-        check_compatible(_ckpt_path(Path(run_dir)), header, cfg.to_dict())
+    if resume and not force:
+        _, header = load_checkpoint(ckpt_path(Path(run_dir)))
+        check_compatible(ckpt_path(Path(run_dir)), header, cfg.to_dict(), hint=FORCE_HINT)
     return cfg, tcfg
-
-
-def load_run_config(run_dir: Optional[str | Path]) -> dict:
-    path = Path(run_dir or ".") / "config.json"
-    if not path.is_file():
-        raise RunError(f"no run at {run_dir}: {path} not found")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path} is not valid JSON ({e})") from None
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
@@ -436,24 +464,29 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
     cfg = ModelConfig.from_dict(saved["model"])
     tcfg = TrainConfig.from_dict(saved["train"])
     xp = array_module_for(device)
-    params, _, _, header = restore(_ckpt_path(Path(run_dir)), cfg, tcfg, xp)
+    params, _, _, header = restore(ckpt_path(Path(run_dir)), cfg, tcfg, xp)
     return cfg, tcfg, params, header, xp
 
 
 def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = None,
              corpus: Optional[bytes] = None) -> dict:
-    """`hecate eval`: validation loss and bits per byte of a run's last checkpoint."""
+    """`hecate eval`: validation loss and bits per byte of a run's last checkpoint (on the
+    data as it is now; a note says when it differs from what the run trained on)."""
     cfg, tcfg, params, header, xp = load_run(run_dir, device)
     if corpus is not None and tcfg.task == "text":
         data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed)
     else:
         data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
                          pairs=tcfg.pairs)
+    mismatch = data_mismatch(header.get("data") or {}, data.describe())
+    if mismatch:
+        print(f"hecate eval: note: {mismatch}", file=sys.stderr)
     ev = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches)
     ev["step"] = header["step"]
     return ev
 
 
-__all__ = ["RECALL_MODEL", "RECALL_TRAIN", "TrainConfig", "TrainResult", "RunError", "train", "evaluate", "resolve_configs",
-           "load_run", "eval_run", "sample_text", "summary", "array_module_for", "DataError",
-           "CheckpointFileError"]
+__all__ = ["RECALL_MODEL", "RECALL_TRAIN", "TrainConfig", "TrainResult", "RunError", "train",
+           "evaluate", "resolve_configs", "load_run", "load_run_config", "restore", "eval_run",
+           "sample_text", "summary", "array_module_for", "DataError", "CheckpointFileError",
+           "LockError"]

@@ -5,8 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from models.checkpoint import (CheckpointFileError, check_compatible, fill_tree, load_checkpoint,
-                               save_checkpoint, tree_arrays)
+from models.checkpoint import (TEMP_RE, CheckpointFileError, atomic_write, check_compatible,
+                               estimate_size, fill_tree, link_copy, load_checkpoint,
+                               remove_orphans, save_checkpoint, tree_arrays)
+from models.rundir import RUN_FILES
 
 
 def _write(path):
@@ -91,3 +93,45 @@ def test_incompatible_config_names_the_fields(tmp_path):
     assert "d_model: 64 (checkpoint) vs 32 (this run)" in msg and "rule" in msg
     assert "layers" not in msg
     assert json.dumps(header)   # headers stay JSON
+
+
+def test_interrupted_write_removes_its_temporary_file(tmp_path):
+    path = tmp_path / "last.npz"
+    path.write_bytes(b"old")
+    seen = []
+
+    def write(f):
+        f.write(b"half")
+        seen.extend(p.name for p in tmp_path.iterdir() if TEMP_RE.match(p.name))
+        raise KeyboardInterrupt   # a second Ctrl-C mid-write
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, write)
+    assert len(seen) == 1 and seen[0].startswith("last.npz.")
+    assert os.listdir(tmp_path) == ["last.npz"] and path.read_bytes() == b"old"
+
+
+def test_orphan_cleanup_touches_only_the_writers_own_temporary_files(tmp_path):
+    ours = ["last.npz.a1b2c3d4.tmp", "step_000200.npz.00012345.tmp", "config.json.zz_9y8x7.tmp"]
+    others = ["notes.tmp", "last.npz.tmp", "data.txt.a1b2c3d4.tmp", "last.npz.A1B2C3D4.tmp",
+              "last.npz", "x.a1b2c3d4.tmp.bak"]
+    for name in ours + others:
+        (tmp_path / name).write_text("x")
+    assert sorted(remove_orphans(tmp_path, RUN_FILES)) == sorted(ours)
+    assert sorted(os.listdir(tmp_path)) == sorted(others)
+
+
+def test_link_copy_keeps_the_snapshot_when_the_source_is_replaced(tmp_path):
+    save_checkpoint(tmp_path / "last.npz", {"params/w": np.ones(3)}, {"step": 1})
+    link_copy(tmp_path / "last.npz", tmp_path / "step_1.npz")
+    save_checkpoint(tmp_path / "last.npz", {"params/w": np.zeros(3)}, {"step": 2})
+    assert load_checkpoint(tmp_path / "step_1.npz")[1]["step"] == 1
+    assert load_checkpoint(tmp_path / "last.npz")[1]["step"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["last.npz", "step_1.npz"]
+
+
+def test_size_estimate_covers_the_file(tmp_path):
+    arrays = {f"params/w{i}": np.ones((i + 1, 7), np.float32) for i in range(20)}
+    header = {"step": 3, "model": {"d_model": 8}}
+    save_checkpoint(tmp_path / "c.npz", arrays, header)
+    size = (tmp_path / "c.npz").stat().st_size
+    assert size <= estimate_size(arrays, header) <= size + 64 * 1024

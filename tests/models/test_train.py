@@ -143,3 +143,128 @@ def test_gpu_without_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(dispatch, "detect_gpu", lambda: None)
     with pytest.raises(RunError, match="--device gpu: no GPU available: kernels.detect_gpu"):
         train_mod.array_module_for("gpu")
+
+
+def test_sigterm_stops_at_a_step_boundary_and_restores_the_handlers(tmp_path, monkeypatch):
+    import os
+    import signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    real, calls = model_mod.training_loss, []
+
+    def signalled(*args):
+        calls.append(1)
+        if len(calls) == 3:   # mid-step: the step still completes
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+    monkeypatch.setattr(train_mod.model, "training_loss", signalled)
+    stopped = train(CFG, _tcfg(), tmp_path / "b", progress=False, out=None, corpus=CORPUS)
+    monkeypatch.setattr(train_mod.model, "training_loss", real)
+    assert stopped.stopped_by == signal.SIGTERM and stopped.exit_code == 143
+    assert stopped.step == 3 and load_checkpoint(tmp_path / "b" / "checkpoints" /
+                                                 "last.npz")[1]["step"] == 3
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert not (tmp_path / "b" / "hecate.lock").exists()
+    rest = train(CFG, _tcfg(), tmp_path / "b", resume=True, progress=False, out=None,
+                 corpus=CORPUS)
+    full = train(CFG, _tcfg(), tmp_path / "a", progress=False, out=None, corpus=CORPUS)
+    assert stopped.losses + rest.losses == full.losses and rest.exit_code == 0
+
+
+def test_checkpoint_every_few_minutes(tmp_path, monkeypatch):
+    from models import runstate
+    clock = {"t": 0.0}
+
+    class FakeTime:   # 30 s pass between two readings of the clock (one per step and one
+        @staticmethod  # after each write)
+        def monotonic():
+            clock["t"] += 30.0
+            return clock["t"]
+    monkeypatch.setattr(runstate, "time", FakeTime)
+    saved = []
+    real = runstate.save_checkpoint
+    monkeypatch.setattr(runstate, "save_checkpoint",
+                        lambda path, arrays, header: (saved.append(header["step"]),
+                                                      real(path, arrays, header)))
+    train(CFG, _tcfg(ckpt_every=1000, checkpoint_minutes=1.0), tmp_path / "a", progress=False,
+          out=None, corpus=CORPUS)
+    assert saved == [2, 4, 6]   # a minute after each write, and at the end
+    saved.clear()
+    train(CFG, _tcfg(ckpt_every=1000, checkpoint_minutes=0.0), tmp_path / "b", progress=False,
+          out=None, corpus=CORPUS)
+    assert saved == [6]
+    with pytest.raises(RunError, match="--checkpoint-minutes must be a finite number >= 0"):
+        train(CFG, _tcfg(checkpoint_minutes=-1.0), tmp_path / "c", progress=False, out=None,
+              corpus=CORPUS)
+
+
+def test_run_directory_lock(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    from models.runlock import LockError
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / "hecate.lock"
+    host = socket.gethostname()
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": host, "started": "then"}))
+    with pytest.raises(LockError, match=f"in use by PID {os.getppid()} .since then"):
+        train(CFG, _tcfg(steps=1), run, progress=False, out=None, corpus=CORPUS)
+    assert lock.exists() and not (run / "config.json").exists()
+    lock.write_text(json.dumps({"pid": 1234, "host": "elsewhere"}))
+    with pytest.raises(LockError, match="PID 1234 on host elsewhere"):
+        train(CFG, _tcfg(steps=1), run, progress=False, out=None, corpus=CORPUS)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(json.dumps({"pid": dead.pid, "host": host}))
+    train(CFG, _tcfg(steps=1), run, progress=False, out=None, corpus=CORPUS)
+    assert not lock.exists()
+
+
+def test_force_resumes_despite_a_model_field(tmp_path, capsys):
+    train(CFG, _tcfg(steps=2), tmp_path, progress=False, out=None, corpus=CORPUS)
+    with pytest.raises(CheckpointFileError, match="gate_penalty.*pass --force"):
+        resolve_configs(tmp_path, True, {"gate_penalty": 0.5}, {"steps": 3})
+    cfg, tcfg = resolve_configs(tmp_path, True, {"gate_penalty": 0.5}, {"steps": 3}, force=True)
+    with pytest.raises(CheckpointFileError, match="gate_penalty"):
+        train(cfg, tcfg, tmp_path, resume=True, progress=False, out=None, corpus=CORPUS)
+    result = train(cfg, tcfg, tmp_path, resume=True, progress=False, corpus=CORPUS, force=True)
+    assert result.step == 3 and "--force: checkpoint" in capsys.readouterr().err
+    with pytest.raises(RunError, match="training data differs.*--force"):
+        train(cfg, _tcfg(steps=4), tmp_path, resume=True, progress=False, out=None,
+              corpus=CORPUS + b"#", force=False)
+
+
+def test_not_enough_free_space_is_checked_before_writing(tmp_path, monkeypatch):
+    import collections
+    from models import runstate
+    train(CFG, _tcfg(steps=2), tmp_path, progress=False, out=None, corpus=CORPUS)
+    last = tmp_path / "checkpoints" / "last.npz"
+    before, size = last.read_bytes(), last.stat().st_size
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(runstate.shutil, "disk_usage", lambda p: usage(10**9, 0, size // 2))
+    with pytest.raises(RunError, match=r"not enough free space.*previous checkpoint \(step 2\) "
+                                       r"is kept.*--resume"):
+        train(CFG, _tcfg(steps=4), tmp_path, resume=True, progress=False, out=None,
+              corpus=CORPUS)
+    assert last.read_bytes() == before
+    # one checkpoint's worth of free space (the estimate) is enough
+    monkeypatch.setattr(runstate.shutil, "disk_usage", lambda p: usage(10**9, 0, 2 * size))
+    train(CFG, _tcfg(steps=4), tmp_path, resume=True, progress=False, out=None, corpus=CORPUS)
+
+
+def test_snapshots_are_hard_links_and_a_torn_metrics_line_is_skipped(tmp_path):
+    import os
+    run = tmp_path / "run"
+    train(CFG, _tcfg(steps=4), run, progress=False, out=None, corpus=CORPUS)
+    ck = run / "checkpoints"
+    assert os.stat(ck / "last.npz").st_ino == os.stat(ck / "step_000004.npz").st_ino
+    assert os.stat(ck / "step_000002.npz").st_ino != os.stat(ck / "last.npz").st_ino
+    assert load_checkpoint(ck / "step_000002.npz")[1]["step"] == 2
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 5, "loss": 1.')   # a kill in the middle of a line
+    result = train(CFG, _tcfg(steps=5), run, resume=True, progress=False, out=None,
+                   corpus=CORPUS)
+    assert result.step == 5
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] \
+        == [1, 2, 3, 4, 5]
