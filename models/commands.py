@@ -28,7 +28,7 @@ from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, chec
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
                "rule": str, "composition": str, "gate_penalty": float}
 TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
-               "task": str, "device": str}
+               "task": str, "device": str, "checkpoint_minutes": float}
 
 
 def add_parsers(sub: Any) -> None:
@@ -70,6 +70,13 @@ def add_parsers(sub: Any) -> None:
                         "(default 0.01; 0 turns it off; models.layers.gate_excess); a finite "
                         "number >= 0")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--checkpoint-minutes", type=NON_NEGATIVE, metavar="X",
+                   help="also write the checkpoint every X minutes of training (default 5; 0: "
+                        "only every 200 steps, at the end and when stopped); a finite number "
+                        ">= 0")
+    t.add_argument("--force", action="store_true",
+                   help="with --resume: continue although the data's content (SHA-256) or "
+                        "model fields differ from the checkpoint's")
 
     s = sub.add_parser("sample", help="generate text from a run's last checkpoint")
     s.add_argument("--run", required=True, help="run directory")
@@ -102,10 +109,14 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else Path(
         "runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     cfg, tcfg = resolve_configs(run_dir, args.resume, _flags(args, MODEL_FLAGS),
-                                _flags(args, TRAIN_FLAGS))
+                                _flags(args, TRAIN_FLAGS), force=args.force)
     print(f"hecate train: run directory {run_dir}", file=sys.stderr)
-    train(cfg, tcfg, run_dir, resume=args.resume, progress=not args.no_progress)
-    return 0
+    try:   # SIGTERM / a first Ctrl-C: checkpoint, then exit 143 / 130; a second Ctrl-C: 130
+        result = train(cfg, tcfg, run_dir, resume=args.resume, progress=not args.no_progress,
+                       force=args.force)
+    except KeyboardInterrupt:
+        return 130
+    return result.exit_code
 
 
 def _sample(args: argparse.Namespace) -> int:
