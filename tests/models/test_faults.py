@@ -28,10 +28,10 @@ WRAPPER = r"""
 import errno, os, sys, tempfile, time
 import numpy
 patches, sys.argv = sys.argv[1].split(","), sys.argv[:1] + sys.argv[2:]
-if "slow_step" in patches:        # each training step takes 0.1 s longer
+if "slow_step" in patches:        # each training step takes 0.2 s longer
     import models.model as m
     loss = m.training_loss
-    m.training_loss = lambda *a: (time.sleep(0.1), loss(*a))[1]
+    m.training_loss = lambda *a: (time.sleep(0.2), loss(*a))[1]
 if "slow_save" in patches:        # a checkpoint write hangs half way through
     def savez(f, *a, **k):
         f.write(b"half a checkpoint"); f.flush(); time.sleep(60)
@@ -131,23 +131,23 @@ def one_line_error(proc, *needles):
 
 def test_sigterm_checkpoints_and_resume_continues_with_identical_losses(tmp_path, corpus):
     ref, run = tmp_path / "ref", tmp_path / "run"
-    assert hecate(*train_args(ref, corpus, 30)).returncode == 0
-    proc = start(*train_args(run, corpus, 30), patches="slow_step")
+    assert hecate(*train_args(ref, corpus, 60)).returncode == 0
+    proc = start(*train_args(run, corpus, 60), patches="slow_step")
     wait_for(at_step(run, 2), proc)
     # a second trainer on the same directory is refused, naming the owner
-    second = hecate(*train_args(run, corpus, 30))
+    second = hecate(*train_args(run, corpus, 60))
     one_line_error(second, "in use by PID", str(proc.pid))
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     stopped = metrics(run)[-1]["step"]
-    assert 2 <= stopped < 30 and ckpt_step(run) == stopped
+    assert 2 <= stopped < 60 and ckpt_step(run) == stopped
     assert f"hecate train --run-dir {run} --resume" in err and "SIGTERM" in err
     assert not (run / "hecate.lock").exists() and not temp_files(run)
     resumed = hecate("train", "--run-dir", run, "--resume", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     got, want = metrics(run), metrics(ref)
-    assert [r["step"] for r in got] == list(range(1, 31))
+    assert [r["step"] for r in got] == list(range(1, 61))
     for key in ("loss", "objective", "grad_norm", "lr", "val_loss"):
         assert [r[key] for r in got] == [r[key] for r in want], key   # bit for bit
 
