@@ -105,11 +105,15 @@ def bench(argv: Sequence[str]) -> int:
     return harness_main(list(argv))
 
 
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
 def _run_guarded(command: str, debug: bool, fn: Callable[[], int]) -> int:
     """``fn()``, with every error it raises turned into one line on stderr: an operating-system
     error (a file that cannot be read or written) or lack of memory exits 1, an interruption
-    130, anything else (a bug) 1 with a pointer to ``--debug``. With `debug` the exception
-    propagates, so Python prints the whole traceback."""
+    130, anything else (unexpected: a bug, or a bad input no check foresaw) 1 with a pointer to
+    ``--debug``. With `debug` the exception propagates, so Python prints the whole traceback."""
     prefix = f"hecate {command}: error:"
     try:
         return fn()
@@ -126,10 +130,10 @@ def _run_guarded(command: str, debug: bool, fn: Callable[[], int]) -> int:
                   f"--seq-len", file=sys.stderr)
         elif isinstance(e, OSError):
             where = f": {e.filename}" if e.filename else ""
-            print(f"{prefix} {e.strerror or e}{where}", file=sys.stderr)
+            print(f"{prefix} {_one_line(e.strerror or e)}{where}", file=sys.stderr)
         elif isinstance(e, Exception):
-            print(f"{prefix} internal error: {type(e).__name__}: {e} (run with --debug for the "
-                  f"traceback)", file=sys.stderr)
+            print(f"{prefix} {type(e).__name__}: {_one_line(e)} (unexpected: run with --debug "
+                  f"for the traceback)", file=sys.stderr)
         else:
             raise
         return 1
