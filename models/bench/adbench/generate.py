@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from ...validation import POSITIVE_INT, SEED
 from . import io
 
 
@@ -74,8 +75,8 @@ def main(argv=None) -> int:
     for name, dims in [("gmm", ("d", "K", "n")), ("lstm", ("l", "c")), ("ba", ("n", "m", "p"))]:
         p = sub.add_parser(name)
         for dim in dims:
-            p.add_argument(f"--{dim}", type=int, required=True)
-        p.add_argument("--seed", type=int, default=0)
+            p.add_argument(f"--{dim}", type=POSITIVE_INT, required=True)
+        p.add_argument("--seed", type=SEED, default=0)
         p.add_argument("path")
     args = parser.parse_args(argv)
     if args.problem == "gmm":
