@@ -103,10 +103,15 @@ def load_run_config(run_dir: Optional[str | Path],
         (note or _stderr)(f"note: {path} was missing; {done}")
         return config
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise RunError(f"{path} is not valid JSON ({e}); delete it to rebuild it from the "
                        f"last checkpoint") from None
+    if not (isinstance(config, dict) and isinstance(config.get("model"), dict)
+            and isinstance(config.get("train"), dict)):
+        raise RunError(f"{path} does not describe a run (it needs \"model\" and \"train\" "
+                       f"objects); delete it to rebuild it from the last checkpoint")
+    return config
 
 
 def read_history(path: Path, upto: int) -> list:

@@ -461,8 +461,12 @@ def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: di
 def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
     """``(cfg, tcfg, params, header, xp)`` from a run directory's last checkpoint."""
     saved = load_run_config(run_dir)
-    cfg = ModelConfig.from_dict(saved["model"])
-    tcfg = TrainConfig.from_dict(saved["train"])
+    try:
+        cfg = ModelConfig.from_dict(saved["model"])
+        tcfg = TrainConfig.from_dict(saved["train"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise RunError(f"{Path(run_dir) / 'config.json'} holds values that do not describe a "
+                       f"run ({e}); delete it to rebuild it from the last checkpoint") from None
     xp = array_module_for(device)
     params, _, _, header = restore(ckpt_path(Path(run_dir)), cfg, tcfg, xp)
     return cfg, tcfg, params, header, xp

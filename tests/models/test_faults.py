@@ -252,6 +252,14 @@ def test_relative_data_path_and_deleted_config(tmp_path, corpus):
     assert ckpt_step(run) == 3
     assert [h["steps"] for h in json.loads((run / "config.json").read_text())["history"]] == \
         [2, 3]
+    # a config.json that is not a run's: one line naming the file and the fix, exit 2
+    for bad in ('[]', '{"model": {"d_model": "x"}, "train": {}}', '{"model": '):
+        (run / "config.json").write_text(bad)
+        for argv in (["eval", "--run", run, "--batches", "1"], ["sample", "--run", run]):
+            proc = hecate(*argv, cwd=elsewhere)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+            line = proc.stderr.strip().splitlines()[-1]
+            assert "config.json" in line and "delete it to rebuild it" in line, line
 
 
 def test_full_and_read_only_disk_keep_the_previous_checkpoint(tmp_path, corpus):
