@@ -47,7 +47,7 @@ import numpy as np
 from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero, make_zero_
 from tape import primal, tree_map
 
-from . import model
+from . import decode, model
 from .checkpoint import (CheckpointFileError, atomic_write, check_compatible, load_checkpoint,
                          to_numpy)
 from .config import ModelConfig
@@ -182,10 +182,12 @@ def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int
 
 def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature: float = 0.8,
                 seed: int = 0, xp: Any = np) -> str:
-    """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced)."""
+    """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced).
+    Incremental decoding (`models.decode.generate`): each byte sees the whole history, at a
+    cost per byte that does not grow with the length. `params` already live on `xp`."""
     raw = prompt.encode() or b"\n"
-    out = model.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
-                         temperature=temperature, seed=seed, xp=xp)
+    out = decode.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
+                          temperature=temperature, seed=seed)
     return bytes(int(t) for t in out).decode("utf-8", errors="replace")
 
 
