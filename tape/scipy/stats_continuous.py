@@ -295,9 +295,14 @@ class _Gamma(_Distribution):
 gamma = _Gamma()
 
 
-def _chi2_as_gamma(df, loc, scale):
-    """chi2(df, loc, scale) is gamma(df / 2, loc, 2 scale)."""
-    return np.multiply(as_value(df), 0.5), loc, np.multiply(as_value(scale), 2.0)
+_LOG_2 = float(np.log(2.0))
+
+
+def _chi2_parts(x, df, loc, scale):
+    """(z / 2, df / 2, z >= 0, valid): chi2(df) is gamma(df / 2) of z / 2. The support test is
+    made on z itself, as SciPy makes it: halving a subnormal z can round it to zero."""
+    z, df, inside, valid = _gamma_parts(x, df, loc, scale)
+    return z * 0.5, df * 0.5, inside, valid
 
 
 class _Chi2(_Distribution):
@@ -313,7 +318,11 @@ class _Chi2(_Distribution):
         >>> float(chi2.logpdf(1.0, 2.0))   # exp(-x/2)/2
         -1.1931471805599454
         """
-        return gamma.logpdf(x, *_chi2_as_gamma(df, loc, scale))
+        z, df, inside, valid = _gamma_parts(x, df, loc, scale)
+        half = df * 0.5   # SciPy's formula, on z itself (z / 2 can round a subnormal z to 0)
+        out = (sc.xlogy(half - 1.0, z) - 0.5 * z - sc.gammaln(half) - _LOG_2 * half
+               - log_scale(scale, valid))
+        return nan_where_invalid(valid, select(inside, out, -np.inf))
 
     def pdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
             scale: ArrayLike = 1.0) -> Any:
@@ -322,7 +331,7 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.pdf(2.0, 2.0)), 6)   # exp(-1)/2
         0.18394
         """
-        return gamma.pdf(x, *_chi2_as_gamma(df, loc, scale))
+        return np.exp(self.logpdf(x, df, loc, scale))
 
     def cdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
             scale: ArrayLike = 1.0) -> Any:
@@ -331,7 +340,8 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.cdf(2.0, 2.0)), 6)   # 1 - exp(-1)
         0.632121
         """
-        return gamma.cdf(x, *_chi2_as_gamma(df, loc, scale))
+        z, half, inside, valid = _chi2_parts(x, df, loc, scale)
+        return nan_where_invalid(valid, select(inside, sc.gammainc(half, z), 0.0))
 
     def logcdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
                scale: ArrayLike = 1.0) -> Any:
@@ -340,7 +350,7 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.logcdf(2.0, 2.0)), 6)
         -0.458675
         """
-        return gamma.logcdf(x, *_chi2_as_gamma(df, loc, scale))
+        return np.log(self.cdf(x, df, loc, scale))
 
     def sf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -349,7 +359,8 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.sf(2.0, 2.0)), 6)   # exp(-1)
         0.367879
         """
-        return gamma.sf(x, *_chi2_as_gamma(df, loc, scale))
+        z, half, inside, valid = _chi2_parts(x, df, loc, scale)
+        return nan_where_invalid(valid, select(inside, sc.gammaincc(half, z), 1.0))
 
     def logsf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
               scale: ArrayLike = 1.0) -> Any:
@@ -358,7 +369,7 @@ class _Chi2(_Distribution):
         >>> float(chi2.logsf(6.0, 2.0))   # -x/2
         -3.0
         """
-        return gamma.logsf(x, *_chi2_as_gamma(df, loc, scale))
+        return np.log(self.sf(x, df, loc, scale))
 
 
 chi2 = _Chi2()

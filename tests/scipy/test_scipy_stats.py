@@ -150,3 +150,15 @@ def test_poisson_count_and_shift_have_no_derivative(method):
         gradient(Reverse, lambda k: f(k, 2.0), 3.0)
     with pytest.raises(NotImplementedError, match="'loc' is discrete"):
         gradient(Forward, lambda loc: f(3, 2.0, loc), 1.0)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("loc,scale", [(-5e-324, 0.375), (-5e-324, 1.0), (5e-324, 1.0)])
+def test_chi2_standardizes_as_scipy_at_subnormal_offsets(loc, scale):
+    """chi2 as gamma(df / 2) of (x - loc) / (2 scale) rounded a subnormal z to 0: +inf where
+    SciPy gives a finite log density, or -inf (outside the support)."""
+    for method in METHODS:
+        expected = getattr(ss.chi2, method)(0.0, 1.0, loc=loc, scale=scale)
+        got = traced_value(lambda x, l, s: getattr(S.chi2, method)(x, 1.0, l, s),
+                           np.array(0.0), np.array(loc), np.array(scale))
+        assert_same(got, expected)
