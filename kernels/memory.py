@@ -9,18 +9,24 @@ Shapes: ``k, v, q`` are ``[..., s, d]``, the gates ``[..., s]``, states ``[..., 
 leading axes (batch, heads) are shared by all arguments and are run together, as one batch of
 matrix products per token. Forward mode (JVP) runs the reference's tangent recurrence on either
 backend.
+
+On NumPy arrays the delta and Hebbian rules run by default in the chunkwise-parallel form of
+`kernels.memory_chunked` (equal results, a few batched products per chunk of tokens instead of
+a Python step per token) once a sequence is long enough for it to be faster;
+``backend="reference"`` or `kernels.force_reference` selects the sequential loop.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from tape.backend import array_module
+from tape.backend import array_module, module_name
 from tape.rules import custom_rule
 
 from . import memory_ref as ref
 from ._common import (batch_size, check_same, gate_from_time_major, gate_to_time_major, shape,
                       seq_from_time_major, seq_to_time_major)
-from .dispatch import backend_for
+from . import memory_chunked as chunked
+from .dispatch import backend_for, is_reference_forced
 
 _SEQS = ("k", "v", "q")
 _ARGS = {
@@ -79,6 +85,8 @@ def _engine(backend: str):
     if backend == "cuda":
         from . import cuda_memory
         return cuda_memory
+    if backend == "chunked":
+        return chunked
     return ref
 
 
@@ -150,6 +158,9 @@ _hebbian = _make("hebbian")
 def _call(rule, prim, args, checkpoint_every, backend):
     d = _check(rule, args, checkpoint_every)
     chosen = backend_for(args, d, backend, _PUBLIC[rule])
+    if (chosen == "reference" and backend is None and not is_reference_forced()
+            and module_name(args[0]) == "numpy" and chunked.preferred(rule, shape(args[0])[-2])):
+        chosen = "chunked"      # the chunkwise-parallel form: same results, fewer Python steps
     return prim(*args, checkpoint_every=checkpoint_every, backend=chosen)
 
 

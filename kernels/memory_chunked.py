@@ -1,0 +1,237 @@
+"""Chunkwise-parallel forms of the delta and Hebbian memories (NumPy), forward and backward.
+
+The sequence is cut into chunks of C tokens (the last one padded with identity tokens:
+``k = v = q = 0``, ``r = 1``, ``theta = 0``). Inside a chunk everything is a batch of matrix
+products over all chunks at once; only the carried state crosses chunks, in a Python loop of
+one ``[d, d] @ [d, d]`` product per chunk (forward and reverse). The results equal the
+sequential recurrence of `kernels.memory_ref` up to rounding.
+
+Notation per chunk (tokens ``i, j = 0..C-1``, rows of ``K, V, Q`` are tokens, ``M0`` the state
+entering the chunk, ``M`` maps k-space to v-space). Log decays ``l_i = sum_{m<=i} log r_m``,
+``g_i = exp(l_i)``, ``gp_i = exp(l_{i-1})``, ``D_j = exp(l_{C-1} - l_j)`` and the masked ratio
+matrices ``E_ij = exp(l_i - l_j)`` (j <= i), ``Ep_ij = exp(l_{i-1} - l_j)`` (j < i): decays
+are only ever formed as ratios inside a chunk, never as a division by a cumulative product.
+
+- Hebbian (gated linear attention): ``M_C = g_C M0 + V^T (D * K)``,
+  ``Y = (g * Q) M0^T + (E * Q K^T) V``.
+- Delta (gated delta rule, WY form): with ``A = Ep * K K^T`` and ``T = (I + diag(theta) A)^-1``
+  (unit lower triangular), the per-token updates ``u_i = -theta_i e_i`` are
+  ``U = U0 - W M0^T`` with ``U0 = T (theta * V)``, ``W = T (theta * gp * K)``;
+  ``M_C = M0 Phi^T + U0^T (D * K)`` with ``Phi^T = g_C I - W^T (D * K)`` and
+  ``Y = Psi M0^T + (E * Q K^T) U0`` with ``Psi = g * Q - (E * Q K^T) W``.
+
+The reverse sweep carries the state cotangent G back across chunks (``G_0 = G_C Phi + dY^T Psi``)
+and then differentiates every chunk in one batch. Gate gradients are accumulated pair by pair:
+each term carries the product of decays over a span ``(j, i]`` of tokens and contributes to
+``d log r_m`` exactly for the m in that span; summing those terms (only additions, no
+differences of cumulative sums) keeps ``d r_m = d log r_m / r_m`` accurate when ``r`` is small.
+
+Memory: the inputs, one state per chunk and ``O(s C + s d)`` for the chunk matrices (kept
+from the forward run for the backward), i.e.
+``O(s d + (s / C) d^2)`` for ``C ~ d``. Calls whose retention ``r = 1 - alpha`` is not
+positive and finite (no logarithm), or that are empty, run the sequential reference instead.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from . import memory_ref as ref
+
+CHUNK = 64
+RULES = ("delta", "hebbian")
+MIN_TOKENS = 16     # below this the sequential loop is as fast (measured at d = 16 and 64)
+
+
+def preferred(rule: str, s: int) -> bool:
+    """Whether the default NumPy dispatch runs `rule` on `s` tokens in the chunked form.
+
+    >>> preferred("delta", 1024), preferred("delta", 4), preferred("titans", 1024)
+    (True, False, False)
+    """
+    return rule in RULES and s >= MIN_TOKENS
+
+
+class Saved(NamedTuple):
+    """Residuals of a chunked forward run: the inputs and the state entering every chunk."""
+
+    x: ref.Seq
+    chunk: int
+    starts: object        # [B, N, d, d]
+    blocks: object        # the `_Chunks` of the forward run (O(s d + s C) numbers)
+
+
+def _blocks(a, s: int, C: int, fill: float = 0.0):
+    """Time-major ``[s, B, ...]`` -> ``[B, N, C, ...]``, padded with `fill` to ``N C`` tokens."""
+    N = -(-s // C)
+    pad = N * C - s
+    if pad:
+        a = np.concatenate([a, np.full((pad,) + a.shape[1:], fill, a.dtype)], axis=0)
+    a = a.reshape((N, C) + a.shape[1:])
+    return np.moveaxis(a, 2, 0)                               # [B, N, C, ...]
+
+
+def _unblocks(a, s: int):
+    """``[B, N, C, ...]`` -> time-major ``[s, B, ...]`` (drops the padding)."""
+    B, N, C = a.shape[:3]
+    a = np.moveaxis(a, 0, 2).reshape((N * C, B) + a.shape[3:])
+    return np.ascontiguousarray(a[:s])
+
+
+def _tr(a):
+    return np.swapaxes(a, -1, -2)
+
+
+def _usable(x: ref.Seq) -> bool:
+    r = x.ret
+    return x.k.shape[0] > 0 and bool(np.all(np.isfinite(r)) and np.all(r > 0))
+
+
+def _unit_lower_inverse(L):
+    """Inverse of a batch of unit lower-triangular matrices ``[..., n, n]`` by 2 x 2 blocks:
+    ``[[A, 0], [B, C]]^-1 = [[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` (batched products only)."""
+    n = L.shape[-1]
+    if n <= 8:
+        out = np.zeros_like(L)
+        for i in range(n):          # forward substitution, one row at a time
+            out[..., i, i] = 1
+            if i:
+                out[..., i, :i] = -np.einsum("...j,...jk->...k", L[..., i, :i], out[..., :i, :i])
+        return out
+    h = n // 2
+    Ai = _unit_lower_inverse(L[..., :h, :h])
+    Ci = _unit_lower_inverse(L[..., h:, h:])
+    out = np.zeros_like(L)
+    out[..., :h, :h] = Ai
+    out[..., h:, h:] = Ci
+    out[..., h:, :h] = -(Ci @ (L[..., h:, :h] @ Ai))
+    return out
+
+
+class _Chunks:
+    """Per-chunk quantities of one call, for all chunks at once (shapes ``[B, N, C, ...]``)."""
+
+    def __init__(self, rule: str, x: ref.Seq, C: int):
+        s = x.k.shape[0]
+        self.rule, self.s, self.C = rule, s, C
+        self.K, self.V, self.Q = (_blocks(a, s, C) for a in (x.k, x.v, x.q))
+        self.r = _blocks(x.ret[..., 0], s, C, 1.0)                       # [B, N, C]
+        lr = np.log(self.r)
+        l = np.cumsum(lr, axis=-1)
+        lp = np.concatenate([np.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
+        lower = np.tril(np.ones((C, C), bool))
+        strict = np.tril(np.ones((C, C), bool), -1)
+        self.lower, self.strict = lower, strict
+        with np.errstate(under="ignore"):
+            self.g, self.gp = np.exp(l), np.exp(lp)
+            self.gC = self.g[..., -1]                                       # [B, N]
+            self.D = np.exp(l[..., -1:] - l)
+            self.E = np.exp(np.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
+            self.Pm = self.E * (self.Q @ _tr(self.K))                     # E * Q K^T
+            self.DK = self.D[..., None] * self.K
+            if rule == "delta":
+                self.th = _blocks(x.th[..., 0], s, C)
+                self.Ep = np.exp(np.where(strict, lp[..., :, None] - l[..., None, :], -np.inf))
+                self.A = self.Ep * (self.K @ _tr(self.K))
+                L = np.eye(C, dtype=self.K.dtype) + self.th[..., None] * self.A
+                self.T = _unit_lower_inverse(L)
+                self.U0 = self.T @ (self.th[..., None] * self.V)
+                self.W = self.T @ ((self.th * self.gp)[..., None] * self.K)
+                self.PhiT = self.gC[..., None, None] * np.eye(self.K.shape[-1], dtype=self.K.dtype) \
+                    - _tr(self.W) @ self.DK
+                self.Psi = self.g[..., None] * self.Q - self.Pm @ self.W
+            else:
+                self.U0 = self.V
+                self.PhiT = None
+                self.Psi = self.g[..., None] * self.Q
+
+    def carry(self, M, c: int, adds):
+        """The state leaving chunk `c` given the state `M` entering it."""
+        if self.PhiT is None:
+            return M * self.gC[:, c, None, None] + adds[:, c]
+        return M @ self.PhiT[:, c] + adds[:, c]
+
+    def carry_back(self, G, c: int, adds):
+        """The cotangent of the state entering chunk `c` given the one leaving it."""
+        if self.PhiT is None:
+            return G * self.gC[:, c, None, None] + adds[:, c]
+        return G @ _tr(self.PhiT[:, c]) + adds[:, c]
+
+
+def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[int] = None,
+            chunk: Optional[int] = None):
+    """Run a rule chunkwise: ``(y [s, B, d], finals, saved)`` like `memory_ref.forward`, in
+    chunks of `chunk` tokens (default `CHUNK`). `checkpoint_every` is accepted for the same
+    signature and not needed: the chunk starts are the only states kept."""
+    if spec.name not in RULES or not _usable(x):
+        return ref.forward(spec, x, init, checkpoint_every)
+    s = x.k.shape[0]
+    C = max(1, min(CHUNK if chunk is None else chunk, s))
+    ch = _Chunks(spec.name, x, C)
+    B, N = ch.K.shape[:2]
+    adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
+    starts = np.empty(adds.shape, adds.dtype)
+    M = init[0]
+    for c in range(N):
+        starts[:, c] = M
+        M = ch.carry(M, c, adds)
+    Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
+    return _unblocks(Y, s), (np.ascontiguousarray(M),), Saved(x, C, starts, ch)
+
+
+def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
+    """Gradients of a chunked forward run, in the format of `memory_ref.backward`."""
+    if isinstance(saved, ref.Saved):
+        return ref.backward(spec, saved, dy, dfinals, need)
+    x, C, starts, ch = saved
+    s, B, d = x.k.shape
+    N = ch.K.shape[1]
+    dY = np.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
+    G = np.zeros((B, d, d), x.k.dtype) if dfinals[0] is None else \
+        np.array(dfinals[0], dtype=x.k.dtype)
+    adds = _tr(dY) @ ch.Psi                                                 # dY^T Psi
+    ends = np.empty(adds.shape, adds.dtype)
+    for c in range(N - 1, -1, -1):
+        ends[:, c] = G
+        G = ch.carry_back(G, c, adds)
+
+    M0, GC = starts, ends
+    U = ch.U0 - ch.W @ _tr(M0) if spec.name == "delta" else ch.U0
+    dU = _tr(ch.Pm) @ dY + ch.DK @ _tr(GC)
+    dPm = np.where(ch.lower, dY @ _tr(U), 0.0)
+    dQK = dPm * ch.E
+    dYM = dY @ M0                                           # rows (M0^T dy_i)^T
+    UG = U @ GC
+    dQ = ch.g[..., None] * dYM + dQK @ ch.K
+    dK = _tr(dQK) @ ch.Q + ch.D[..., None] * UG
+    Wf = np.zeros(ch.r.shape + (C + 1,), x.k.dtype)        # span terms, see the docstring
+    Wf[..., :, 1:] += dPm * ch.Pm
+    Wf[..., :, 0] += ch.g * np.sum(dYM * ch.Q, axis=-1)
+    Wf[..., -1, 0] += ch.gC * np.einsum("bnij,bnij->bn", GC, M0)
+    Wf[..., -1, 1:] += ch.D * np.sum(UG * ch.K, axis=-1)
+    g = {}
+    if spec.name == "delta":
+        # R = theta * (V - gp * X) with X = K M0^T, U = T R.
+        dR = _tr(ch.T) @ dU
+        dRM = dR @ M0
+        dRX = np.sum(dRM * ch.K, axis=-1)                   # dR_i . X_i
+        dV = ch.th[..., None] * dR
+        dL = -np.where(ch.strict, dR @ _tr(U), 0.0)
+        dA = ch.th[..., None] * dL
+        dKK = dA * ch.Ep
+        thgp = ch.th * ch.gp
+        dK += (dKK + _tr(dKK)) @ ch.K - thgp[..., None] * dRM
+        g["theta"] = _unblocks(np.sum(dR * ch.V, axis=-1) - ch.gp * dRX
+                               + np.sum(dL * ch.A, axis=-1), s)
+        Wf[..., :-1, 1:] += (dA * ch.A)[..., 1:, :]
+        Wf[..., :-1, 0] -= (thgp * dRX)[..., 1:]
+    else:
+        dV = dU
+    # d log r_m = sum of the span terms (j, i] that contain m: columns j' = j + 1 <= m <= i.
+    dlogr = np.sum(np.where(ch.lower, np.cumsum(Wf, axis=-1)[..., :C], 0.0), axis=-2)
+    g["alpha"] = _unblocks(-dlogr / ch.r, s)
+    g["k"], g["v"] = _unblocks(dK, s), _unblocks(dV, s)
+    g["q"] = _unblocks(dQ, s) if "q" in need else None
+    g["init"] = (G,)
+    return g
