@@ -4,8 +4,11 @@ For each pair (sliding-window attention, delta, Titans and Hebbian memories) at 
 s = 512, 2048 (one sequence, float32), one timed step is a full gradient of
 ``L = sum(outputs * fixed weights)`` with respect to every input. Tools:
 
-- ``hecate``: the reference backend through ``autodiff`` (all states kept);
+- ``hecate``: the reference backend (the sequential loop for the memories) through
+  ``autodiff`` (all states kept);
 - ``hecate-ckpt``: the same with ``checkpoint_every=64`` (memory rules only);
+- ``hecate-chunked``: the default CPU dispatch, the chunkwise-parallel form of
+  `kernels.memory_chunked` (delta and Hebbian only);
 - ``torch``: PyTorch eager, written as a PyTorch user would: the memory rules as a Python loop
   over tokens whose ops autograd records (no hand-written backward), attention as
   ``scaled_dot_product_attention`` with a boolean band mask (dense s x s, what most users write).
@@ -13,6 +16,8 @@ s = 512, 2048 (one sequence, float32), one timed step is a full gradient of
 NumPy's BLAS and PyTorch both run on one thread. Each time is the minimum over ``--repeat`` runs
 after a warm-up. ``--gpu`` adds the CUDA backend against the reference on CuPy arrays and
 PyTorch on CUDA, with the fraction of peak FP32 FLOP/s and memory bandwidth reached (README).
+A second CPU table times the chunked form against the sequential loop at d = 64 and
+s = 1024, 4096 (``--quick``: s = 512) and gives the speed-up.
 Run ``python benchmarks/kernels.py [--quick] [--json PATH] [--gpu]``.
 """
 from __future__ import annotations
@@ -39,12 +44,14 @@ if str(ROOT) not in sys.path:   # run as a script from a checkout, without insta
     sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from kernels import memory_chunked  # noqa: E402
 from tape import Active, Reverse, autodiff  # noqa: E402
 
 PAIRS = ("swa", "delta", "titans", "hebbian")
 WINDOW = 256          # attention window in every run
 CHECKPOINT = 64       # chunk of hecate-ckpt
 N_GATES = {"delta": 2, "titans": 3, "hebbian": 1}
+CHUNKED = ("delta", "hebbian")   # rules with a chunkwise-parallel CPU form
 
 # --------------------------------------------------------------------------------------------
 # Inputs and the functions every tool differentiates
@@ -192,10 +199,12 @@ def run_cpu(sizes, repeat, measure_memory=True):
     for pair in PAIRS:
         for d, s in sizes:
             args, weights = make_inputs(pair, s, d), output_weights(pair, s, d)
-            tools = [("hecate", hecate_step(pair, args, weights))]
+            tools = [("hecate", hecate_step(pair, args, weights, backend="reference"))]
             if pair != "swa":
-                tools.append(("hecate-ckpt", hecate_step(pair, args, weights,
+                tools.append(("hecate-ckpt", hecate_step(pair, args, weights, backend="reference",
                                                          checkpoint_every=CHECKPOINT)))
+            if pair in CHUNKED:
+                tools.append(("hecate-chunked", hecate_step(pair, args, weights)))
             if have_torch:
                 tools.append(("torch", torch_step(pair, args, weights)))
             reference = None
@@ -210,6 +219,33 @@ def run_cpu(sizes, repeat, measure_memory=True):
                     row["peak_mib"] = peak_mib(step)
                 results.append(row)
     return results
+
+
+def run_chunked(lengths, repeat, d=64):
+    """The chunked form (default dispatch) against the sequential loop (all states kept), one
+    float32 sequence, forward + backward; `speedup` is sequential time / chunked time."""
+    rows = []
+    for pair in CHUNKED:
+        for s in lengths:
+            args, weights = make_inputs(pair, s, d), output_weights(pair, s, d)
+            seq = hecate_step(pair, args, weights, backend="reference")
+            chunked = hecate_step(pair, args, weights)
+            row = {"pair": pair, "d": d, "s": s, "chunk": memory_chunked.CHUNK,
+                   "grad_check": grads_agree(chunked(), seq()),
+                   "sequential_s": best_time(seq, repeat),
+                   "chunked_s": best_time(chunked, repeat)}
+            row["speedup"] = row["sequential_s"] / row["chunked_s"]
+            rows.append(row)
+    return rows
+
+
+def print_chunked(rows):
+    print("\n| pair | d | s | chunk | sequential (ms) | chunked (ms) | speed-up | grad check |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['pair']} | {r['d']} | {r['s']} | {r['chunk']} | "
+              f"{1e3 * r['sequential_s']:.1f} | {1e3 * r['chunked_s']:.1f} | "
+              f"{r['speedup']:.1f}x | {'ok' if r['grad_check'] else 'MISMATCH'} |")
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,6 +365,8 @@ def main(argv=None):
     if not args.no_cpu:
         out["cpu"] = run_cpu(sizes, repeat)
         print_cpu(out["cpu"])
+        out["cpu_chunked"] = run_chunked([512] if args.quick else [1024, 4096], repeat)
+        print_chunked(out["cpu_chunked"])
     if args.gpu:
         print(f"\n{kernels.info()}")
         rows, peak_flops, peak_bw = run_gpu(sizes, repeat, 1 if args.quick else args.gpu_batch)

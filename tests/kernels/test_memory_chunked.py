@@ -168,3 +168,15 @@ def test_dispatch_chunked_by_default_loop_when_forced(rule, monkeypatch):
 
 def test_titans_is_not_chunked():
     assert not memory_chunked.preferred("titans", 4096)
+
+
+def test_benchmark_section_runs_and_gradients_agree():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels.py"
+    spec = importlib.util.spec_from_file_location("kernel_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run_chunked([40], 1, d=8)
+    assert {r["pair"] for r in rows} == {"delta", "hebbian"}
+    assert all(r["grad_check"] and r["speedup"] > 0 for r in rows)
