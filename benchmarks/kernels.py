@@ -8,7 +8,7 @@ s = 512, 2048 (one sequence, float32), one timed step is a full gradient of
   ``autodiff`` (all states kept);
 - ``hecate-ckpt``: the same with ``checkpoint_every=64`` (memory rules only);
 - ``hecate-chunked``: the default CPU dispatch, the chunkwise-parallel form of
-  `kernels.memory_chunked` (delta and Hebbian only);
+  `kernels.memory_chunked` (memory rules only);
 - ``torch``: PyTorch eager, written as a PyTorch user would: the memory rules as a Python loop
   over tokens whose ops autograd records (no hand-written backward), attention as
   ``scaled_dot_product_attention`` with a boolean band mask (dense s x s, what most users write).
@@ -51,7 +51,7 @@ PAIRS = ("swa", "delta", "titans", "hebbian")
 WINDOW = 256          # attention window in every run
 CHECKPOINT = 64       # chunk of hecate-ckpt
 N_GATES = {"delta": 2, "titans": 3, "hebbian": 1}
-CHUNKED = ("delta", "hebbian")   # rules with a chunkwise-parallel CPU form
+CHUNKED = ("delta", "hebbian", "titans")   # rules with a chunkwise-parallel CPU form
 
 # --------------------------------------------------------------------------------------------
 # Inputs and the functions every tool differentiates

@@ -10,8 +10,8 @@ leading axes (batch, heads) are shared by all arguments and are run together, as
 matrix products per token. Forward mode (JVP) runs the reference's tangent recurrence on either
 backend.
 
-On NumPy arrays the delta and Hebbian rules run by default in the chunkwise-parallel form of
-`kernels.memory_chunked` (equal results, a few batched products per chunk of tokens instead of
+On NumPy arrays the rules run by default in the chunkwise-parallel forms of
+`kernels.memory_chunked` and `kernels.memory_chunked_titans` (equal results, a few batched products per chunk of tokens instead of
 a Python step per token) once a sequence is long enough for it to be faster;
 ``backend="reference"`` or `kernels.force_reference` selects the sequential loop.
 """
@@ -26,6 +26,7 @@ from . import memory_ref as ref
 from ._common import (batch_size, check_same, gate_from_time_major, gate_to_time_major, shape,
                       seq_from_time_major, seq_to_time_major)
 from . import memory_chunked as chunked
+from . import memory_chunked_titans as chunked_titans
 from .dispatch import backend_for, is_reference_forced
 
 _SEQS = ("k", "v", "q")
@@ -81,12 +82,12 @@ def _outputs(xp, y, finals, lead):
         xp.reshape(m, lead + (d, d)) for m in finals)
 
 
-def _engine(backend: str):
+def _engine(backend: str, rule: str):
     if backend == "cuda":
         from . import cuda_memory
         return cuda_memory
     if backend == "chunked":
-        return chunked
+        return chunked_titans if rule == "titans" else chunked
     return ref
 
 
@@ -98,12 +99,12 @@ def _make(rule: str):
         x, init, lead = _inputs(rule, args)
         # No derivative wanted: run in chunks of 64 tokens, so that memory stays near
         # (s/64 + 64) d^2 instead of s d^2.
-        y, finals, _ = _engine(backend).forward(spec, x, init, 64)
+        y, finals, _ = _engine(backend, rule).forward(spec, x, init, 64)
         return _outputs(array_module(x.k), y, finals, lead)
 
     def augmented_primal(cfg, *args, checkpoint_every=None, backend="reference"):
         x, init, lead = _inputs(rule, args)
-        y, finals, saved = _engine(backend).forward(spec, x, init, checkpoint_every)
+        y, finals, saved = _engine(backend, rule).forward(spec, x, init, checkpoint_every)
         return _outputs(array_module(x.k), y, finals, lead), (saved, lead, backend)
 
     def reverse(cfg, residuals, cts):
@@ -116,7 +117,7 @@ def _make(rule: str):
         dyT = None if dy is None else seq_to_time_major(xp, xp.asarray(dy, saved.x.k.dtype),
                                                         B, s)
         dfin = tuple(None if g is None else xp.reshape(g, (B, d, d)) for g in dfinals)
-        g = _engine(backend).backward(spec, saved, dyT, dfin, need)
+        g = _engine(backend, rule).backward(spec, saved, dyT, dfin, need)
         out = []
         for n in names:
             if n not in need:

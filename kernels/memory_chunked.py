@@ -1,4 +1,5 @@
-"""Chunkwise-parallel forms of the delta and Hebbian memories (NumPy), forward and backward.
+"""Chunkwise-parallel forms of the delta and Hebbian memories (NumPy), forward and backward;
+Titans is in `kernels.memory_chunked_titans`, which shares the helpers here.
 
 The sequence is cut into chunks of C tokens (the last one padded with identity tokens:
 ``k = v = q = 0``, ``r = 1``, ``theta = 0``). Inside a chunk everything is a batch of matrix
@@ -40,7 +41,7 @@ import numpy as np
 from . import memory_ref as ref
 
 CHUNK = 64
-RULES = ("delta", "hebbian")
+RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
 MIN_TOKENS = 16     # below this the sequential loop is as fast (measured at d = 16 and 64)
 
 
@@ -48,7 +49,7 @@ def preferred(rule: str, s: int) -> bool:
     """Whether the default NumPy dispatch runs `rule` on `s` tokens in the chunked form.
 
     >>> preferred("delta", 1024), preferred("delta", 4), preferred("titans", 1024)
-    (True, False, False)
+    (True, False, True)
     """
     return rule in RULES and s >= MIN_TOKENS
 
@@ -86,6 +87,17 @@ def _tr(a):
 def _usable(x: ref.Seq) -> bool:
     r = x.ret
     return x.k.shape[0] > 0 and bool(np.all(np.isfinite(r)) and np.all(r > 0))
+
+
+def _log_gradient(pairs, starts):
+    """``d log r_m`` from span terms: ``pairs[..., i, j]`` carries the decays over tokens
+    ``(j, i]`` (j <= i), ``starts[..., i]`` those over ``[0, i]``; each term counts for every m in
+    its span. Only additions of terms that all contain ``r_m`` (no differences of cumulative
+    sums), so ``d log r_m / r_m`` keeps its precision when ``r_m`` is small."""
+    C = pairs.shape[-1]
+    full = np.concatenate([starts[..., None], pairs], axis=-1)    # column j + 1 <-> span (j, i]
+    covered = np.cumsum(full, axis=-1)[..., :C]                    # [i, m]: spans from j < m
+    return np.sum(np.where(np.tril(np.ones((C, C), bool)), covered, 0.0), axis=-2)   # i >= m
 
 
 def _unit_lower_inverse(L):
@@ -164,7 +176,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     """Run a rule chunkwise: ``(y [s, B, d], finals, saved)`` like `memory_ref.forward`, in
     chunks of `chunk` tokens (default `CHUNK`). `checkpoint_every` is accepted for the same
     signature and not needed: the chunk starts are the only states kept."""
-    if spec.name not in RULES or not _usable(x):
+    if spec.name not in ("delta", "hebbian") or not _usable(x):
         return ref.forward(spec, x, init, checkpoint_every)
     s = x.k.shape[0]
     C = max(1, min(CHUNK if chunk is None else chunk, s))
@@ -205,11 +217,10 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     UG = U @ GC
     dQ = ch.g[..., None] * dYM + dQK @ ch.K
     dK = _tr(dQK) @ ch.Q + ch.D[..., None] * UG
-    Wf = np.zeros(ch.r.shape + (C + 1,), x.k.dtype)        # span terms, see the docstring
-    Wf[..., :, 1:] += dPm * ch.Pm
-    Wf[..., :, 0] += ch.g * np.sum(dYM * ch.Q, axis=-1)
-    Wf[..., -1, 0] += ch.gC * np.einsum("bnij,bnij->bn", GC, M0)
-    Wf[..., -1, 1:] += ch.D * np.sum(UG * ch.K, axis=-1)
+    pairs = dPm * ch.Pm                            # span terms, see `_log_gradient`
+    from0 = ch.g * np.sum(dYM * ch.Q, axis=-1)
+    from0[..., -1] += ch.gC * np.einsum("bnij,bnij->bn", GC, M0)
+    pairs[..., -1, :] += ch.D * np.sum(UG * ch.K, axis=-1)
     g = {}
     if spec.name == "delta":
         # R = theta * (V - gp * X) with X = K M0^T, U = T R.
@@ -224,12 +235,11 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
         dK += (dKK + _tr(dKK)) @ ch.K - thgp[..., None] * dRM
         g["theta"] = _unblocks(np.sum(dR * ch.V, axis=-1) - ch.gp * dRX
                                + np.sum(dL * ch.A, axis=-1), s)
-        Wf[..., :-1, 1:] += (dA * ch.A)[..., 1:, :]
-        Wf[..., :-1, 0] -= (thgp * dRX)[..., 1:]
+        pairs[..., :-1, :] += (dA * ch.A)[..., 1:, :]        # span (j, i-1]
+        from0[..., :-1] -= (thgp * dRX)[..., 1:]            # span [0, i-1]
     else:
         dV = dU
-    # d log r_m = sum of the span terms (j, i] that contain m: columns j' = j + 1 <= m <= i.
-    dlogr = np.sum(np.where(ch.lower, np.cumsum(Wf, axis=-1)[..., :C], 0.0), axis=-2)
+    dlogr = _log_gradient(pairs, from0)
     g["alpha"] = _unblocks(-dlogr / ch.r, s)
     g["k"], g["v"] = _unblocks(dK, s), _unblocks(dV, s)
     g["q"] = _unblocks(dQ, s) if "q" in need else None

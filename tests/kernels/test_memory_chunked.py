@@ -1,4 +1,5 @@
-"""The chunkwise-parallel delta and Hebbian memories (`kernels.memory_chunked`): outputs and
+"""The chunkwise-parallel memories (`kernels.memory_chunked`, `kernels.memory_chunked_titans`):
+outputs and
 hand-written gradients equal the sequential reference and the tape of a token-by-token program,
 for chunk sizes that do and do not divide the sequence, sequences shorter than a chunk, nonzero
 initial states, a cotangent on the final state, batch axes, small retentions and float32; and
@@ -9,12 +10,14 @@ import pytest
 
 import kernels
 import tokenwise
-from kernels import memory_chunked
+from kernels import memory_chunked, memory_chunked_titans
 from tape import Active, Reverse, autodiff
 from tape.testing import check_grads
 
-KERNELS = {"delta": kernels.delta_rule, "hebbian": kernels.hebbian_rule}
-TOKENWISE = {"delta": tokenwise.delta, "hebbian": tokenwise.hebbian}
+KERNELS = {"delta": kernels.delta_rule, "hebbian": kernels.hebbian_rule,
+           "titans": kernels.titans_rule}
+TOKENWISE = {"delta": tokenwise.delta, "hebbian": tokenwise.hebbian, "titans": tokenwise.titans}
+MODULE = {"delta": memory_chunked, "hebbian": memory_chunked, "titans": memory_chunked_titans}
 
 
 @pytest.fixture
@@ -85,7 +88,7 @@ def test_cotangent_on_one_output(rule, which, chunk):
     chunk(4)
     args = tokenwise.memory_args(rule, 10, 3, lead=(2,), seed=7)
     w = weights_for(KERNELS[rule](*args))
-    w = [w[0], None] if which == "y only" else [None, w[1]]
+    w = [w[0]] + [None] * (len(w) - 1) if which == "y only" else [None] + w[1:]
     assert_close(grads(KERNELS[rule], args, w), grads(reference(rule), args, w), rtol=1e-10,
                  atol=1e-13)
 
@@ -106,9 +109,13 @@ def test_small_retention_keeps_gate_gradients_accurate(rule, chunk):
     alpha = args[3]
     alpha[::3] = 1 - 1e-6
     alpha[1::5] = 1 - 1e-3
+    if rule == "titans":
+        args[5][2::4] = 1e-6                          # the momentum gate eta as well
     w = weights_for(KERNELS[rule](*args))
     got, want = grads(KERNELS[rule], args, w), grads(reference(rule), args, w)
     np.testing.assert_allclose(got[3], want[3], rtol=1e-9, atol=0)
+    if rule == "titans":
+        np.testing.assert_allclose(got[5], want[5], rtol=1e-9, atol=0)
     assert_close(got, want, rtol=1e-9, atol=1e-13)
 
 
@@ -149,12 +156,12 @@ def test_only_chunk_starts_are_kept():
 @pytest.mark.parametrize("rule", KERNELS)
 def test_dispatch_chunked_by_default_loop_when_forced(rule, monkeypatch):
     calls = []
-    real = memory_chunked.forward
+    real = MODULE[rule].forward
 
     def spy(*a, **kw):
         calls.append(1)
         return real(*a, **kw)
-    monkeypatch.setattr(memory_chunked, "forward", spy)
+    monkeypatch.setattr(MODULE[rule], "forward", spy)
     long_args = tokenwise.memory_args(rule, memory_chunked.MIN_TOKENS, 3, lead=(), seed=0)
     short_args = tokenwise.memory_args(rule, memory_chunked.MIN_TOKENS - 1, 3, lead=(), seed=0)
     KERNELS[rule](*long_args)
@@ -166,8 +173,16 @@ def test_dispatch_chunked_by_default_loop_when_forced(rule, monkeypatch):
     assert len(calls) == 1
 
 
-def test_titans_is_not_chunked():
-    assert not memory_chunked.preferred("titans", 4096)
+@pytest.mark.parametrize("rule", ["delta", "titans"])
+def test_zero_gates_and_long_sequence(rule, chunk):
+    # theta = 0 (no write) and several chunks with a short tail
+    chunk(16)
+    args = tokenwise.memory_args(rule, 70, 5, lead=(2,), seed=9)
+    args[4][:, 10:30] = 0.0
+    w = weights_for(KERNELS[rule](*args))
+    assert_close(KERNELS[rule](*args), reference(rule)(*args), rtol=1e-12, atol=1e-14)
+    assert_close(grads(KERNELS[rule], args, w), grads(reference(rule), args, w), rtol=1e-10,
+                 atol=1e-13)
 
 
 def test_benchmark_section_runs_and_gradients_agree():
@@ -178,5 +193,5 @@ def test_benchmark_section_runs_and_gradients_agree():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.run_chunked([40], 1, d=8)
-    assert {r["pair"] for r in rows} == {"delta", "hebbian"}
+    assert {r["pair"] for r in rows} == {"delta", "hebbian", "titans"}
     assert all(r["grad_check"] and r["speedup"] > 0 for r in rows)
