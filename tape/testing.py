@@ -454,6 +454,8 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
         seen.append(y)
         total = 0.0
         for leaf in flatten(y)[0]:
+            if np.iscomplexobj(primal(leaf)):   # a real scalar, so reverse mode may seed it
+                leaf = np.real(leaf) + np.imag(leaf)
             total = total + np.sum(leaf)
         return total
     autodiff(Reverse, scalar, Active, *[Active(a) if _is_float(a) else a for a in args])

@@ -51,3 +51,11 @@ def test_full_jacobian_check_covers_complex_arguments():
     with pytest.raises(GradientCheckError):
         check_grads(drops_imaginary, np.array([1.0 + 1.0j]), modes=("fwd",), order=1,
                     full_jacobian=True)
+
+
+def test_traced_value_of_a_complex_result_in_reverse_mode():
+    from tape.testing import traced_value
+    f = lambda x: np.sum(x * (1 + 2j))   # noqa: E731
+    x = np.array([0.5, 1.5])
+    assert traced_value(f, x, mode="reverse") == f(x)
+    assert traced_value(f, x, mode="forward") == f(x)
