@@ -18,3 +18,15 @@ def test_checkpoint_benchmark_quick_run(quick_benchmark):
     rows = data["results"]
     assert [r["variant"] for r in rows] == ["plain", "every=8", "revolve s=16"]
     assert all(r["peak_bytes"] > 0 and r["time_s"] > 0 for r in rows)
+
+
+def test_decode_benchmark_quick_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "decode.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sampler       bytes   total s   ms/byte  speed-up" in proc.stdout
+    assert proc.stdout.count("incremental") == 2
