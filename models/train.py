@@ -324,6 +324,10 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     t_start = time.perf_counter()
     losses, step, ev = [], start, None
     at_once = False   # a second Ctrl-C: leave without the plot
+    def save(names):
+        header = {"step": step, "opt_step": opt.t, **config, "data_state": data.state()}
+        ckpt.save(names, step, state_arrays(params, opt, state), header)
+
     try:
         while step < tcfg.steps and not stop.requested:
             t0 = time.perf_counter()
@@ -376,14 +380,15 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
             stopping = stop.requested or (stop_after is not None and step - start >= stop_after)
             names = ckpt.due(step, step == tcfg.steps, stopping)
             if names:
-                header = {"step": step, "opt_step": opt.t, **config,
-                          "data_state": data.state()}
-                ckpt.save(names, step, state_arrays(params, opt, state), header)
+                save(names)
             if bar is not None:
                 bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
                 bar.update(1)
             if stopping:
                 break
+        if stop.requested and step > start and ckpt.saved_step != step:
+            # The signal came after this step's checkpoint decision: the stop still saves.
+            save(ckpt.due(step, step == tcfg.steps, True))
     except KeyboardInterrupt:
         at_once = True
         raise

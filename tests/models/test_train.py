@@ -170,6 +170,25 @@ def test_sigterm_stops_at_a_step_boundary_and_restores_the_handlers(tmp_path, mo
     assert stopped.losses + rest.losses == full.losses and rest.exit_code == 0
 
 
+def test_a_signal_after_the_checkpoint_decision_still_checkpoints(tmp_path, monkeypatch):
+    """SIGTERM between a step's checkpoint decision and the next step: the loop leaves, and
+    the stop must still write the checkpoint of the last completed step."""
+    import os
+    import signal
+    from models import runstate
+    real_due = runstate.Checkpointer.due
+
+    def due_then_signal(self, step, final, stopping):
+        names = real_due(self, step, final, stopping)
+        if step == 3:   # not a snapshot step (ckpt_every=2): nothing is due
+            os.kill(os.getpid(), signal.SIGTERM)
+        return names
+    monkeypatch.setattr(runstate.Checkpointer, "due", due_then_signal)
+    stopped = train(CFG, _tcfg(), tmp_path / "b", progress=False, out=None, corpus=CORPUS)
+    assert stopped.exit_code == 143 and stopped.step == 3
+    assert load_checkpoint(tmp_path / "b" / "checkpoints" / "last.npz")[1]["step"] == 3
+
+
 def test_checkpoint_every_few_minutes(tmp_path, monkeypatch):
     from models import runstate
     clock = {"t": 0.0}
