@@ -482,6 +482,25 @@ def arrays(shape=None, dtype=np.float64, low: float = -2.0, high: float = 2.0, *
                       elements=elements)
 
 
+def arrays_and_axes(min_dims: int = 0, max_dims: int = 3):
+    """``(array, axis)`` pairs with `axis` as NumPy's reductions take it: None, an int (maybe
+    negative) or a tuple of distinct ints (None for 0-d arrays)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def build(draw):
+        x = draw(arrays(shapes(min_dims=min_dims, max_dims=max_dims)))
+        kind = draw(st.sampled_from(["none", "int", "tuple"]) if x.ndim else st.just("none"))
+        if kind == "none":
+            return x, None
+        if kind == "int":
+            return x, draw(st.integers(-x.ndim, x.ndim - 1))
+        picked = draw(st.lists(st.integers(0, x.ndim - 1), min_size=1, max_size=x.ndim,
+                               unique=True))
+        return x, tuple(a - x.ndim if draw(st.booleans()) else a for a in picked)
+    return build()
+
+
 def broadcastable_shapes(shape, min_dims: int = 0, max_dims: int = 3):
     """Shapes that broadcast against `shape`."""
     from hypothesis.extra import numpy as hnp
@@ -502,4 +521,4 @@ def broadcastable_arrays(n: int = 2, low: float = -2.0, high: float = 2.0, max_d
 
 
 __all__ = ["check_grads", "check_rule", "GradientCheckError", "traced_value", "shapes", "arrays",
-           "broadcastable_shapes", "broadcastable_arrays"]
+           "arrays_and_axes", "broadcastable_shapes", "broadcastable_arrays"]
