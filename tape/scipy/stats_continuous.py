@@ -228,6 +228,18 @@ def _gamma_parts(x, a, loc, scale):
     return guard(inside, z, 1.0), guard(valid, as_value(a), 1.0), inside, valid
 
 
+def _gamma_cdf(parts):
+    """gammainc(a, z) inside the support, 0 below it; `parts` as `_gamma_parts` gives them."""
+    z, a, inside, valid = parts
+    return nan_where_invalid(valid, select(inside, sc.gammainc(a, z), 0.0))
+
+
+def _gamma_sf(parts):
+    """gammaincc(a, z) inside the support (accurate in the right tail), 1 below it."""
+    z, a, inside, valid = parts
+    return nan_where_invalid(valid, select(inside, sc.gammaincc(a, z), 1.0))
+
+
 class _Gamma(_Distribution):
     """The gamma distribution with shape `a` (scipy.stats.gamma): density x^(a-1) e^-x / G(a)."""
 
@@ -260,8 +272,7 @@ class _Gamma(_Distribution):
         >>> round(float(gamma.cdf(1.0, 1.0)), 6)   # 1 - exp(-1)
         0.632121
         """
-        z, a, inside, valid = _gamma_parts(x, a, loc, scale)
-        return nan_where_invalid(valid, select(inside, sc.gammainc(a, z), 0.0))
+        return _gamma_cdf(_gamma_parts(x, a, loc, scale))
 
     def logcdf(self, x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0.0,
                scale: ArrayLike = 1.0) -> Any:
@@ -279,8 +290,7 @@ class _Gamma(_Distribution):
         >>> round(float(gamma.sf(1.0, 1.0)), 6)   # exp(-1)
         0.367879
         """
-        z, a, inside, valid = _gamma_parts(x, a, loc, scale)
-        return nan_where_invalid(valid, select(inside, sc.gammaincc(a, z), 1.0))
+        return _gamma_sf(_gamma_parts(x, a, loc, scale))
 
     def logsf(self, x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0.0,
               scale: ArrayLike = 1.0) -> Any:
@@ -340,8 +350,7 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.cdf(2.0, 2.0)), 6)   # 1 - exp(-1)
         0.632121
         """
-        z, half, inside, valid = _chi2_parts(x, df, loc, scale)
-        return nan_where_invalid(valid, select(inside, sc.gammainc(half, z), 0.0))
+        return _gamma_cdf(_chi2_parts(x, df, loc, scale))
 
     def logcdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
                scale: ArrayLike = 1.0) -> Any:
@@ -359,8 +368,7 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.sf(2.0, 2.0)), 6)   # exp(-1)
         0.367879
         """
-        z, half, inside, valid = _chi2_parts(x, df, loc, scale)
-        return nan_where_invalid(valid, select(inside, sc.gammaincc(half, z), 1.0))
+        return _gamma_sf(_chi2_parts(x, df, loc, scale))
 
     def logsf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
               scale: ArrayLike = 1.0) -> Any:

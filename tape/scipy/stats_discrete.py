@@ -29,6 +29,15 @@ def _counts(name: str, k, mu, loc):
     return np.asarray(k, dtype=float) - np.asarray(loc), guard(valid, mu, 1.0), valid
 
 
+def _tail_parts(name, k, mu, loc):
+    """(floor(k) + 1, mu, k >= 0, valid) for the tail sums, which are incomplete gamma
+    functions of order floor(k) + 1 (1 where k < 0, a value that is not used)."""
+    k, mu, valid = _counts(name, k, mu, loc)
+    k = np.floor(k)
+    counted = k >= 0
+    return np.where(counted, k, 0.0) + 1.0, mu, counted, valid
+
+
 class _Poisson(_Distribution):
     """The Poisson distribution with rate `mu`: P(k) = mu^k e^-mu / k!."""
 
@@ -60,11 +69,8 @@ class _Poisson(_Distribution):
         >>> round(float(poisson.cdf(1, 2.0)), 6)   # 3 exp(-2)
         0.406006
         """
-        k, mu, valid = _counts("poisson.cdf", k, mu, loc)
-        k = np.floor(k)
-        counted = k >= 0
-        out = sc.gammaincc(np.where(counted, k, 0.0) + 1.0, mu)
-        return nan_where_invalid(valid, select(counted, out, 0.0))
+        order, mu, counted, valid = _tail_parts("poisson.cdf", k, mu, loc)
+        return nan_where_invalid(valid, select(counted, sc.gammaincc(order, mu), 0.0))
 
     def logcdf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Any:
         """log P(X <= k).
@@ -80,11 +86,8 @@ class _Poisson(_Distribution):
         >>> round(float(poisson.sf(0, 2.0)), 6)   # 1 - exp(-2)
         0.864665
         """
-        k, mu, valid = _counts("poisson.sf", k, mu, loc)
-        k = np.floor(k)
-        counted = k >= 0
-        out = sc.gammainc(np.where(counted, k, 0.0) + 1.0, mu)
-        return nan_where_invalid(valid, select(counted, out, 1.0))
+        order, mu, counted, valid = _tail_parts("poisson.sf", k, mu, loc)
+        return nan_where_invalid(valid, select(counted, sc.gammainc(order, mu), 1.0))
 
     def logsf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Any:
         """log P(X > k).
