@@ -12,6 +12,8 @@ import contextvars
 import threading
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
                      _FORWARD_CONFIGS, _REVERSE_CONFIGS, RuleConfig, config_for, config_table)
 from .errors import EscapedTracerError, OnceDifferentiableError
@@ -443,11 +445,18 @@ class ForwardTrace(Trace):
 def _complex_like(out, tangent):
     """A complex result's tangent is complex, even where the rule passed a real input's tangent
     through (``x + 0j``): the tangent lives in the result's space."""
-    if tangent is None or not _is_complex(primal(out)) or _is_complex(primal(tangent)):
+    if tangent is None or not is_complex(primal(out)) or is_complex(primal(tangent)):
         return tangent
     return tangent + 0j   # the weak Python complex keeps the precision (float32 -> complex64)
 
 
-def _is_complex(value) -> bool:
-    dtype = getattr(value, "dtype", None)
-    return isinstance(value, complex) if dtype is None else dtype.kind == "c"
+def is_complex(x) -> bool:
+    """Whether `x` (array, tracer or number) holds complex values.
+
+    >>> is_complex(np.array([1j])), is_complex(2.0)
+    (True, False)
+    """
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return isinstance(x, complex)
+    return (dt if isinstance(dt, np.dtype) else np.dtype(dt)).kind == "c"

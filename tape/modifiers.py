@@ -26,7 +26,7 @@ import numpy as np
 
 from .backend import add_or_none, array_module
 from .batching import Batched
-from .core import STRONG_ZERO, Tracer, primal
+from .core import STRONG_ZERO, Tracer, is_complex, primal
 from .errors import ActivityError, NaNError
 
 __all__ = ["STRONG_ZERO", "strong_zero_enabled", "strong_zero_scope", "nan_checked",
@@ -136,18 +136,6 @@ def nan_checked_process(trace, process):
 
 # --------------------------------------------------------------------------------------------
 # Complex numbers
-
-
-def is_complex(x) -> bool:
-    """Whether `x` (array, tracer or number) holds complex values.
-
-    >>> is_complex(np.array([1j])), is_complex(2.0)
-    (True, False)
-    """
-    dt = getattr(x, "dtype", None)
-    if dt is None:
-        return isinstance(x, complex)
-    return dt.kind == "c"
 
 
 def to_user(g):

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .batching import Batched
-from .core import Primitive, Tracer, primal
+from .core import Primitive, Tracer, is_complex, primal
 from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
 from .errors import RuleError
 from .pytree import mark_inactive_type
@@ -101,7 +101,7 @@ class _CheckedRules:
         self._check_agrees_with_function("augmented_primal", out, args, params)
         # The reverse rule gets the config its augmented_primal saw, and the argument shapes
         # against which its cotangents are checked.
-        specs = tuple((_shape(x), _is_complex(x)) for x in args)
+        specs = tuple((_shape(x), is_complex(x)) for x in args)
         return out, (cfg, specs, saved)
 
     def reverse(self, cfg, saved, g):
@@ -146,7 +146,7 @@ class _CheckedRules:
                 raise self._fail("reverse", f"returned a cotangent of dtype {_dtype(c)} for "
                                   f"{self._argument(i)}; a cotangent is a floating-point "
                                   "(or complex) array like its argument")
-            if _is_complex(c) and not complex_arg:
+            if is_complex(c) and not complex_arg:
                 raise self._fail("reverse", f"returned a complex cotangent for "
                                   f"{self._argument(i)}, which is real; a real argument's "
                                   "cotangent is real (take the real part)")
@@ -270,7 +270,7 @@ class _CheckedRules:
             raise self._fail("forward", f"returned a tangent{which} of shape {_shape(tan)} "
                               f"for a primal of shape {_shape(out)}; a tangent has its "
                               "primal's shape")
-        if _is_complex(tan) and not _is_complex(out):
+        if is_complex(tan) and not is_complex(out):
             raise self._fail("forward", f"returned a complex tangent{which} for a real "
                               "primal")
         return tan
@@ -281,13 +281,6 @@ class _CheckedRules:
 def _shape(x) -> tuple:
     shape = getattr(x, "shape", None)
     return tuple(shape) if shape is not None else np.shape(x)
-
-
-def _is_complex(x) -> bool:
-    dt = getattr(x, "dtype", None)
-    if dt is None:
-        return isinstance(x, complex)
-    return np.dtype(dt).kind == "c"
 
 
 def _dtype(x):
