@@ -28,8 +28,11 @@ import numpy as np
 
 from tape.backend import array_module
 from tape.rules import register_function, register_ufunc
+from tape.tracer import mark_view
 
 from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+from .einsum_plan import contract
+from .shape import transpose
 
 _LETTERS = string.ascii_letters
 
@@ -177,7 +180,8 @@ register_function(np.tensordot, _tensordot)
 # -- einsum ---------------------------------------------------------------------------------------
 def _einsum_impl(*operands, subscripts, optimize=False):
     inputs, output = subscripts
-    return np.einsum(",".join(inputs) + "->" + output, *operands, optimize=optimize)
+    xp = next((array_module(op) for op in operands if array_module(op) is not np), np)
+    return contract(xp, inputs, output, operands, optimize)
 
 
 def _einsum_augmented(cfg, *operands, subscripts, optimize=False):
@@ -208,7 +212,7 @@ def _einsum_operand_ct(g, k, operands, shape, inputs, output, optimize):
     else:
         reduced = einsum(g, *(operands[j] for j in others),
                          subscripts=((output,) + tuple(inputs[j] for j in others), letters),
-                         optimize="greedy" if optimize else False)
+                         optimize=optimize)
     return _expand(reduced, letters, subs, shape)
 
 
@@ -350,7 +354,24 @@ def _einsum(*args, out=None, optimize=False, dtype=None, order="K", casting="saf
             subscripts += "->" + _sublist_to_str(output)
     shapes = tuple(shape_of(op) for op in operands)
     normalized = normalize_subscripts(subscripts, shapes)
+    if len(operands) == 1 and set(normalized[0][0]) == set(normalized[1]):
+        return _einsum_view(operands[0], normalized)
     return einsum(*operands, subscripts=normalized, optimize=optimize)
+
+
+def _einsum_view(a, subscripts):
+    """One operand and no letter summed: NumPy returns a writeable view (a transpose, or a
+    diagonal for a repeated letter), so writes into the result reach `a`, and back."""
+    (term,), output = subscripts
+    if len(set(term)) == len(term):
+        return transpose(a, tuple(term.index(c) for c in output))
+    out = einsum(a, subscripts=subscripts)
+    shape = shape_of(a)
+    xp = array_module(a)
+    on_diagonal = _expand(xp.ones(shape_of(out), dtype=bool), output, term, shape) != 0
+    return mark_view(out, a,
+                     to_base=lambda v: np.where(on_diagonal, _expand(v, output, term, shape), a),
+                     from_base=lambda b: einsum(b, subscripts=subscripts))
 
 
 register_function(np.einsum, _einsum)

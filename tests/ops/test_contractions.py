@@ -326,3 +326,22 @@ def test_plain_list_operands_are_read_as_arrays():
                     (lambda x: np.inner(x, [1.0, 2.0]), 5.5)]:
         np.testing.assert_allclose(f(x), want, atol=1e-11)
         check_grads(f, x, order=2)
+
+
+@pytest.mark.parametrize("subscripts", ["ij->ji", "ij", "ii->i", "iij->ji", "...i->i...",
+                                        "iji->ij"])
+def test_einsum_of_one_operand_without_sums_is_a_writeable_view_as_in_numpy(subscripts):
+    """NumPy returns a view (a transpose or a diagonal) that writes reach the operand through,
+    and that sees later writes into the operand."""
+    def f(x):
+        y = x * 1.0
+        v = np.einsum(subscripts, y)
+        v[(0,) * v.ndim] = 10.0 * v[(-1,) * v.ndim]
+        v *= 2.0
+        y[(-1,) * y.ndim] += 1.0            # seen by v
+        return np.sum(np.sin(y)) + np.sum(v ** 2)
+    shape = {"ij->ji": (2, 3), "ij": (2, 3), "ii->i": (3, 3), "iij->ji": (2, 2, 3),
+             "...i->i...": (2, 3), "iji->ij": (2, 3, 2)}[subscripts]
+    x = np.random.default_rng(0).standard_normal(shape)
+    check_traced_primal(f, x)
+    check_grads(f, x)
