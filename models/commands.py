@@ -22,6 +22,7 @@ from typing import Any
 
 from .config import COMPOSITIONS, RULES
 from .data import DataError
+from .export import cli as export_cli
 from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, check_train
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
@@ -97,6 +98,8 @@ def add_parsers(sub: Any) -> None:
                         "positive integer")
     e.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
 
+    export_cli.add_parser(sub)
+
 
 def _flags(args: argparse.Namespace, names: dict) -> dict:
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
@@ -133,12 +136,18 @@ def _eval(args: argparse.Namespace) -> int:
           f"{ev['bits_per_byte']:.4f} bits per byte")
     if ev.get("accuracy") is not None:
         print(f"recall accuracy {ev['accuracy']:.3f}")
+    if ev.get("val_loss_memory_reset") is not None:
+        reset = ev["val_loss_memory_reset"]
+        print(f"with the memory reset at every chunk: {reset:.4f} nats/token "
+              f"({reset - ev['val_loss']:+.4f}: what the memory carries across chunks)")
     return 0
 
 
 def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks of a parsed command that involve several flags (`parser.error` on failure:
     one line, exit status 2); single values were checked while parsing (`models.validation`)."""
+    if args.command == "export":
+        export_cli.check(parser, args)
     if args.command != "train":
         return
     if args.resume and not args.run_dir:
@@ -150,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch a parsed `train` / `sample` / `eval` command; expected errors -> exit 2."""
     from .checkpoint import CheckpointFileError
     from .train import RunError
-    handler = {"train": _train, "sample": _sample, "eval": _eval}[args.command]
+    handler = {"train": _train, "sample": _sample, "eval": _eval,
+               "export": export_cli.run_export}[args.command]
     try:
         return handler(args)
     except (DataError, CheckpointFileError, RunError) as e:
