@@ -155,14 +155,16 @@ def _plain(tree: Any) -> Any:
     return tree_map(lambda x: primal(x), tree)
 
 
-def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int) -> dict:
+def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int,
+             reset_memory: bool = False) -> dict:
     """Validation loss (nats/token), bits per byte, and for the recall task the accuracy at the
-    answer positions. Text streams carry their memory state from chunk to chunk."""
+    answer positions. Text streams carry their memory state from chunk to chunk, unless
+    `reset_memory` (the ablation `hecate eval` reports: fresh memory at every chunk)."""
     losses, accs = [], []
     state = None
     for chunk in data.val_batches(max_batches):
         tokens = xp.asarray(chunk)
-        if state is None or isinstance(data, RecallTask):
+        if state is None or reset_memory or isinstance(data, RecallTask):
             state = model.init_state(cfg, chunk.shape[0], xp)
         if isinstance(data, RecallTask):
             out, _ = model.logits(params, tokens[:, :-1], state, cfg)
@@ -482,7 +484,9 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
 def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = None,
              corpus: Optional[bytes] = None) -> dict:
     """`hecate eval`: validation loss and bits per byte of a run's last checkpoint (on the
-    data as it is now; a note says when it differs from what the run trained on)."""
+    data as it is now; a note says when it differs from what the run trained on). For a text
+    model with memory levels, ``val_loss_memory_reset`` is the same loss with the memory reset
+    at every chunk: the difference is what the memory carries from one chunk to the next."""
     cfg, tcfg, params, header, xp = load_run(run_dir, device)
     if corpus is not None and tcfg.task == "text":
         data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed)
@@ -494,6 +498,10 @@ def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = 
         print(f"hecate eval: note: {mismatch}", file=sys.stderr)
     ev = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches)
     ev["step"] = header["step"]
+    if cfg.levels > 0 and tcfg.task == "text":   # what the memory carries across chunks
+        reset = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches,
+                         reset_memory=True)
+        ev["val_loss_memory_reset"] = reset["val_loss"]
     return ev
 
 
