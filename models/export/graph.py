@@ -10,8 +10,8 @@ they mirror (`models.decode`):
 >>> y = g.op("Mul", x, g.const_f32(2.0))
 >>> g.output(y, "y", "float32", [1, 4])
 >>> model = g.model("double")
->>> [n.op_type for n in model.graph.node]
-['Mul']
+>>> [n.op_type for n in model.graph.node]   # the Identity names the output
+['Mul', 'Identity']
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def fresh_state(cfg: ModelConfig) -> dict:
 
 def check_exportable(params: Any, cfg: ModelConfig) -> None:
     """Raise `ExportError` saying why `params` / `cfg` cannot become the ONNX step."""
-    defaults = ModelConfig()
+    defaults = type(cfg)()
     for f in dataclasses.fields(cfg):
         if f.name not in KNOWN_FIELDS and getattr(cfg, f.name) != getattr(defaults, f.name):
             raise ExportError(f"ModelConfig.{f.name} = {getattr(cfg, f.name)!r} is not supported "
