@@ -15,7 +15,7 @@ import numpy as np
 
 from .dispatch import cupy_module
 
-SOURCES = ("swa.cu", "memory.cu")
+SOURCES = ("swa.cu", "memory.cu", "memory_chunked.cu")
 
 _launcher: Optional[Callable] = None
 

@@ -166,6 +166,20 @@ def backend_for(arrays, dim: int, requested: Optional[str], name: str) -> str:
     return "cuda"
 
 
+def chunked_gpu_usable(arrays, dim: int) -> bool:
+    """Whether the chunkwise-parallel memories can run on the GPU for a call: CuPy arrays of
+    float32 or float64, a usable GPU, ``dim <= CUDA_MAX_DIM``. The caller has already ruled
+    out a forced reference and an explicit backend.
+
+    >>> import numpy as np
+    >>> chunked_gpu_usable([np.ones((4, 2))], 2)      # NumPy arrays
+    False
+    """
+    if module_name(arrays[0]) != "cupy" or detect_gpu() is None:
+        return False
+    return str(primal(arrays[0]).dtype) in ("float32", "float64") and dim <= CUDA_MAX_DIM
+
+
 def info() -> str:
     """A short report of the detected GPU and the backend kernel pairs select.
 
@@ -186,4 +200,6 @@ def info() -> str:
                  + (" (reference forced)" if _FORCED else ""))
     lines.append(f"CUDA kernels: float32, dimension <= {CUDA_MAX_DIM}; other calls use the "
                  f"reference backend")
+    lines.append(f"memory rules on long sequences: chunkwise-parallel (NumPy; on a GPU cuBLAS "
+                 f"and memory_chunked.cu, float32 and float64, dimension <= {CUDA_MAX_DIM})")
     return "\n".join(lines)

@@ -11,9 +11,12 @@ matrix products per token. Forward mode (JVP) runs the reference's tangent recur
 backend.
 
 On NumPy arrays the rules run by default in the chunkwise-parallel forms of
-`kernels.memory_chunked` and `kernels.memory_chunked_titans` (equal results, a few batched products per chunk of tokens instead of
-a Python step per token) once a sequence is long enough for it to be faster;
-``backend="reference"`` or `kernels.force_reference` selects the sequential loop.
+`kernels.memory_chunked` and `kernels.memory_chunked_titans` (equal results, a few batched
+products per chunk of tokens instead of a Python step per token) once a sequence is long enough
+for it to be faster; on CuPy arrays (float32 or float64) in the same forms with cuBLAS and the
+kernels of `kernels.cuda_memory_chunked`, once a sequence is long enough
+(`cuda_memory_chunked.preferred`). ``backend="reference"`` or `kernels.force_reference`
+selects the sequential loop, ``backend="cuda"`` the per-token CUDA kernels.
 """
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ from tape.rules import custom_rule
 from . import memory_ref as ref
 from ._common import (batch_size, check_same, gate_from_time_major, gate_to_time_major, shape,
                       seq_from_time_major, seq_to_time_major)
+from . import cuda_memory_chunked
 from . import memory_chunked as chunked
 from . import memory_chunked_titans as chunked_titans
-from .dispatch import backend_for, is_reference_forced
+from .dispatch import backend_for, chunked_gpu_usable, is_reference_forced
 
 _SEQS = ("k", "v", "q")
 _ARGS = {
@@ -86,6 +90,8 @@ def _engine(backend: str, rule: str):
     if backend == "cuda":
         from . import cuda_memory
         return cuda_memory
+    if backend == "cuda-chunked":
+        return cuda_memory_chunked
     if backend == "chunked":
         return chunked_titans if rule == "titans" else chunked
     return ref
@@ -156,12 +162,23 @@ _titans = _make("titans")
 _hebbian = _make("hebbian")
 
 
+def _default_backend(rule: str, args: tuple, d: int, chosen: str) -> str:
+    """The chunkwise-parallel form where it applies (same results, fewer sequential steps):
+    on NumPy arrays for `chunked.preferred` lengths, on a GPU for
+    `cuda_memory_chunked.preferred` lengths."""
+    s = shape(args[0])[-2]
+    if module_name(args[0]) == "numpy":
+        return "chunked" if chosen == "reference" and chunked.preferred(rule, s) else chosen
+    if cuda_memory_chunked.preferred(rule, s) and chunked_gpu_usable(args, d):
+        return "cuda-chunked"
+    return chosen
+
+
 def _call(rule, prim, args, checkpoint_every, backend):
     d = _check(rule, args, checkpoint_every)
     chosen = backend_for(args, d, backend, _PUBLIC[rule])
-    if (chosen == "reference" and backend is None and not is_reference_forced()
-            and module_name(args[0]) == "numpy" and chunked.preferred(rule, shape(args[0])[-2])):
-        chosen = "chunked"      # the chunkwise-parallel form: same results, fewer Python steps
+    if backend is None and not is_reference_forced():
+        chosen = _default_backend(rule, args, d, chosen)
     return prim(*args, checkpoint_every=checkpoint_every, backend=chosen)
 
 

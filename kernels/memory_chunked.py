@@ -7,6 +7,12 @@ products over all chunks at once; only the carried state crosses chunks, in a Py
 one ``[d, d] @ [d, d]`` product per chunk (forward and reverse). The results equal the
 sequential recurrence of `kernels.memory_ref` up to rounding.
 
+The code is written against the arrays' own module (NumPy, or CuPy, where every batched
+product is one cuBLAS call over batch x chunks). Its two sequential parts, the triangular
+inverse of each chunk and the state carried across chunks, go through an `ops` object:
+`NumpyOps` below (blocked inverse, a Python loop of one batched product per chunk) or the
+custom CUDA kernels of `kernels.cuda_memory_chunked`.
+
 Notation per chunk (tokens ``i, j = 0..C-1``, rows of ``K, V, Q`` are tokens, ``M0`` the state
 entering the chunk, ``M`` maps k-space to v-space). Log decays ``l_i = sum_{m<=i} log r_m``,
 ``g_i = exp(l_i)``, ``gp_i = exp(l_{i-1})``, ``D_j = exp(l_{C-1} - l_j)`` and the masked ratio
@@ -38,6 +44,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from tape.backend import array_module
+
 from . import memory_ref as ref
 
 CHUNK = 64
@@ -65,28 +73,39 @@ class Saved(NamedTuple):
 
 def _blocks(a, s: int, C: int, fill: float = 0.0):
     """Time-major ``[s, B, ...]`` -> ``[B, N, C, ...]``, padded with `fill` to ``N C`` tokens."""
+    xp = array_module(a)
     N = -(-s // C)
     pad = N * C - s
     if pad:
-        a = np.concatenate([a, np.full((pad,) + a.shape[1:], fill, a.dtype)], axis=0)
+        a = xp.concatenate([a, xp.full((pad,) + a.shape[1:], fill, a.dtype)], axis=0)
     a = a.reshape((N, C) + a.shape[1:])
-    return np.moveaxis(a, 2, 0)                               # [B, N, C, ...]
+    return xp.moveaxis(a, 2, 0)                               # [B, N, C, ...]
 
 
 def _unblocks(a, s: int):
     """``[B, N, C, ...]`` -> time-major ``[s, B, ...]`` (drops the padding)."""
+    xp = array_module(a)
     B, N, C = a.shape[:3]
-    a = np.moveaxis(a, 0, 2).reshape((N * C, B) + a.shape[3:])
-    return np.ascontiguousarray(a[:s])
+    a = xp.moveaxis(a, 0, 2).reshape((N * C, B) + a.shape[3:])
+    return xp.ascontiguousarray(a[:s])
 
 
 def _tr(a):
-    return np.swapaxes(a, -1, -2)
+    return a.swapaxes(-1, -2)
 
 
-def _usable(x: ref.Seq) -> bool:
+def _triangles(xp, C: int):
+    """The ``[C, C]`` masks ``j <= i`` and ``j < i`` on the module `xp`."""
+    i = xp.arange(C)
+    return i[:, None] >= i[None, :], i[:, None] > i[None, :]
+
+
+def usable(x: ref.Seq) -> bool:
+    """Whether the chunked form applies: a non-empty sequence whose retention is positive and
+    finite (its logarithm exists)."""
+    xp = array_module(x.ret)
     r = x.ret
-    return x.k.shape[0] > 0 and bool(np.all(np.isfinite(r)) and np.all(r > 0))
+    return x.k.shape[0] > 0 and bool(xp.all(xp.isfinite(r)) and xp.all(r > 0))
 
 
 def _log_gradient(pairs, starts):
@@ -94,102 +113,135 @@ def _log_gradient(pairs, starts):
     ``(j, i]`` (j <= i), ``starts[..., i]`` those over ``[0, i]``; each term counts for every m in
     its span. Only additions of terms that all contain ``r_m`` (no differences of cumulative
     sums), so ``d log r_m / r_m`` keeps its precision when ``r_m`` is small."""
+    xp = array_module(pairs)
     C = pairs.shape[-1]
-    full = np.concatenate([starts[..., None], pairs], axis=-1)    # column j + 1 <-> span (j, i]
-    covered = np.cumsum(full, axis=-1)[..., :C]                    # [i, m]: spans from j < m
-    return np.sum(np.where(np.tril(np.ones((C, C), bool)), covered, 0.0), axis=-2)   # i >= m
+    full = xp.concatenate([starts[..., None], pairs], axis=-1)    # column j + 1 <-> span (j, i]
+    covered = xp.cumsum(full, axis=-1)[..., :C]                    # [i, m]: spans from j < m
+    return xp.sum(xp.where(_triangles(xp, C)[0], covered, 0.0), axis=-2)   # i >= m
 
 
 def _unit_lower_inverse(L):
     """Inverse of a batch of unit lower-triangular matrices ``[..., n, n]`` by 2 x 2 blocks:
     ``[[A, 0], [B, C]]^-1 = [[A^-1, 0], [-C^-1 B A^-1, C^-1]]`` (batched products only)."""
+    xp = array_module(L)
     n = L.shape[-1]
     if n <= 8:
-        out = np.zeros_like(L)
+        out = xp.zeros_like(L)
         for i in range(n):          # forward substitution, one row at a time
             out[..., i, i] = 1
             if i:
-                out[..., i, :i] = -np.einsum("...j,...jk->...k", L[..., i, :i], out[..., :i, :i])
+                out[..., i, :i] = -xp.einsum("...j,...jk->...k", L[..., i, :i], out[..., :i, :i])
         return out
     h = n // 2
     Ai = _unit_lower_inverse(L[..., :h, :h])
     Ci = _unit_lower_inverse(L[..., h:, h:])
-    out = np.zeros_like(L)
+    out = xp.zeros_like(L)
     out[..., :h, :h] = Ai
     out[..., h:, h:] = Ci
     out[..., h:, :h] = -(Ci @ (L[..., h:, :h] @ Ai))
     return out
 
 
+class NumpyOps:
+    """The sequential parts on the arrays' own module: the blocked inverse above and a Python
+    loop of one batched product per chunk. `kernels.cuda_memory_chunked.CudaOps` has the same
+    two methods as CUDA kernels."""
+
+    @staticmethod
+    def unit_lower_inverse(A, th):
+        """``(I + diag(th) A)^-1`` for ``A [..., C, C]`` zero on and above the diagonal.
+
+        >>> A = np.array([[0.0, 0.0], [2.0, 0.0]])
+        >>> NumpyOps.unit_lower_inverse(A, np.array([1.0, 0.5]))
+        array([[ 1.,  0.],
+               [-1.,  1.]])
+        """
+        C = A.shape[-1]
+        return _unit_lower_inverse(array_module(A).eye(C, dtype=A.dtype) + th[..., None] * A)
+
+    @staticmethod
+    def carry(init, adds, P=None, scale=None, transpose: bool = False, reverse: bool = False):
+        """The state carried across chunks: for each chunk c in turn (descending if `reverse`),
+        ``records[:, c] = X`` and then ``X = X P_c + adds_c`` (``X P_c^T + adds_c`` if
+        `transpose`), or ``X = scale_c X + adds_c`` when `P` is None. ``init [B, R, D]``,
+        ``adds [B, N, R, D]``, ``P [B, N, D, D]``, ``scale [B, N]``; returns
+        ``(records, final)``.
+
+        >>> records, final = NumpyOps.carry(np.ones((1, 1, 1)), np.ones((1, 2, 1, 1)),
+        ...                                 scale=np.full((1, 2), 0.5))
+        >>> records.ravel().tolist(), final.ravel().tolist()
+        ([1.0, 1.5], [1.75])
+        """
+        N = adds.shape[1]
+        records = array_module(adds).empty(adds.shape, adds.dtype)
+        X = init
+        for c in (range(N - 1, -1, -1) if reverse else range(N)):
+            records[:, c] = X
+            if P is None:
+                X = X * scale[:, c, None, None] + adds[:, c]
+            else:
+                X = X @ (_tr(P[:, c]) if transpose else P[:, c]) + adds[:, c]
+        return records, X
+
+
 class _Chunks:
     """Per-chunk quantities of one call, for all chunks at once (shapes ``[B, N, C, ...]``)."""
 
-    def __init__(self, rule: str, x: ref.Seq, C: int):
+    def __init__(self, rule: str, x: ref.Seq, C: int, ops):
+        xp = array_module(x.k)
         s = x.k.shape[0]
-        self.rule, self.s, self.C = rule, s, C
+        self.rule, self.s, self.C, self.ops = rule, s, C, ops
         self.K, self.V, self.Q = (_blocks(a, s, C) for a in (x.k, x.v, x.q))
         self.r = _blocks(x.ret[..., 0], s, C, 1.0)                       # [B, N, C]
-        lr = np.log(self.r)
-        l = np.cumsum(lr, axis=-1)
-        lp = np.concatenate([np.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
-        lower = np.tril(np.ones((C, C), bool))
-        strict = np.tril(np.ones((C, C), bool), -1)
+        lr = xp.log(self.r)
+        l = xp.cumsum(lr, axis=-1)
+        lp = xp.concatenate([xp.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
+        lower, strict = _triangles(xp, C)
         self.lower, self.strict = lower, strict
         with np.errstate(under="ignore"):
-            self.g, self.gp = np.exp(l), np.exp(lp)
+            self.g, self.gp = xp.exp(l), xp.exp(lp)
             self.gC = self.g[..., -1]                                       # [B, N]
-            self.D = np.exp(l[..., -1:] - l)
-            self.E = np.exp(np.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
+            self.D = xp.exp(l[..., -1:] - l)
+            self.E = xp.exp(xp.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
             self.Pm = self.E * (self.Q @ _tr(self.K))                     # E * Q K^T
             self.DK = self.D[..., None] * self.K
             if rule == "delta":
                 self.th = _blocks(x.th[..., 0], s, C)
-                self.Ep = np.exp(np.where(strict, lp[..., :, None] - l[..., None, :], -np.inf))
+                self.Ep = xp.exp(xp.where(strict, lp[..., :, None] - l[..., None, :], -np.inf))
                 self.A = self.Ep * (self.K @ _tr(self.K))
-                L = np.eye(C, dtype=self.K.dtype) + self.th[..., None] * self.A
-                self.T = _unit_lower_inverse(L)
+                self.T = ops.unit_lower_inverse(self.A, self.th)
                 self.U0 = self.T @ (self.th[..., None] * self.V)
                 self.W = self.T @ ((self.th * self.gp)[..., None] * self.K)
-                self.PhiT = self.gC[..., None, None] * np.eye(self.K.shape[-1], dtype=self.K.dtype) \
-                    - _tr(self.W) @ self.DK
+                eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
+                self.PhiT = self.gC[..., None, None] * eye - _tr(self.W) @ self.DK
                 self.Psi = self.g[..., None] * self.Q - self.Pm @ self.W
             else:
                 self.U0 = self.V
                 self.PhiT = None
                 self.Psi = self.g[..., None] * self.Q
 
-    def carry(self, M, c: int, adds):
-        """The state leaving chunk `c` given the state `M` entering it."""
-        if self.PhiT is None:
-            return M * self.gC[:, c, None, None] + adds[:, c]
-        return M @ self.PhiT[:, c] + adds[:, c]
-
-    def carry_back(self, G, c: int, adds):
-        """The cotangent of the state entering chunk `c` given the one leaving it."""
-        if self.PhiT is None:
-            return G * self.gC[:, c, None, None] + adds[:, c]
-        return G @ _tr(self.PhiT[:, c]) + adds[:, c]
+    def carry(self, init, adds, reverse: bool = False):
+        """The states entering every chunk (the cotangents leaving every chunk if `reverse`)
+        and the last one."""
+        return self.ops.carry(init, adds, P=self.PhiT, scale=self.gC, transpose=reverse,
+                              reverse=reverse)
 
 
 def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[int] = None,
-            chunk: Optional[int] = None):
+            chunk: Optional[int] = None, ops=NumpyOps):
     """Run a rule chunkwise: ``(y [s, B, d], finals, saved)`` like `memory_ref.forward`, in
     chunks of `chunk` tokens (default `CHUNK`). `checkpoint_every` is accepted for the same
     signature and not needed: the chunk starts are the only states kept."""
-    if spec.name not in ("delta", "hebbian") or not _usable(x):
+    if spec.name not in ("delta", "hebbian") or not usable(x):
         return ref.forward(spec, x, init, checkpoint_every)
+    xp = array_module(x.k)
     s = x.k.shape[0]
     C = max(1, min(CHUNK if chunk is None else chunk, s))
-    ch = _Chunks(spec.name, x, C)
-    B, N = ch.K.shape[:2]
+    ch = _Chunks(spec.name, x, C, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
-    starts = np.empty(adds.shape, adds.dtype)
-    M = init[0]
-    for c in range(N):
-        starts[:, c] = M
-        M = ch.carry(M, c, adds)
+    starts, M = ch.carry(init[0], adds)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
-    return _unblocks(Y, s), (np.ascontiguousarray(M),), Saved(x, C, starts, ch)
+    return _unblocks(Y, s), (xp.ascontiguousarray(M),), Saved(x, C, starts, ch)
 
 
 def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
@@ -197,44 +249,41 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
     x, C, starts, ch = saved
+    xp = array_module(x.k)
     s, B, d = x.k.shape
-    N = ch.K.shape[1]
-    dY = np.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
-    G = np.zeros((B, d, d), x.k.dtype) if dfinals[0] is None else \
-        np.array(dfinals[0], dtype=x.k.dtype)
+    dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
+    G = xp.zeros((B, d, d), x.k.dtype) if dfinals[0] is None else \
+        xp.array(dfinals[0], dtype=x.k.dtype)
     adds = _tr(dY) @ ch.Psi                                                 # dY^T Psi
-    ends = np.empty(adds.shape, adds.dtype)
-    for c in range(N - 1, -1, -1):
-        ends[:, c] = G
-        G = ch.carry_back(G, c, adds)
+    ends, G = ch.carry(G, adds, reverse=True)
 
     M0, GC = starts, ends
     U = ch.U0 - ch.W @ _tr(M0) if spec.name == "delta" else ch.U0
     dU = _tr(ch.Pm) @ dY + ch.DK @ _tr(GC)
-    dPm = np.where(ch.lower, dY @ _tr(U), 0.0)
+    dPm = xp.where(ch.lower, dY @ _tr(U), 0.0)
     dQK = dPm * ch.E
     dYM = dY @ M0                                           # rows (M0^T dy_i)^T
     UG = U @ GC
     dQ = ch.g[..., None] * dYM + dQK @ ch.K
     dK = _tr(dQK) @ ch.Q + ch.D[..., None] * UG
     pairs = dPm * ch.Pm                            # span terms, see `_log_gradient`
-    from0 = ch.g * np.sum(dYM * ch.Q, axis=-1)
-    from0[..., -1] += ch.gC * np.einsum("bnij,bnij->bn", GC, M0)
-    pairs[..., -1, :] += ch.D * np.sum(UG * ch.K, axis=-1)
+    from0 = ch.g * xp.sum(dYM * ch.Q, axis=-1)
+    from0[..., -1] += ch.gC * xp.einsum("bnij,bnij->bn", GC, M0)
+    pairs[..., -1, :] += ch.D * xp.sum(UG * ch.K, axis=-1)
     g = {}
     if spec.name == "delta":
         # R = theta * (V - gp * X) with X = K M0^T, U = T R.
         dR = _tr(ch.T) @ dU
         dRM = dR @ M0
-        dRX = np.sum(dRM * ch.K, axis=-1)                   # dR_i . X_i
+        dRX = xp.sum(dRM * ch.K, axis=-1)                   # dR_i . X_i
         dV = ch.th[..., None] * dR
-        dL = -np.where(ch.strict, dR @ _tr(U), 0.0)
+        dL = -xp.where(ch.strict, dR @ _tr(U), 0.0)
         dA = ch.th[..., None] * dL
         dKK = dA * ch.Ep
         thgp = ch.th * ch.gp
         dK += (dKK + _tr(dKK)) @ ch.K - thgp[..., None] * dRM
-        g["theta"] = _unblocks(np.sum(dR * ch.V, axis=-1) - ch.gp * dRX
-                               + np.sum(dL * ch.A, axis=-1), s)
+        g["theta"] = _unblocks(xp.sum(dR * ch.V, axis=-1) - ch.gp * dRX
+                               + xp.sum(dL * ch.A, axis=-1), s)
         pairs[..., :-1, :] += (dA * ch.A)[..., 1:, :]        # span (j, i-1]
         from0[..., :-1] -= (thgp * dRX)[..., 1:]            # span [0, i-1]
     else:

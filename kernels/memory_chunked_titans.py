@@ -20,51 +20,60 @@ from typing import Optional
 
 import numpy as np
 
+from tape.backend import array_module
+
 from . import memory_ref as ref
 from . import memory_chunked
-from .memory_chunked import Saved, _blocks, _log_gradient, _tr, _unblocks, _unit_lower_inverse
+from .memory_chunked import (NumpyOps, Saved, _blocks, _log_gradient, _tr, _triangles,
+                             _unblocks)
 
 
-def _usable(x: ref.Seq) -> bool:
-    return x.k.shape[0] > 0 and all(bool(np.all(np.isfinite(a)) and np.all(a > 0))
+def usable(x: ref.Seq) -> bool:
+    """Whether the chunked form applies: a non-empty sequence whose retention and momentum
+    decay are positive and finite."""
+    xp = array_module(x.ret)
+    return x.k.shape[0] > 0 and all(bool(xp.all(xp.isfinite(a)) and xp.all(a > 0))
                                     for a in (x.ret, x.eta))
 
 
 def _decays(lg, lower):
     """cumulative log decays -> (g, E) with E_ij = exp(l_i - l_j) for j <= i."""
-    l = np.cumsum(lg, axis=-1)
-    return np.exp(l), np.exp(np.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
+    xp = array_module(lg)
+    l = xp.cumsum(lg, axis=-1)
+    return xp.exp(l), xp.exp(xp.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
 
 
 def _shift(a, first):
     """a_{i-1} along the last axis (a_{-1} = first)."""
-    return np.concatenate([np.full(a[..., :1].shape, first, a.dtype), a[..., :-1]], axis=-1)
+    xp = array_module(a)
+    return xp.concatenate([xp.full(a[..., :1].shape, first, a.dtype), a[..., :-1]], axis=-1)
 
 
 class _Chunks:
-    def __init__(self, x: ref.Seq, C: int):
+    def __init__(self, x: ref.Seq, C: int, ops):
+        xp = array_module(x.k)
         s = x.k.shape[0]
-        self.C = C
+        self.C, self.ops = C, ops
         self.K, self.V, self.Q = (_blocks(a, s, C) for a in (x.k, x.v, x.q))
         self.r = _blocks(x.ret[..., 0], s, C, 1.0)
         self.eta = _blocks(x.eta[..., 0], s, C, 1.0)
         self.th = _blocks(x.th[..., 0], s, C)
-        lower = np.tril(np.ones((C, C), bool))
-        self.lower, self.strict = lower, np.tril(lower, -1)
+        lower, self.strict = _triangles(xp, C)
+        self.lower = lower
         d = self.K.shape[-1]
-        eye = np.eye(d, dtype=self.K.dtype)
+        eye = xp.eye(d, dtype=self.K.dtype)
         with np.errstate(under="ignore"):
-            self.gr, self.Er = _decays(np.log(self.r), lower)
-            self.ge, self.Ee = _decays(np.log(self.eta), lower)
+            self.gr, self.Er = _decays(xp.log(self.r), lower)
+            self.ge, self.Ee = _decays(xp.log(self.eta), lower)
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
-        self.Wp = np.where(self.strict, _shift(np.swapaxes(self.W, -1, -2), 0.0)
+        self.Wp = xp.where(self.strict, _shift(self.W.swapaxes(-1, -2), 0.0)
                            .swapaxes(-1, -2), 0.0)                 # W_{i-1, j}, j < i
         self.grp, self.cp = _shift(self.gr, 1.0), _shift(self.c, 0.0)
         self.KK = self.K @ _tr(self.K)
         self.QK = self.Q @ _tr(self.K)
         self.A = self.Wp * self.KK
-        self.T = _unit_lower_inverse(np.eye(C, dtype=self.K.dtype) + self.th[..., None] * self.A)
+        self.T = ops.unit_lower_inverse(self.A, self.th)
         self.U0 = self.T @ (self.th[..., None] * self.V)
         self.WM = self.T @ ((self.th * self.grp)[..., None] * self.K)
         self.WS = self.T @ ((self.th * self.cp)[..., None] * self.K)
@@ -73,9 +82,9 @@ class _Chunks:
         self.DeK = self.Ee[..., -1, :, None] * self.K
         grC, cC, geC = (a[..., -1, None, None] for a in (self.gr, self.c, self.ge))
         # [M_C S_C] = [M0 S0] Phi + [U0^T DWK  U0^T DeK]
-        self.Phi = np.concatenate([
-            np.concatenate([grC * eye - _tr(self.WM) @ self.DWK, -_tr(self.WM) @ self.DeK], -1),
-            np.concatenate([cC * eye - _tr(self.WS) @ self.DWK,
+        self.Phi = xp.concatenate([
+            xp.concatenate([grC * eye - _tr(self.WM) @ self.DWK, -_tr(self.WM) @ self.DeK], -1),
+            xp.concatenate([cC * eye - _tr(self.WS) @ self.DWK,
                             geC * eye - _tr(self.WS) @ self.DeK], -1)], -2)
         self.PsiM = self.gr[..., None] * self.Q - self.Pm @ self.WM
         self.PsiS = self.c[..., None] * self.Q - self.Pm @ self.WS
@@ -93,27 +102,25 @@ def _slice(x: ref.Seq, t0: int, t1: int) -> ref.Seq:
 
 
 def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[int] = None,
-            chunk: Optional[int] = None):
+            chunk: Optional[int] = None, ops=NumpyOps):
     """Run Titans chunkwise: ``(y, (m_final, s_final), saved)`` like `memory_ref.forward`."""
-    if not _usable(x):
+    if not usable(x):
         return ref.forward(spec, x, init, checkpoint_every)
+    xp = array_module(x.k)
     s, _, d = x.k.shape
     C = max(1, min(memory_chunked.CHUNK if chunk is None else chunk, s))
-    MS = np.concatenate(init, -1)
+    MS = xp.concatenate(init, -1)
     ys, all_starts, all_chunks = [], [], []
     for t0, t1, c in _parts(s, C):
-        ch = _Chunks(_slice(x, t0, t1), c)
-        adds = np.concatenate([_tr(ch.U0) @ ch.DWK, _tr(ch.U0) @ ch.DeK], -1)   # [B, N, d, 2d]
-        starts = np.empty(adds.shape, adds.dtype)
-        for n in range(ch.K.shape[1]):
-            starts[:, n] = MS
-            MS = MS @ ch.Phi[:, n] + adds[:, n]
+        ch = _Chunks(_slice(x, t0, t1), c, ops)
+        adds = xp.concatenate([_tr(ch.U0) @ ch.DWK, _tr(ch.U0) @ ch.DeK], -1)   # [B, N, d, 2d]
+        starts, MS = ops.carry(MS, adds, P=ch.Phi)
         M0, S0 = starts[..., :d], starts[..., d:]
         ys.append(_unblocks(ch.PsiM @ _tr(M0) + ch.PsiS @ _tr(S0) + ch.Pm @ ch.U0, t1 - t0))
         all_starts.append(starts)
         all_chunks.append(ch)
-    finals = (np.ascontiguousarray(MS[..., :d]), np.ascontiguousarray(MS[..., d:]))
-    return np.concatenate(ys, 0), finals, Saved(x, C, all_starts, all_chunks)
+    finals = (xp.ascontiguousarray(MS[..., :d]), xp.ascontiguousarray(MS[..., d:]))
+    return xp.concatenate(ys, 0), finals, Saved(x, C, all_starts, all_chunks)
 
 
 def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
@@ -121,71 +128,69 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
     x, C, all_starts, all_chunks = saved
+    xp = array_module(x.k)
     s, B, d = x.k.shape
-    G = np.concatenate([np.zeros((B, d, d), x.k.dtype) if g is None else
-                        np.asarray(g, x.k.dtype) for g in dfinals], -1)
+    G = xp.concatenate([xp.zeros((B, d, d), x.k.dtype) if g is None else
+                        xp.asarray(g, x.k.dtype) for g in dfinals], -1)
     parts = []
     for (t0, t1, _), starts, ch in reversed(list(zip(_parts(s, C), all_starts, all_chunks))):
         dy_part = None if dy is None else dy[t0:t1]
         g, G = _backward_part(ch, starts, dy_part, G, t1 - t0, d)
         parts.insert(0, g)
-    g = {n: np.concatenate([p[n] for p in parts], 0)
+    g = {n: xp.concatenate([p[n] for p in parts], 0)
          for n in ("alpha", "eta", "theta", "k", "v", "q")}
     g["q"] = g["q"] if "q" in need else None
-    g["init"] = (np.ascontiguousarray(G[..., :d]), np.ascontiguousarray(G[..., d:]))
+    g["init"] = (xp.ascontiguousarray(G[..., :d]), xp.ascontiguousarray(G[..., d:]))
     return g
 
 
 def _backward_part(ch: _Chunks, starts, dy, G, s: int, d: int):
     """One span of equal chunks: its time-major gradients and the cotangent entering it."""
+    xp = array_module(ch.K)
     C = ch.C
-    N = ch.K.shape[1]
-    dY = np.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
-    adds = np.concatenate([_tr(dY) @ ch.PsiM, _tr(dY) @ ch.PsiS], -1)
-    ends = np.empty(adds.shape, adds.dtype)
-    for c in range(N - 1, -1, -1):
-        ends[:, c] = G
-        G = G @ _tr(ch.Phi[:, c]) + adds[:, c]
+    dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
+    adds = xp.concatenate([_tr(dY) @ ch.PsiM, _tr(dY) @ ch.PsiS], -1)
+    ends, G = ch.ops.carry(G, adds, P=ch.Phi, transpose=True, reverse=True)
     M0, S0, GM, GS = starts[..., :d], starts[..., d:], ends[..., :d], ends[..., d:]
     XM, XS = ch.K @ _tr(M0), ch.K @ _tr(S0)
     U = ch.U0 - ch.WM @ _tr(M0) - ch.WS @ _tr(S0)
     dU = _tr(ch.Pm) @ dY + ch.DWK @ _tr(GM) + ch.DeK @ _tr(GS)
-    dPm = np.where(ch.lower, dY @ _tr(U), 0.0)
+    dPm = xp.where(ch.lower, dY @ _tr(U), 0.0)
     dW = dPm * ch.QK
     dQK = dPm * ch.W
     dYM, dYS = dY @ M0, dY @ S0
     dQ = ch.gr[..., None] * dYM + ch.c[..., None] * dYS + dQK @ ch.K
     UGM, UGS = U @ GM, U @ GS
     dK = _tr(dQK) @ ch.Q + ch.W[..., -1, :, None] * UGM + ch.Ee[..., -1, :, None] * UGS
-    dgr = np.sum(dYM * ch.Q, axis=-1)
-    dc = np.sum(dYS * ch.Q, axis=-1)
-    dge = np.zeros_like(dgr)
-    dEe = np.zeros_like(ch.Ee)
-    dgr[..., -1] += np.einsum("bnij,bnij->bn", GM, M0)
-    dc[..., -1] += np.einsum("bnij,bnij->bn", GM, S0)
-    dge[..., -1] += np.einsum("bnij,bnij->bn", GS, S0)
-    dW[..., -1, :] += np.sum(UGM * ch.K, axis=-1)
-    dEe[..., -1, :] += np.sum(UGS * ch.K, axis=-1)
+    dgr = xp.sum(dYM * ch.Q, axis=-1)
+    dc = xp.sum(dYS * ch.Q, axis=-1)
+    dge = xp.zeros_like(dgr)
+    dEe = xp.zeros_like(ch.Ee)
+    dgr[..., -1] += xp.einsum("bnij,bnij->bn", GM, M0)
+    dc[..., -1] += xp.einsum("bnij,bnij->bn", GM, S0)
+    dge[..., -1] += xp.einsum("bnij,bnij->bn", GS, S0)
+    dW[..., -1, :] += xp.sum(UGM * ch.K, axis=-1)
+    dEe[..., -1, :] += xp.sum(UGS * ch.K, axis=-1)
     dR = _tr(ch.T) @ dU
-    dL = -np.where(ch.strict, dR @ _tr(U), 0.0)
+    dL = -xp.where(ch.strict, dR @ _tr(U), 0.0)
     dA = ch.th[..., None] * dL
     dWp = dA * ch.KK
     dKK = dA * ch.Wp
     dRM, dRS = dR @ M0, dR @ S0
-    dRXM, dRXS = np.sum(dRM * ch.K, axis=-1), np.sum(dRS * ch.K, axis=-1)
+    dRXM, dRXS = xp.sum(dRM * ch.K, axis=-1), xp.sum(dRS * ch.K, axis=-1)
     thgrp, thcp = ch.th * ch.grp, ch.th * ch.cp
     dK += (dKK + _tr(dKK)) @ ch.K - thgrp[..., None] * dRM - thcp[..., None] * dRS
     dV = ch.th[..., None] * dR
-    dtheta = (np.sum(dR * ch.V, axis=-1) - ch.grp * dRXM - ch.cp * dRXS
-              + np.sum(dL * ch.A, axis=-1))
+    dtheta = (xp.sum(dR * ch.V, axis=-1) - ch.grp * dRXM - ch.cp * dRXS
+              + xp.sum(dL * ch.A, axis=-1))
     # the shifted copies: Wp_ij = W_{i-1,j}, grp_i = gr_{i-1}, cp_i = c_{i-1}
     dW[..., :-1, :] += dWp[..., 1:, :]
     dgr[..., :-1] -= (ch.th * dRXM)[..., 1:]
     dc[..., :-1] -= (ch.th * dRXS)[..., 1:]
     # W = Er Ee, c = Er ge
-    dW = np.where(ch.lower, dW, 0.0)
-    dEr = np.where(ch.lower, dW @ _tr(ch.Ee) + dc[..., :, None] * ch.ge[..., None, :], 0.0)
-    dEe = np.where(ch.lower, dEe + _tr(ch.Er) @ dW, 0.0)
+    dW = xp.where(ch.lower, dW, 0.0)
+    dEr = xp.where(ch.lower, dW @ _tr(ch.Ee) + dc[..., :, None] * ch.ge[..., None, :], 0.0)
+    dEe = xp.where(ch.lower, dEe + _tr(ch.Er) @ dW, 0.0)
     dge += (_tr(ch.Er) @ dc[..., None])[..., 0]
     dlogr = _log_gradient(dEr * ch.Er, dgr * ch.gr)
     dloge = _log_gradient(dEe * ch.Ee, dge * ch.ge)

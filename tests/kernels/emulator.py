@@ -24,6 +24,8 @@ KERNELS = {
     "swa.cu": [f"swa_{k}_{t}" for k in ("fwd", "bwd_dq", "bwd_dkdv") for t in ("f32", "bf16")],
     "memory.cu": [f"memory_{p}_{r}" for p in ("forward", "backward")
                   for r in ("delta", "titans", "hebbian")],
+    "memory_chunked.cu": [f"chunk_{k}_{t}" for k in ("unit_lower_inverse", "carry")
+                          for t in ("f32", "f64")],
 }
 
 _HARNESS = r"""
@@ -80,7 +82,8 @@ class Launcher:
         for a in args:
             if isinstance(a, np.ndarray):
                 assert a.flags.c_contiguous, f"{kernel}: a non-contiguous array"
-                assert a.dtype in (np.float32, np.uint16), f"{kernel}: dtype {a.dtype}"
+                assert a.dtype in (np.float32, np.float64, np.uint16), \
+                    f"{kernel}: dtype {a.dtype}"
                 obj = ctypes.c_void_p(a.ctypes.data)
             elif isinstance(a, np.int32):
                 obj = ctypes.c_int(int(a))
@@ -117,4 +120,6 @@ def kernel_names_in_source(source_name: str) -> set:
         names |= {f"swa_{k}_{suffix}" for k in ("fwd", "bwd_dq", "bwd_dkdv")}
     for name, _ in re.findall(r"^MEMORY_ENTRY_POINTS\((\w+), (\w+)\)", code, re.M):
         names |= {f"memory_{p}_{name}" for p in ("forward", "backward")}
+    for suffix, _ in re.findall(r"^CHUNKED_ENTRY_POINTS\((\w+), (\w+)\)", code, re.M):
+        names |= {f"chunk_{k}_{suffix}" for k in ("unit_lower_inverse", "carry")}
     return names

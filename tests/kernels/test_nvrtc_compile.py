@@ -15,12 +15,15 @@ import nvrtc
 
 ARCHS = ("90", "80")     # Hopper (H100/H200), Ampere (A100)
 
-# Every kernel name the host code (kernels/cuda_attention.py, kernels/cuda_memory.py) launches.
+# Every kernel name the host code (kernels/cuda_attention.py, kernels/cuda_memory.py,
+# kernels/cuda_memory_chunked.py) launches.
 LAUNCHED = {
     "swa.cu": {f"swa_{part}_{suffix}" for part in ("fwd", "bwd_dq", "bwd_dkdv")
                for suffix in ("f32", "bf16")},
     "memory.cu": {f"memory_{way}_{rule}" for way in ("forward", "backward")
                   for rule in ("delta", "titans", "hebbian")},
+    "memory_chunked.cu": {f"chunk_{part}_{suffix}" for part in ("unit_lower_inverse", "carry")
+                          for suffix in ("f32", "f64")},
 }
 
 _lib = nvrtc.find_nvrtc()
