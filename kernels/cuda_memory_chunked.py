@@ -107,7 +107,7 @@ class CudaOps:
             final[...] = X
             return records, final
         threads = min(CARRY_THREADS, 32 * -(-D // 32))
-        grid = (-(-R // CARRY_ROWS), B)
+        grid = (B, -(-R // CARRY_ROWS))
         launch(SOURCE, f"chunk_carry_{_suffix(dtype)}", grid, (threads,),
                (Pc, g, adds, X, records, final, i32(N), i32(R), i32(D), i32(mode),
                 i32(int(reverse))))

@@ -14,7 +14,7 @@
 //   the reverse sweep of a matrix carry), or X = g[c] X + add[c] (a scalar decay per chunk).
 //   Rows of X evolve independently, so a block owns CARRY_ROWS rows of one batch entry and
 //   holds them in registers across all chunks (thread t: columns t and t + blockDim.x); the
-//   grid is (row groups, batch). P[c] goes through shared memory CARRY_TILE rows at a time,
+//   grid is (batch, row groups): the batch on x, which has no 65535 limit. P[c] goes through shared memory CARRY_TILE rows at a time,
 //   loaded coalesced in either orientation. Every sum has a fixed order: deterministic.
 //
 // Layouts (C-ordered): A, T [count, C, C]; th [count, C]; X, final [B, R, D];
@@ -62,7 +62,7 @@ __device__ void chunk_carry_impl(const T* __restrict__ P, const T* __restrict__ 
                                  int R, int D, int mode, int reverse) {
     __shared__ T rows[CARRY_ROWS][CARRY_MAXD];
     __shared__ T tile[CARRY_TILE][CARRY_MAXD + 1];
-    const int b = blockIdx.y, r0 = blockIdx.x * CARRY_ROWS;
+    const int b = blockIdx.x, r0 = blockIdx.y * CARRY_ROWS;
     const int nt = blockDim.x;
     T X[CARRY_ROWS][CARRY_MAXCOL];
     for (int rr = 0; rr < CARRY_ROWS; ++rr) {
