@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
 
     def dispatch() -> int:
-        if args.command in ("train", "sample", "eval", "export"):
+        if args.command in ("train", "sample", "eval", "export", "serve"):
             return run(args)
         if args.command == "demo":
             return 1 if demo() else 0
