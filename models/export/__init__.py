@@ -13,9 +13,9 @@ The `onnx` package (extra ``edge``) is imported only when a graph is built, so t
 `models` works without it.
 """
 from .run import ExportReport, export_run
-from .runtime import OnnxDecoder, load_state, state_path
+from .runtime import OnnxDecoder, load_state, save_state, state_path
 from .step import ExportError, StateSpec, build_step_model, check_exportable, fresh_state, state_specs
 
-__all__ = ["ExportReport", "export_run", "OnnxDecoder", "load_state", "state_path",
+__all__ = ["ExportReport", "export_run", "OnnxDecoder", "load_state", "save_state", "state_path",
            "ExportError", "StateSpec", "build_step_model", "check_exportable", "fresh_state",
            "state_specs"]

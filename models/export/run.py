@@ -14,7 +14,7 @@ import numpy as np
 
 from ..data import RecallTask, make_data
 from .quantize import INSTALL_HINT, quantize_int8
-from .runtime import OnnxDecoder, state_path
+from .runtime import OnnxDecoder, save_state, state_path
 from .step import ExportError, build_step_model, fresh_state
 
 QUANTIZE_CHOICES = ("int8",)
@@ -106,7 +106,7 @@ def export_run(run_dir: str | Path, out: str | Path, quantize: Optional[str] = N
     float_bytes = model.SerializeToString()
     report = ExportReport(model_path=out, state_path=state_path(out), size=0,
                           float_size=len(float_bytes), weights=weights, quantize=quantize)
-    np.savez(report.state_path, **fresh_state(cfg))
+    save_state(report.state_path, fresh_state(cfg))
     if quantize is None:
         out.write_bytes(float_bytes)
     else:

@@ -29,6 +29,13 @@ def state_path(model_path: str | Path) -> Path:
     return Path(str(model_path) + ".state.npz")
 
 
+def save_state(path: str | Path, state: dict) -> None:
+    """Write a state (arrays keyed by input name) as a deflated ``.npz``: the fresh state is
+    mostly zeros, so it shrinks to a few KiB for the page to download."""
+    with open(path, "wb") as f:        # a file object: np.savez would append ".npz" to a name
+        np.savez_compressed(f, **state)
+
+
 def load_state(path: str | Path) -> dict:
     """The arrays of a ``.state.npz``, keyed by input name."""
     with np.load(path) as z:

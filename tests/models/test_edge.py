@@ -18,7 +18,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from models.config import ModelConfig                                  # noqa: E402
-from models.export import OnnxDecoder, build_step_model, fresh_state   # noqa: E402
+from models.export import (OnnxDecoder, build_step_model, fresh_state,   # noqa: E402
+                           save_state)
 from models.export.quantize import quantize_int8                       # noqa: E402
 from models.model import init_params                                   # noqa: E402
 
@@ -49,7 +50,7 @@ def export(cfg: ModelConfig, path: Path, int8: bool = False) -> Path:
         quantize_int8(model, path)
     else:
         onnx.save(model, str(path))
-    np.savez(str(path) + ".state.npz", **fresh_state(cfg))
+    save_state(str(path) + ".state.npz", fresh_state(cfg))
     return path
 
 
