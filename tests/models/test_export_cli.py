@@ -132,3 +132,15 @@ def test_missing_onnx_names_the_extra(run_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)       # `import onnx` now fails
     err = _err(capsys, ["export", "--run", str(run_dir), "--out", str(tmp_path / "m.onnx")])
     assert 'pip install -e ".[edge]"' in err
+
+
+def test_trained_run_logits_match_hecate(run_dir, exported):
+    # the trained weights (larger than a fresh init's) through 60 tokens: window and the slow
+    # level's period (8) pass several times
+    cfg, _, params, _, _ = load_run(run_dir)
+    dec, st = OnnxDecoder(exported), decode.init_state(params, cfg, 1)
+    text = (ROOT / "models" / "export" / "step.py").read_bytes()[:60]
+    for tok in text:
+        got = dec.step(tok)
+        want, st = decode.step(params, cfg, st, np.array([tok], dtype=np.int64))
+        assert np.max(np.abs(got - want[0])) < 1e-4
