@@ -29,7 +29,6 @@ leave (`keep`) between steps; the arrays are rebuilt then, never while stepping.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Callable, Optional, Sequence
 
