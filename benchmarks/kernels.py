@@ -15,7 +15,10 @@ s = 512, 2048 (one sequence, float32), one timed step is a full gradient of
 
 NumPy's BLAS and PyTorch both run on one thread. Each time is the minimum over ``--repeat`` runs
 after a warm-up. ``--gpu`` adds the CUDA backend against the reference on CuPy arrays and
-PyTorch on CUDA, with the fraction of peak FP32 FLOP/s and memory bandwidth reached (README).
+PyTorch on CUDA, with the fraction of peak FP32 FLOP/s and memory bandwidth reached (README),
+and a table of the chunked memories on the GPU (cuBLAS and memory_chunked.cu, the default
+dispatch for long sequences) against the per-token CUDA kernels at d = 64 and s = 1024, 4096,
+16384 (``--quick``: s = 512).
 A second CPU table times the chunked form against the sequential loop at d = 64 and
 s = 1024, 4096 (``--quick``: s = 512) and gives the speed-up.
 Run ``python benchmarks/kernels.py [--quick] [--json PATH] [--gpu]``.
@@ -44,7 +47,7 @@ if str(ROOT) not in sys.path:   # run as a script from a checkout, without insta
     sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
-from kernels import memory_chunked  # noqa: E402
+from kernels import memory, memory_chunked  # noqa: E402
 from tape import Active, Reverse, autodiff  # noqa: E402
 
 PAIRS = ("swa", "delta", "titans", "hebbian")
@@ -90,8 +93,15 @@ def hecate_fn(pair, checkpoint_every=None, backend=None):
     return lambda *a: kernel(*a, checkpoint_every=checkpoint_every, backend=backend)
 
 
-def hecate_step(pair, args, weights, **kw):
-    fn = hecate_fn(pair, **kw)
+def prim_fn(pair, backend):
+    """The memory rule's primitive with an internal backend name ("cuda-chunked" is what the
+    default dispatch picks on long sequences; it is not a public `backend` choice)."""
+    prim = {"delta": memory._delta, "titans": memory._titans, "hebbian": memory._hebbian}[pair]
+    return lambda *a: prim(*a, backend=backend)
+
+
+def hecate_step(pair, args, weights, prim_backend=None, **kw):
+    fn = prim_fn(pair, prim_backend) if prim_backend else hecate_fn(pair, **kw)
 
     def loss(*a):
         total = 0.0
@@ -315,6 +325,74 @@ def run_gpu(sizes, repeat, batch):
     return results, peak_flops, peak_bw
 
 
+_CHUNK_MATRICES = {"delta": 5, "hebbian": 2, "titans": 9}   # C x C per chunk, kept for backward
+
+
+def chunked_work_estimate(pair, s, d, B, C=memory_chunked.CHUNK):
+    """(FLOPs, bytes) of one chunked forward + backward, estimated from the algorithm's
+    products and the least traffic it needs: token vectors in and out (10 s d: k, v, q, y
+    forward; k, v, q, dy in and dk, dv, dq out backward), the state entering each chunk and its
+    cotangent (written, then read: 4 N d D with D = d, or 2d for Titans' [M S]), the per-chunk
+    transition (written, read forward and backward: 3 N D^2, none for the Hebbian scalar decay)
+    and the C x C chunk matrices kept for the backward (written, then read). FLOPs: the
+    forward's batched products per chunk, times 3 for forward plus backward."""
+    N = -(-s // C)
+    D = 2 * d if pair == "titans" else d
+    fwd = {"hebbian": 4 * C * C * d + 4 * C * d * d,
+           "delta": 12 * C * C * d + 6 * C * d * d + 2 * d ** 3,
+           "titans": 24 * C * C * d + 12 * C * d * d + 2 * d * D * D}[pair]
+    floats = (10 * s * d + 4 * N * d * D + (0 if pair == "hebbian" else 3 * N * D * D)
+              + 2 * _CHUNK_MATRICES[pair] * N * C * C)
+    return B * 3 * N * fwd, B * 4 * floats
+
+
+def run_gpu_chunked(lengths, repeat, batch, d=64):
+    """The chunked memories on the GPU against the per-token CUDA kernels (all states kept),
+    float32, `batch` sequences per call; `speedup` is per-token time / chunked time."""
+    import cupy as cp
+    sync = cp.cuda.Device().synchronize
+    peak_flops, peak_bw = gpu_peaks(cp)
+    rows = []
+    for pair in CHUNKED:
+        for s in lengths:
+            lead = (batch,)
+            args = [cp.asarray(a) for a in make_inputs(pair, s, d, lead)]
+            weights = [cp.asarray(w) for w in output_weights(pair, s, d, lead)]
+            per_token = hecate_step(pair, args, weights, backend="cuda")
+            chunked = hecate_step(pair, args, weights, prim_backend="cuda-chunked")
+            got = [cp.asnumpy(g) for g in chunked()]
+            want = [cp.asnumpy(g) for g in per_token()]
+            row = {"pair": pair, "d": d, "s": s, "batch": batch, "chunk": memory_chunked.CHUNK,
+                   "grad_check": grads_agree(got, want),
+                   "per_token_s": best_time(per_token, repeat, sync),
+                   "chunked_s": best_time(chunked, repeat, sync)}
+            row["speedup"] = row["per_token_s"] / row["chunked_s"]
+            row["tokens_per_s"] = batch * s / row["chunked_s"]
+            flops, nbytes = work_estimate(pair, s, d, batch)
+            row["per_token_bandwidth_fraction"] = nbytes / row["per_token_s"] / peak_bw
+            row["per_token_flops_fraction"] = flops / row["per_token_s"] / peak_flops
+            flops, nbytes = chunked_work_estimate(pair, s, d, batch)
+            row["chunked_bandwidth_fraction"] = nbytes / row["chunked_s"] / peak_bw
+            row["chunked_flops_fraction"] = flops / row["chunked_s"] / peak_flops
+            rows.append(row)
+    return rows
+
+
+def print_gpu_chunked(rows):
+    print("\n| pair | d | s | batch | per-token (ms) | chunked (ms) | speed-up | tokens/s | "
+          "% bandwidth per-token / chunked | % FP32 per-token / chunked | grad check |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['pair']} | {r['d']} | {r['s']} | {r['batch']} | "
+              f"{1e3 * r['per_token_s']:.2f} | {1e3 * r['chunked_s']:.2f} | "
+              f"{r['speedup']:.1f}x | {r['tokens_per_s']:,.0f} | "
+              f"{100 * r['per_token_bandwidth_fraction']:.1f} / "
+              f"{100 * r['chunked_bandwidth_fraction']:.1f} | "
+              f"{100 * r['per_token_flops_fraction']:.2f} / "
+              f"{100 * r['chunked_flops_fraction']:.2f} | "
+              f"{'ok' if r['grad_check'] else 'MISMATCH'} |")
+
+
 # --------------------------------------------------------------------------------------------
 # Report
 
@@ -373,6 +451,9 @@ def main(argv=None):
         out["gpu"] = rows
         out["gpu_peaks"] = {"fp32_flops": peak_flops, "bandwidth_bytes_per_s": peak_bw}
         print_gpu(rows, peak_flops, peak_bw)
+        out["gpu_chunked"] = run_gpu_chunked([512] if args.quick else [1024, 4096, 16384],
+                                             repeat, 1 if args.quick else args.gpu_batch)
+        print_gpu_chunked(out["gpu_chunked"])
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0
