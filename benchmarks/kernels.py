@@ -17,8 +17,8 @@ NumPy's BLAS and PyTorch both run on one thread. Each time is the minimum over `
 after a warm-up. ``--gpu`` adds the CUDA backend against the reference on CuPy arrays and
 PyTorch on CUDA, with the fraction of peak FP32 FLOP/s and memory bandwidth reached (README),
 and a table of the chunked memories on the GPU (cuBLAS and memory_chunked.cu, the default
-dispatch for long sequences) against the per-token CUDA kernels at d = 64 and s = 1024, 4096,
-16384 (``--quick``: s = 512).
+dispatch for long sequences) against the per-token CUDA kernels at d = 64 and s = 256, 1024,
+4096, 16384 (``--quick``: s = 512): the crossover sets `cuda_memory_chunked.MIN_TOKENS`.
 A second CPU table times the chunked form against the sequential loop at d = 64 and
 s = 1024, 4096 (``--quick``: s = 512) and gives the speed-up.
 Run ``python benchmarks/kernels.py [--quick] [--json PATH] [--gpu]``.
@@ -451,7 +451,7 @@ def main(argv=None):
         out["gpu"] = rows
         out["gpu_peaks"] = {"fp32_flops": peak_flops, "bandwidth_bytes_per_s": peak_bw}
         print_gpu(rows, peak_flops, peak_bw)
-        out["gpu_chunked"] = run_gpu_chunked([512] if args.quick else [1024, 4096, 16384],
+        out["gpu_chunked"] = run_gpu_chunked([512] if args.quick else [256, 1024, 4096, 16384],
                                              repeat, 1 if args.quick else args.gpu_batch)
         print_gpu_chunked(out["gpu_chunked"])
     if args.json:

@@ -39,7 +39,10 @@ CARRY_ROWS = 4            # CARRY_ROWS
 CARRY_THREADS = 128       # CARRY_MAXD / CARRY_MAXCOL: the kernel's launch bound
 INVERSE_THREADS = 64      # TRI_MAXC
 DTYPES = ("float32", "float64")
-MIN_TOKENS = 256          # below this the per-token CUDA kernels are expected to be faster
+# Below this the per-token CUDA kernels are expected to be faster: an estimate from launch
+# counts (about 150 launches for the chunked forward plus backward against one per pass), to be
+# replaced by the crossover `benchmarks/kernels.py --gpu` measures.
+MIN_TOKENS = 512
 _MODES = {"matrix": 0, "matrix_t": 1, "scale": 2}
 
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The GPU checks of the kernel pairs, for a machine with a CUDA GPU and CuPy installed
 # (pip install -e '.[cuda,test]'): what is detected, the whole kernel test suite (test_gpu.py
-# runs instead of skipping), then the benchmark with the CUDA backend.
+# runs instead of skipping, the chunked memories' GPU path included; test_nvrtc_compile.py runs
+# where NVRTC is installed), then the benchmark with the CUDA backend and the chunked memories.
 #   sh tests/kernels/gpu_check.sh [results.json]
 set -e
 cd "$(dirname "$0")/../.."

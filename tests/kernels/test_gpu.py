@@ -294,8 +294,9 @@ def test_default_dispatch_runs_long_sequences_chunked(monkeypatch):
 
 
 def test_public_chunked_rule_differentiates_through_the_tape():
+    from kernels import cuda_memory_chunked
     rng = np.random.default_rng(3)
-    s = 300
+    s = cuda_memory_chunked.MIN_TOKENS + 37          # the default dispatch runs it chunked
     x = rng.standard_normal((s, 32)) * 0.5
     W = [rng.standard_normal((32, 32)) * 0.2 for _ in range(3)]
 
