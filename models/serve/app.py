@@ -141,12 +141,18 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
             return JSONResponse(e.body(), status_code=e.status)
         loop = asyncio.get_running_loop()
         updated = asyncio.Event()
+        scheduled = [False]     # a wake-up is on its way: the reader will see newer text too
+
+        def deliver() -> None:
+            scheduled[0] = False
+            updated.set()
 
         def wake() -> None:     # called from the decode thread
-            if not req.stream and job.finish_reason is None:
-                return          # a plain request only needs to hear about the end
+            if scheduled[0] or (not req.stream and job.finish_reason is None):
+                return          # (a plain request only needs to hear about the end)
+            scheduled[0] = True
             try:
-                loop.call_soon_threadsafe(updated.set)
+                loop.call_soon_threadsafe(deliver)
             except RuntimeError:    # the event loop is closed: nobody is listening
                 pass
 
