@@ -1,6 +1,7 @@
 """`hecate bench`: Hecate side by side with its peers on ADBench's objectives and more.
 
-    hecate bench [gmm|lstm|ba|overhead|kernels|train|checkpoint|all ...] [--quick] [--out DIR]
+    hecate bench [gmm|lstm|ba|overhead|kernels|train|checkpoint|peers|all ...] [--quick]
+                 [--out DIR]
 
 For every ADBench input and every installed tool (Hecate, HIPS autograd, PyTorch eager, JAX
 without and with ``jit``) it measures, as ADBench does, the minimum over repeats of the
@@ -11,7 +12,9 @@ checkout, hecate-bench-results/ in the current directory otherwise):
 ``report.md`` (Markdown tables and the targets), ``results.json`` and one PNG plot per problem.
 ``overhead`` runs `models.bench.overhead`; ``kernels``, ``train`` and ``checkpoint`` run the
 repository's `benchmarks/<name>.py` (with ``--quick`` when asked) when the script exists, that
-is from a checkout; an installed package reports them as not available.
+is from a checkout; an installed package reports them as not available. ``peers`` runs
+`models.bench.lm_peers` (Hecate's language model against same-size PyTorch peers, trained on the
+same data; minutes, so ``all`` leaves it out unless it is named too: ``hecate bench all peers``).
 
 All tools run on one thread by default (``--threads``): the harness restarts itself with the
 BLAS and XLA thread counts fixed, because they can only be set before the libraries load.
@@ -33,7 +36,9 @@ from pathlib import Path
 from . import PACKAGE_PARENT, checkout_root
 from ..validation import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Parser
 
-SECTIONS = ("gmm", "lstm", "ba", "overhead", "kernels", "train", "checkpoint")
+SECTIONS = ("gmm", "lstm", "ba", "overhead", "kernels", "train", "checkpoint", "peers")
+# Sections that `all` leaves out (they take minutes), run only when named.
+NAMED_ONLY = ("peers",)
 ADBENCH = ("gmm", "lstm", "ba")
 _CHILD = "HECATE_BENCH_CHILD"
 
@@ -248,6 +253,19 @@ def run_overhead(quick: bool, log):
     return overhead.format_report(meta, results), {"meta": meta, "results": results}
 
 
+def run_peers(quick: bool, log):
+    """`models.bench.lm_peers`: (markdown, results), or a note and None without PyTorch (a
+    missing peer is skipped, not a failure)."""
+    from . import lm_peers
+
+    if not lm_peers.torch_available():
+        message = f"The `peers` section was skipped: {lm_peers.TORCH_MISSING}."
+        log(message)
+        return message, None
+    data = lm_peers.run(quick=quick, log=log)
+    return lm_peers.format_report(data), data
+
+
 def run_script(name: str, quick: bool, log):
     """Run the repository's `benchmarks/<name>.py` if it exists. Returns (markdown, ok): a
     missing script is reported as not available, which is not a failure."""
@@ -306,7 +324,8 @@ def parse_args(argv):
         prog="hecate bench", description=__doc__.splitlines()[0],
         epilog="Method and reproduction: benchmarks/README.md in the repository")
     parser.add_argument("sections", nargs="*", metavar="SECTION",
-                        help=f"any of {', '.join(SECTIONS)}, all (default: all)")
+                        help=f"any of {', '.join(SECTIONS)}, all (default: all, which "
+                             f"leaves out {', '.join(NAMED_ONLY)} unless named too)")
     parser.add_argument("--out", default=str(default_out()), metavar="DIR",
                         help="results directory (default: benchmarks/results/ in a checkout, "
                              "which git ignores; ./hecate-bench-results in an installed "
@@ -343,7 +362,8 @@ def parse_args(argv):
         parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from "
                      f"{', '.join(SECTIONS)}, all")
     if not args.sections or "all" in args.sections:
-        args.sections = list(SECTIONS)
+        named = [s for s in args.sections if s in NAMED_ONLY]
+        args.sections = [s for s in SECTIONS if s not in NAMED_ONLY or s in named]
     return args
 
 
@@ -440,6 +460,10 @@ def main(argv=None) -> int:
                     profile_problem(problem, rows, settings, log) + "\n")
                 report += [f"Profile of Hecate's {problem.derivative}: "
                            f"[profile_{section}.txt](profile_{section}.txt).", ""]
+        elif section == "peers":
+            text, data["peers"] = run_peers(args.quick, log)
+            report += ["## Language model against PyTorch peers (models/bench/lm_peers.py)", "",
+                       text, ""]
         elif section == "overhead":
             text, data["overhead"] = run_overhead(args.quick, log)
             report += ["## Recorded-op overhead (benchmarks/overhead.py)", "", text, ""]
