@@ -60,6 +60,23 @@ class _JobStream(StreamingResponse):
             self.job.cancel()
 
 
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (413) past `limit` bytes without reading it all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(f"the request body is {int(declared)} bytes; this server reads at "
+                           f"most {limit} (see --max-prompt-bytes)", None, "body_too_large", 413)
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise RequestError(f"the request body is over {limit} bytes; this server reads "
+                               f"at most that (see --max-prompt-bytes)", None, "body_too_large",
+                               413)
+        parts.append(part)
+    return b"".join(parts)
+
+
 async def _client_gone(request: Request) -> None:
     """Returns when the client disconnects (the request body was already read)."""
     while True:
@@ -129,7 +146,7 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
     async def completions(request: Request) -> Response:
         try:
             try:
-                body = json.loads(await request.body())
+                body = json.loads(await _read_body(request, limits.max_body_bytes))
             except json.JSONDecodeError as e:
                 raise RequestError(f"the request body is not valid JSON: {e.msg} at line "
                                    f"{e.lineno} column {e.colno}", None, "invalid_json") from None

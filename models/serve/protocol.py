@@ -65,6 +65,12 @@ class Limits:
     max_tokens_cap: int = 1024
     max_prompt_bytes: int = 8192
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body read: room for the longest prompt written as JSON escapes
+        (up to 12 bytes per 3-byte character) or as a list of byte values, plus the rest."""
+        return 16 * self.max_prompt_bytes + 65536
+
 
 @dataclasses.dataclass
 class CompletionRequest:
@@ -157,12 +163,11 @@ def _prompt(body: dict, limits: Limits) -> tuple:
                 raise RequestError("prompt must be a string, a list holding one string, or a "
                                    "non-empty list of byte values 0-255", "prompt",
                                    "invalid_type")
-    if isinstance(value, bytes):
-        raw, text = value, value.decode("utf-8", errors="replace")
-    elif isinstance(value, str):
-        raw, text = value.encode("utf-8", errors="surrogatepass"), value
-    else:
+    if isinstance(value, str):      # (a lone surrogate from a JSON escape stays a byte error)
+        value = value.encode("utf-8", errors="surrogatepass")
+    elif not isinstance(value, bytes):
         raise _type_error("prompt", "a string", value)
+    raw, text = value, value.decode("utf-8", errors="replace")
     if len(raw) > limits.max_prompt_bytes:
         raise RequestError(f"prompt is {len(raw)} bytes of UTF-8; this server takes at most "
                            f"{limits.max_prompt_bytes} (hecate serve --max-prompt-bytes)",

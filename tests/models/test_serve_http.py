@@ -356,3 +356,15 @@ def test_serve_without_the_extra(capsys, tiny_run, monkeypatch):
     monkeypatch.setitem(sys.modules, "fastapi", None)     # import fastapi -> ImportError
     err = _one_line_error(capsys, ["serve", "--run", str(tiny_run)])
     assert 'pip install -e ".[serve]"' in err
+
+
+def test_oversized_body_and_odd_text(client):
+    big = b'{"prompt": "' + b"x" * (16 * 64 + 65536) + b'"}'
+    r = client.post("/v1/completions", content=big)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    # a lone surrogate (a JSON escape) is fed as its bytes and echoed as U+FFFD
+    r = client.post("/v1/completions", content=b'{"prompt": "a\\ud800", "max_tokens": 2, '
+                                                b'"echo": true, "stream": true}')
+    events = sse_events(r.read().decode())
+    assert json.loads(events[0])["choices"][0]["text"] == "a\ufffd\ufffd\ufffd"
+    assert events[-1] == "[DONE]"
