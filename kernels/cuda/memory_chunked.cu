@@ -14,8 +14,9 @@
 //   the reverse sweep of a matrix carry), or X = g[c] X + add[c] (a scalar decay per chunk).
 //   Rows of X evolve independently, so a block owns CARRY_ROWS rows of one batch entry and
 //   holds them in registers across all chunks (thread t: columns t and t + blockDim.x); the
-//   grid is (batch, row groups): the batch on x, which has no 65535 limit. P[c] goes through shared memory CARRY_TILE rows at a time,
-//   loaded coalesced in either orientation. Every sum has a fixed order: deterministic.
+//   grid is (batch, row groups): the batch on x, which has no 65535 limit. P[c] goes through
+//   shared memory CARRY_TILE rows at a time, loaded coalesced in either orientation. Every sum
+//   has a fixed order: deterministic.
 //
 // Layouts (C-ordered): A, T [count, C, C]; th [count, C]; X, final [B, R, D];
 // P [B, N, D, D]; g [B, N]; add, record [B, N, R, D]. Entry points for float and double.

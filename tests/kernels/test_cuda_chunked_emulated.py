@@ -213,7 +213,7 @@ def test_runs_are_deterministic(emulated, monkeypatch):
         np.testing.assert_array_equal(x, y)
 
 
-# -- the default dispatch (a fake CuPy: no arrays are computed) -------------------------------------
+# -- the default dispatch (a fake CuPy: no arrays are computed) ------------------------------------
 
 class FakeDeviceArray:
     """Quacks like a CuPy array for the dispatch code."""

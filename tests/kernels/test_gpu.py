@@ -198,7 +198,7 @@ def test_memory_read_on_gpu():
     assert_close(got, kernels.memory_read(q, m), 1e-5)
 
 
-# -- the chunked memories: cuBLAS products and the kernels of memory_chunked.cu ---------------------
+# -- the chunked memories: cuBLAS products and the kernels of memory_chunked.cu --------------------
 
 # float32: 30x or more the error of NumPy's chunked float32 run against the float64 reference at
 # these sizes (<= 8e-7 forward, <= 2e-6 backward); float64: 100x its error (<= 8e-15).
