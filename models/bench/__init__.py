@@ -3,7 +3,9 @@ timings). Installed with the package, so `hecate bench` works from any install:
 
 - `models.bench.harness`: the command (measurement, report, plots);
 - `models.bench.adbench`: ADBench's objectives, file formats and the peers' versions;
-- `models.bench.overhead`: the recorded-op overhead benchmark.
+- `models.bench.overhead`: the recorded-op overhead benchmark;
+- `models.bench.lm_peers`: the language model against same-size PyTorch peers on the same data
+  (the peers' networks in `models.bench.peer_nets`, which only it loads, once torch is found).
 
 The repository's ``benchmarks/`` folder holds the scripts that only run from a checkout
 (``kernels.py``, ``train.py``, ``checkpoint.py``, ...) and entry points that call this package

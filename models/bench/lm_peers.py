@@ -74,7 +74,10 @@ QUICK = {"steps": 3, "eval_every": 2, "eval_batches": 1, "final_eval_batches": 2
 
 
 def torch_available() -> bool:
-    """Whether PyTorch can be imported (without importing it)."""
+    """Whether PyTorch can be imported (without importing it; a module blocked with
+    ``sys.modules["torch"] = None`` counts as missing)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is not None
     return importlib.util.find_spec("torch") is not None
 
 

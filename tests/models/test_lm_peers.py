@@ -196,3 +196,15 @@ def test_bad_model_names_are_one_line_errors(capsys):
 def test_steps_fit_into_a_budget():
     assert lm_peers.steps_in(10.0, {"train_s": 4.0, "steps": 100}) == 250
     assert lm_peers.steps_in(0.001, {"train_s": 4.0, "steps": 100}) == 1
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    modules = [lm_peers]
+    if lm_peers.torch_available():
+        from models.bench import peer_nets
+        modules.append(peer_nets)
+    for module in modules:
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
