@@ -368,3 +368,12 @@ def test_oversized_body_and_odd_text(client):
     events = sse_events(r.read().decode())
     assert json.loads(events[0])["choices"][0]["text"] == "a\ufffd\ufffd\ufffd"
     assert events[-1] == "[DONE]"
+
+
+def test_load_benchmark_quick_run(quick_benchmark):
+    # benchmarks/serve_load.py --quick keeps working (a tiny run; timings are not asserted)
+    need_serve_extra()
+    stdout, data = quick_benchmark("serve_load.py", timeout=300)
+    assert [row["clients"] for row in data["levels"]] == [1, 4]
+    assert all(row["requests"] == 8 and row["tokens"] == 8 * 16 for row in data["levels"])
+    assert "tokens/s" in stdout
