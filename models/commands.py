@@ -23,6 +23,7 @@ from typing import Any
 from .config import COMPOSITIONS, RULES
 from .data import DataError
 from .export import cli as export_cli
+from .serve import command as serve_cli
 from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, check_train
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
@@ -99,6 +100,7 @@ def add_parsers(sub: Any) -> None:
     e.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
 
     export_cli.add_parser(sub)
+    serve_cli.add_parser(sub)
 
 
 def _flags(args: argparse.Namespace, names: dict) -> dict:
@@ -160,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointFileError
     from .train import RunError
     handler = {"train": _train, "sample": _sample, "eval": _eval,
-               "export": export_cli.run_export}[args.command]
+               "export": export_cli.run_export, "serve": serve_cli.run}[args.command]
     try:
         return handler(args)
     except (DataError, CheckpointFileError, RunError) as e:
