@@ -8,7 +8,7 @@ connections and new requests (503), running completions get ``shutdown_grace`` s
 finish, then the rest end (a stream gets a last chunk with ``finish_reason: "abort"`` and
 ``data: [DONE]``; a waiting plain request gets a 503), and the process exits with status 0.
 A second Ctrl-C stops at once. uvicorn re-raises the signal it caught once it has shut down;
-the handlers installed around it here absorb that, so the exit status stays 0.
+the handler installed around it here takes that without effect, so the exit status stays 0.
 """
 from __future__ import annotations
 
@@ -65,10 +65,6 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _absorb(_sig: int, _frame: Any) -> None:
-    """The handler uvicorn's re-raised stop signal lands on after a graceful shutdown."""
-
-
 def serve(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           model_name: Optional[str] = None, max_batch: int = 16, max_waiting: int = 64,
           limits: Limits = Limits(), shutdown_grace: float = 3.0, log_level: str = "info",
@@ -87,11 +83,18 @@ def serve(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, device
     config = uvicorn.Config(app, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=max(1, round(shutdown_grace + 2)))
     server = _Server(config, lambda: batcher.begin_shutdown(shutdown_grace))
+
+    def stop(sig: int, frame: Any) -> None:
+        # Before uvicorn installs its own handlers, a stop signal still stops the server (it
+        # exits right after starting); after a graceful shutdown uvicorn re-raises the signal
+        # it caught, which lands here and changes nothing, so the exit status stays 0.
+        server.handle_exit(sig, frame)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     print(f"hecate serve: model {name} (step {header.get('step')}) at http://{shown}:{bound[1]}"
           f"  (OpenAI API under /v1, web page at /; Ctrl-C or SIGTERM stops)", file=out,
           flush=True)
-    previous = {sig: signal.signal(sig, _absorb) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.run(sockets=[sock])
     finally:
