@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import COMPOSITIONS, RULES
+from .config import COMPOSITIONS, DTYPES, RULES
 from .data import DataError
 from .export import cli as export_cli
 from .serve import command as serve_cli
@@ -28,7 +28,7 @@ from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, chec
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
-               "rule": str, "composition": str, "gate_penalty": float}
+               "rule": str, "composition": str, "gate_penalty": float, "dtype": str}
 TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
                "task": str, "device": str, "checkpoint_minutes": float}
 
@@ -51,6 +51,9 @@ def add_parsers(sub: Any) -> None:
                                                             "CUDA kernels)")
     t.add_argument("--rule", choices=RULES)
     t.add_argument("--composition", choices=COMPOSITIONS)
+    t.add_argument("--dtype", choices=DTYPES,
+                   help="float32 (default) or float64 parameters and activations (float64: "
+                        "runs on N MPI ranks match one process to ~1e-12)")
     t.add_argument("--levels", type=LEVELS, metavar="N",
                    help="CMS levels, 0 to 4 (default 2; 0: no memory branch, SWA alone)")
     sizes = {"d_model": "width of the model (default 64)",
@@ -108,18 +111,33 @@ def _flags(args: argparse.Namespace, names: dict) -> dict:
 
 
 def _train(args: argparse.Namespace) -> int:
+    # Under mpiexec: the MPI world (models.distributed); an error on one rank ends them all.
+    from .distributed import current_world
+    world = current_world()
+    with world.guard("train", bool(getattr(args, "debug", False))):
+        return _train_on(args, world)
+
+
+def _train_on(args: argparse.Namespace, world: Any) -> int:
     from .train import resolve_configs, train
     if args.resume and not args.run_dir:
         raise DataError("--resume needs --run-dir DIR (the run to continue)")
-    run_dir = Path(args.run_dir) if args.run_dir else Path(
-        "runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    cfg, tcfg = resolve_configs(run_dir, args.resume, _flags(args, MODEL_FLAGS),
-                                _flags(args, TRAIN_FLAGS), force=args.force)
-    print(f"hecate train: run directory {run_dir}", file=sys.stderr)
+
+    def configs() -> tuple:   # rank 0 reads the run directory; the others get its answer
+        run_dir = Path(args.run_dir) if args.run_dir else Path(
+            "runs", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+        return (run_dir, *resolve_configs(run_dir, args.resume, _flags(args, MODEL_FLAGS),
+                                          _flags(args, TRAIN_FLAGS), force=args.force))
+    run_dir, cfg, tcfg = world.from_root(configs)
+    world.rows(tcfg.batch_size)   # a batch that does not split over the ranks: exit 2
+    if world.is_root:
+        print(f"hecate train: run directory {run_dir}", file=sys.stderr)
     try:   # SIGTERM / a first Ctrl-C: checkpoint, then exit 143 / 130; a second Ctrl-C: 130
         result = train(cfg, tcfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                       force=args.force)
+                       force=args.force, world=world)
     except KeyboardInterrupt:
+        if world.size > 1:
+            raise   # every rank must end: the guard aborts them
         return 130
     return result.exit_code
 

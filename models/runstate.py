@@ -75,9 +75,15 @@ class Checkpointer:
             return "no checkpoint had been written yet"
         return f"the previous checkpoint (step {self.saved_step}) is kept: {self.last}"
 
-    def due(self, step: int, final: bool, stopping: bool) -> list:
-        """The names to write after `step`: [] or ``["last"]`` plus ``step_<N>`` snapshots."""
-        timed = self.minutes > 0 and time.monotonic() - self._t >= 60.0 * self.minutes
+    def timer_expired(self) -> bool:
+        """Whether `minutes` have passed since the last write (0 minutes: never)."""
+        return self.minutes > 0 and time.monotonic() - self._t >= 60.0 * self.minutes
+
+    def due(self, step: int, final: bool, stopping: bool,
+            timed: Optional[bool] = None) -> list:
+        """The names to write after `step`: [] or ``["last"]`` plus ``step_<N>`` snapshots.
+        `timed` overrides this process's own timer (ranks follow rank 0's)."""
+        timed = self.timer_expired() if timed is None else timed
         snapshot = step % self.every == 0
         if not (snapshot or final or stopping or timed):
             return []

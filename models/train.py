@@ -17,6 +17,10 @@ positions, step) is in a checkpoint, so ``resume=True`` reproduces the losses of
 uninterrupted run exactly; the header also carries config.json (`models.rundir`), so a deleted
 config.json is rebuilt.
 
+Under an MPI launcher (``mpiexec -n N hecate train``) the same loop runs data-parallel: each
+rank takes its rows of every global batch, one allreduce averages the gradients, and rank 0
+alone writes the run directory (`models.distributed`, docs/distributed.md).
+
 Faults: SIGTERM or Ctrl-C stops at the next step boundary with a checkpoint, and a second
 Ctrl-C at once (`models.signals`); one trainer per run directory (`models.runlock`); orphan
 temporary files of killed writes are removed at the next start; a full or read-only disk stops
@@ -44,10 +48,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero, make_zero_
+from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero_
 from tape import primal, tree_map
 
 from . import decode, model
+from .distributed import (NullLog, StepBuffer, World, current_world, gather_state, local_rows,
+                          share_start)
 from .checkpoint import (CheckpointFileError, atomic_write, check_compatible, load_checkpoint,
                          to_numpy)
 from .config import ModelConfig
@@ -196,7 +202,7 @@ def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature:
 def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool = False,
           progress: bool = True, out: Any = "stdout", corpus: Optional[bytes] = None,
           stop_after: Optional[int] = None, force: bool = False,
-          argv: Optional[list] = None) -> TrainResult:
+          argv: Optional[list] = None, world: Optional[World] = None) -> TrainResult:
     """Train `cfg` under `tcfg`, writing the run directory; see the module docstring.
 
     `corpus` (bytes) replaces the default corpus for the text task (tests); `stop_after` ends
@@ -206,7 +212,14 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
     despite other data or model fields; `argv` is recorded in the config history (default
     ``sys.argv[1:]``). A run stopped by SIGTERM/SIGINT returns with `TrainResult.stopped_by`
     set; a second SIGINT raises KeyboardInterrupt.
+
+    `world` (default: `models.distributed.current_world`, found from the MPI launcher's
+    environment) splits every global batch of ``tcfg.batch_size`` rows over its ranks; rank 0
+    alone writes the run directory, prints and shows the progress bar.
     """
+    world = world if world is not None else current_world()
+    if not world.is_root:
+        out, progress = None, False
     out = sys.stdout if isinstance(out, str) and out == "stdout" else out
 
     def note(msg: str) -> None:
@@ -220,11 +233,17 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
     if not (math.isfinite(tcfg.checkpoint_minutes) and tcfg.checkpoint_minutes >= 0):
         raise RunError(f"--checkpoint-minutes must be a finite number >= 0 (0: off); got "
                        f"{tcfg.checkpoint_minutes}")
+    world.rows(tcfg.batch_size)   # the batch must split evenly over the ranks
+    world.bind_device(tcfg.device)
     xp = array_module_for(tcfg.device)
     if tcfg.data:
         tcfg = dataclasses.replace(tcfg, data=str(absolute_path(tcfg.data)))
     run_dir = Path(run_dir)
     last = ckpt_path(run_dir)
+    if not world.is_root:   # the run directory is rank 0's alone: no lock, no files
+        with StopSignals() as stop:
+            return _run(cfg, tcfg, run_dir, resume, False, None, corpus, stop_after, force,
+                        argv, xp, world.stop_view(stop), note, world)
     if resume and not last.exists():
         raise RunError(f"--resume: no checkpoint at {last}")
     created = not run_dir.exists()
@@ -245,7 +264,7 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
         with StopSignals() as stop:
             try:
                 return _run(cfg, tcfg, run_dir, resume, progress, out, corpus, stop_after,
-                            force, argv, xp, stop, note)
+                            force, argv, xp, world.stop_view(stop), note, world)
             except KeyboardInterrupt:
                 kept = f"the last complete checkpoint is kept: {last}; continue with: " \
                     f"{resume_command(run_dir)}" if last.exists() else "no checkpoint written"
@@ -262,10 +281,12 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
 
 def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progress: bool,
          out: Any, corpus: Optional[bytes], stop_after: Optional[int], force: bool,
-         argv: Optional[list], xp: Any, stop: StopSignals, note: Any) -> TrainResult:
-    """`train` with the run directory locked and the stop handlers installed."""
+         argv: Optional[list], xp: Any, stop: StopSignals, note: Any,
+         world: World) -> TrainResult:
+    """`train` with the run directory locked (on rank 0) and the stop handlers installed."""
     last = ckpt_path(run_dir)
-    if not resume and last.exists():
+    root = world.is_root
+    if root and not resume and last.exists():
         raise RunError(f"{run_dir} already holds a run (checkpoint {last}): pass --resume to "
                        f"continue it, or another --run-dir")
     if corpus is not None and tcfg.task == "text":
@@ -278,7 +299,7 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     baseline = unigram_entropy(data.train) if isinstance(data, TextData) else None
 
     history_cfg: list = []
-    if resume:
+    if resume and root:
         saved = load_run_config(run_dir, note)
         params, opt, state, header = restore(last, cfg, tcfg, xp, force, note)
         start = int(header["step"])
@@ -298,25 +319,34 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
         opt = AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
         state = model.init_state(cfg, tcfg.batch_size, xp)
         start = 0
-    history_cfg.append(history_entry(start, tcfg.steps, argv))
+    # Every rank starts from rank 0's parameters, moments, data order and global memory, then
+    # keeps its own rows of that memory.
+    params, opt, state, start = share_start(world, params, opt, state, start, data, xp)
+    state = local_rows(world, state, tcfg.batch_size)
+    if world.size > 1:
+        note(f"{world.describe()}: each takes {tcfg.batch_size // world.size} of the "
+             f"{tcfg.batch_size} rows of every batch")
+    history_cfg.append(dict(history_entry(start, tcfg.steps, argv), ranks=world.size))
     config = {"model": cfg.to_dict(), "train": tcfg.to_dict(), "data": data.describe(),
               "unigram_entropy": baseline, "history": history_cfg}
     ckpt = Checkpointer(run_dir, tcfg.ckpt_every, tcfg.checkpoint_minutes,
                         start if resume else None)
     metrics_path = run_dir / METRICS
-    history = read_history(metrics_path, start)
+    history = read_history(metrics_path, start) if root else []
     try:
-        write_json(run_dir / "config.json", config)
-        text = "".join(json.dumps(h) + "\n" for h in history).encode()
-        atomic_write(metrics_path, lambda f: f.write(text))
-        last.parent.mkdir(exist_ok=True)
-        log = metrics_path.open("a")
+        if root:
+            write_json(run_dir / "config.json", config)
+            text = "".join(json.dumps(h) + "\n" for h in history).encode()
+            atomic_write(metrics_path, lambda f: f.write(text))
+            last.parent.mkdir(exist_ok=True)
+        log = metrics_path.open("a") if root else NullLog()
     except OSError as e:
         raise disk_error(e, getattr(e, "filename", None) or run_dir, ckpt.kept(),
                          resume_command(run_dir) if resume else "run the same command "
                                                                 "again") from None
 
-    grads = make_zero(params)
+    buffer = StepBuffer(params, world)   # the gradient leaves are views of one flat array
+    grads, rows = buffer.grads, world.rows(tcfg.batch_size)
     tokens_per_step = tcfg.batch_size * cfg.seq_len
     bar = None
     if progress:
@@ -327,18 +357,22 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     losses, step, ev = [], start, None
     at_once = False   # a second Ctrl-C: leave without the plot
     def save(names):
+        full = gather_state(world, state, params)   # every rank's memory rows, on rank 0
+        if not root:
+            ckpt.saved_step = step
+            return
         header = {"step": step, "opt_step": opt.t, **config, "data_state": data.state()}
-        ckpt.save(names, step, state_arrays(params, opt, state), header)
+        ckpt.save(names, step, state_arrays(params, opt, full), header)
 
     try:
         while step < tcfg.steps and not stop.requested:
             t0 = time.perf_counter()
-            tokens = xp.asarray(data.next_batch())
+            tokens = xp.asarray(data.next_batch()[rows])   # this rank's rows of the batch
             if isinstance(data, RecallTask):
                 # Recall sequences are independent episodes (as in `evaluate`): memory
                 # carried over from the previous batch would hold the same keys bound to
                 # other values, a conflict the model could not resolve.
-                state = model.init_state(cfg, tcfg.batch_size, xp)
+                state = model.init_state(cfg, rows.stop - rows.start, xp)
             make_zero_(grads)
             box = []
 
@@ -351,13 +385,15 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
                                 Duplicated(params, grads), Const(tokens))
             # The cross-entropy is what is reported; a non-finite gate term still stops.
             value, total = float(primal(box[-1][1])), float(total)
+            # The mean over the ranks (one allreduce); the clip sees the global gradient.
+            value, total, timed = buffer.reduce(value, total, stop, ckpt)
             norm = clip_by_global_norm(grads, tcfg.clip)
             if not (math.isfinite(value) and math.isfinite(total) and math.isfinite(norm)):
                 kept = f"last good checkpoint kept: {last}" if last.exists() else \
                     "no checkpoint was written before it"
-                raise RunError(f"non-finite loss ({value}), objective ({total}) or gradient "
-                               f"norm ({norm}) at step "
-                               f"{step + 1}; training stopped; {kept}")
+                raise world.agreed(RunError(f"non-finite loss ({value}), objective ({total}) "
+                                            f"or gradient norm ({norm}) at step {step + 1}; "
+                                            f"training stopped; {kept}"))
             lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
             opt.step(params, grads, lr)
             state = _plain(box[-1][0])
@@ -366,7 +402,7 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
             tps = tokens_per_step / (time.perf_counter() - t0)
             row = {"step": step, "loss": value, "objective": total, "lr": lr,
                    "grad_norm": norm, "tokens_per_s": tps, "val_loss": None}
-            if step % tcfg.eval_every == 0 or step == tcfg.steps:
+            if root and (step % tcfg.eval_every == 0 or step == tcfg.steps):
                 batches = tcfg.final_eval_batches if step == tcfg.steps else tcfg.eval_batches
                 ev = evaluate(params, cfg, data, xp, batches)
                 row["val_loss"] = ev["val_loss"]
@@ -380,7 +416,9 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
                     from None
             history.append(row)
             stopping = stop.requested or (stop_after is not None and step - start >= stop_after)
-            names = ckpt.due(step, step == tcfg.steps, stopping)
+            final = step == tcfg.steps
+            names = ckpt.due(step, final, stopping) if timed is None else \
+                ckpt.due(step, final, stopping, timed=timed)   # on MPI: rank 0's timer
             if names:
                 save(names)
             if bar is not None:
@@ -401,7 +439,7 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
             log.close()
         except OSError:
             pass
-        if history and not at_once:
+        if root and history and not at_once:
             try:
                 plot_losses(run_dir, history, baseline)
             except OSError as e:
@@ -418,6 +456,9 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
         return TrainResult(run_dir, step, losses, ev["val_loss"] if ev else nan,
                            ev["bits_per_byte"] if ev else nan, baseline,
                            ev["accuracy"] if ev else None, seconds, "", stop.signum)
+    if not root:
+        nan = float("nan")
+        return TrainResult(run_dir, step, losses, nan, nan, baseline, None, seconds)
     if ev is None or (history and history[-1]["val_loss"] is None):
         ev = evaluate(params, cfg, data, xp, tcfg.eval_batches)
     text = ""
