@@ -203,3 +203,9 @@ def test_a_signal_to_mpiexec_checkpoints_and_ends_every_rank(sig, code, corpus, 
     assert 2 <= steps[-1] < 200 and checkpoint(run)[1]["step"] == steps[-1], err
     assert err.count(f"stopped by {'SIGTERM' if sig == signal.SIGTERM else 'Ctrl-C'}") == 1
     assert not (run / "hecate.lock").exists()
+
+
+def test_benchmark_runs_and_the_ranks_agree(quick_benchmark):
+    stdout, data = quick_benchmark("distributed.py")
+    assert [r["ranks"] for r in data["results"]] == [1, 2] and data["losses_equal"]
+    assert "allreduce share" in stdout
