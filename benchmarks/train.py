@@ -7,7 +7,8 @@
 A training step is the same on both sides: forward, mean cross-entropy plus the gate-saturation
 penalty (`models.model.training_loss`), backward, a global-norm clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
 recurrence as `models.model` (MAG or MAL composition, CMS levels with the conductor's firing
-rule, the delta / Titans / Hebbian rule), with the memory written as a Python loop over tokens,
+rule, the delta / Titans / Hebbian rule, attention and memory heads, rotary positions, the MLP
+sublayer), with the memory written as a Python loop over tokens,
 the way one writes a recurrence in eager PyTorch. (The PyTorch side keeps no pending buffer
 across chunks: with seq_len a multiple of every period, as here, none is ever needed.) Before
 timing, the PyTorch loss on Hecate's initial parameters is checked against Hecate's loss (same number to float32 precision), so both
@@ -77,29 +78,51 @@ def torch_model(cfg: ModelConfig, params, torch):
     def l2(x):
         return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
 
+    H, dh = cfg.heads, cfg.head_dim
+
+    def split(x):       # [B, T, d] -> [B, H, T, dh] (unchanged for one head)
+        return x if H == 1 else x.reshape(x.shape[0], x.shape[1], H, dh).transpose(1, 2)
+
+    def merge(x):
+        return x if H == 1 else x.transpose(1, 2).reshape(x.shape[0], x.shape[2], H * dh)
+
+    def rope(x):        # rotary positions 0..T-1 within the chunk (models.layers.rotate)
+        T, half = x.shape[-2], dh // 2
+        freq = 10000.0 ** (-torch.arange(half, dtype=torch.float64) * 2.0 / dh)
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+        c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+
     def swa(q, k, v):
-        T, d = q.shape[1], q.shape[2]
-        s = q @ k.transpose(1, 2) / math.sqrt(d)
+        q, k, v = split(q), split(k), split(v)
+        if cfg.rotary:
+            q, k = rope(q), rope(k)
+        T = q.shape[-2]
+        s = q @ k.transpose(-1, -2) / math.sqrt(dh)
         i = torch.arange(T)
         mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - cfg.window)
-        return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+        return merge(torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v)
+
+    def gate(c, w, b):
+        return c @ w + b if H == 1 else (c * w[None, :, None, :]).sum(-1) + b[None, :, None]
 
     def update(m, s, k, v, decay, theta, eta):
-        # one token: k, v [B, d]; gates [B]
+        # one token: k, v [B, (H,) dh]; gates [B, (H)]
         if cfg.rule == "hebbian":
-            return (1 - decay)[:, None, None] * m + v[:, :, None] * k[:, None, :], s
-        err = torch.einsum("bij,bj->bi", m, k) - v
-        upd = theta[:, None, None] * err[:, :, None] * k[:, None, :]
+            return (1 - decay)[..., None, None] * m + v[..., :, None] * k[..., None, :], s
+        err = torch.einsum("...ij,...j->...i", m, k) - v
+        upd = theta[..., None, None] * err[..., :, None] * k[..., None, :]
         if cfg.rule == "delta":
-            return (1 - decay)[:, None, None] * m - upd, s
-        s = eta[:, None, None] * s - upd
-        return (1 - decay)[:, None, None] * m + s, s
+            return (1 - decay)[..., None, None] * m - upd, s
+        s = eta[..., None, None] * s - upd
+        return (1 - decay)[..., None, None] * m + s, s
 
     def level(lv, x, st, period, pos):
-        k, v, q = l2(x @ lv.w_k), x @ lv.w_v, l2(x @ lv.w_q)
+        k, v, q = l2(split(x @ lv.w_k)), split(x @ lv.w_v), l2(split(x @ lv.w_q))
         c = torch.cat([k, v], -1)
-        za, ze = c @ lv.w_a + lv.b_a, c @ lv.w_e + lv.b_e
-        decay, theta = torch.sigmoid(-za), F.softplus(c @ lv.w_t + lv.b_t)
+        za, ze = gate(c, lv.w_a, lv.b_a), gate(c, lv.w_e, lv.b_e)
+        decay, theta = torch.sigmoid(-za), F.softplus(gate(c, lv.w_t, lv.b_t))
         eta = torch.sigmoid(ze) * cfg.eta_max
         # The training objective's gate penalty (models.layers.gate_excess).
         excess = sum(((z.abs() - cfg.gate_margin).clamp(min=0) ** 2).mean()
@@ -110,10 +133,11 @@ def torch_model(cfg: ModelConfig, params, torch):
             pending.append(t)
             if conductor(pos + t, (period,))[0]:
                 for u in pending:
-                    m, s = update(m, s, k[:, u], v[:, u], decay[:, u], theta[:, u], eta[:, u])
+                    m, s = update(m, s, k[..., u, :], v[..., u, :], decay[..., u],
+                                  theta[..., u], eta[..., u])
                 pending = []
-            ys.append(torch.einsum("bij,bj->bi", m, q[:, t]))
-        return torch.stack(ys, 1), (m.detach(), s.detach()), excess
+            ys.append(torch.einsum("...ij,...j->...i", m, q[..., t, :]))
+        return merge(torch.stack(ys, -2)), (m.detach(), s.detach()), excess
 
     def loss(tokens, state, pos):
         x = tp.embed[tokens[:, :-1]]
@@ -128,8 +152,11 @@ def torch_model(cfg: ModelConfig, params, torch):
                 mem = mem / math.sqrt(len(block.memory))
             a_in = h + mem if cfg.composition == "MAL" else h
             a = swa(a_in @ block.attn.w_q, a_in @ block.attn.w_k, a_in @ block.attn.w_v)
-            out = a * torch.sigmoid(mem) if cfg.composition == "MAG" else a
+            out = a * torch.sigmoid(mem) if cfg.composition == "MAG" and block.memory else a
             x = x + out @ block.w_o
+            if block.mlp is not None:
+                u = rms(x, block.mlp.norm) @ block.mlp.w_in
+                x = x + F.silu(u) @ block.mlp.w_out
             new.append(ns)
         logits = rms(x, tp.final_norm) @ tp.unembed
         ce = F.cross_entropy(logits.reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1))
@@ -141,8 +168,7 @@ def torch_model(cfg: ModelConfig, params, torch):
 def torch_step_fn(cfg: ModelConfig, batch: int, params, torch):
     tleaves, loss = torch_model(cfg, params, torch)
     opt = torch.optim.AdamW(tleaves, lr=1e-3)
-    d = cfg.d_model
-    zeros = torch.zeros(batch, d, d)
+    zeros = torch.zeros(memory_shape(cfg, batch))
     box = {"state": [[(zeros, zeros) for _ in range(cfg.levels)] for _ in range(cfg.layers)],
            "pos": 0}
 
@@ -155,6 +181,12 @@ def torch_step_fn(cfg: ModelConfig, batch: int, params, torch):
         opt.step()
         return float(value.detach())
     return step, loss
+
+
+def memory_shape(cfg: ModelConfig, batch: int) -> tuple:
+    """One level's memory: ``[B, d, d]``, or ``[B, heads, dh, dh]`` with heads."""
+    dh = cfg.head_dim
+    return (batch, dh, dh) if cfg.heads == 1 else (batch, cfg.heads, dh, dh)
 
 
 def measure(step, batches, repeat: int) -> float:
@@ -174,10 +206,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--legacy", action="store_true",
+                    help="the model before heads, MLP and rotary (heads 1, mlp 0, no rotary)")
     args = ap.parse_args(argv)
-    cfg = ModelConfig(dtype="float32")
+    legacy = dict(heads=1, mlp=0, rotary=False) if args.legacy else {}
+    cfg = ModelConfig(dtype="float32", **legacy)
     if args.quick:
-        cfg = ModelConfig(d_model=16, layers=1, window=8, seq_len=16, levels=2)
+        cfg = ModelConfig(d_model=16, layers=1, window=8, seq_len=16, levels=2, **legacy)
         args.repeat, args.batch = 1, 2
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, cfg.vocab, size=(args.batch, cfg.seq_len + 1))
@@ -191,7 +226,7 @@ def main(argv=None) -> int:
     if torch is not None:
         torch.set_num_threads(1)
         _, tloss = torch_model(cfg, params, torch)
-        st = [[(torch.zeros(args.batch, cfg.d_model, cfg.d_model),) * 2
+        st = [[(torch.zeros(memory_shape(cfg, args.batch)),) * 2
                for _ in range(cfg.levels)] for _ in range(cfg.layers)]
         t_val = float(tloss(torch.as_tensor(batches[0]), st, 0)[0].detach())
         h_val = float(primal(model.training_loss(params, batches[0],

@@ -245,11 +245,11 @@ def config_differences(saved: dict, current: dict) -> list[str]:
 def check_compatible(path: str | Path, header: dict, model_config: dict, hint: str = "") -> None:
     """Raise `CheckpointFileError` naming every differing model-config field (`hint` is
     appended to the message). Fields the checkpoint predates (added to `ModelConfig` later)
-    count as their defaults."""
-    from .config import ModelConfig
+    count as their defaults, or as their older behaviour for those in `PREDATING`."""
+    from .config import PREDATING, ModelConfig
     saved = dict(header.get("model", {}))
     if saved:
-        defaults = ModelConfig().to_dict()
+        defaults = {**ModelConfig().to_dict(), **PREDATING}
         saved.update({k: defaults[k] for k in model_config if k not in saved and k in defaults})
     diffs = config_differences(saved, model_config)
     if diffs:

@@ -18,6 +18,10 @@ RULES = ("delta", "titans", "hebbian")
 COMPOSITIONS = ("MAG", "MAL")
 DTYPES = ("float32", "float64")
 DEFAULT_PERIODS = (1, 8, 64, 512)
+# The value of each field that was added after checkpoints existed, as it behaved before the
+# field existed. `ModelConfig.from_dict` fills a missing field from here (not from the current
+# default), so an older run's config.json or checkpoint header loads as the model it trained.
+PREDATING = {"heads": 1, "mlp": 0, "rotary": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +58,13 @@ class ModelConfig:
     gate_margin: float = 5.0
     # Titans' momentum is eta_max * sigmoid(.) (`models.layers`); 1.0 is DESIGN §5 exactly.
     eta_max: float = 0.9
+    # Attention heads, and memory heads: each CMS level keeps one [d/heads, d/heads] memory
+    # per head with its own gates (`models.layers`). 1 = DESIGN §5 (one [d, d] memory).
+    heads: int = 1
+    # Each block adds a pre-norm SiLU MLP sublayer of mlp * d_model hidden units; 0 = none.
+    mlp: int = 0
+    # Rotary positions on the attention queries and keys of every head (`models.model`).
+    rotary: bool = False
 
     def __post_init__(self) -> None:
         # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
@@ -116,12 +127,32 @@ class ModelConfig:
         value = self.eta_max
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ValueError(f"ModelConfig.eta_max must be a number in (0, 1]; got {value!r}")
-        for name in ("key_shift", "shared_qk_init"):
+        if isinstance(self.heads, bool) or not isinstance(self.heads, int) or self.heads < 1:
+            raise ValueError(f"ModelConfig.heads must be a positive int; got {self.heads!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"ModelConfig.heads ({self.heads}) must divide d_model "
+                             f"({self.d_model})")
+        if isinstance(self.mlp, bool) or not isinstance(self.mlp, int) or not 0 <= self.mlp <= 16:
+            raise ValueError(f"ModelConfig.mlp must be an int from 0 (no MLP) to 16 (hidden "
+                             f"units per d_model); got {self.mlp!r}")
+        if self.rotary is True and (self.d_model // self.heads) % 2:
+            raise ValueError(f"ModelConfig.rotary needs an even head width d_model / heads; "
+                             f"got {self.d_model} / {self.heads}")
+        for name in ("key_shift", "shared_qk_init", "rotary"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool; "
                                  f"got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"ModelConfig.dtype must be one of {DTYPES}; got {self.dtype!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one attention / memory head: ``d_model // heads``.
+
+        >>> ModelConfig(d_model=64, heads=4).head_dim
+        16
+        """
+        return self.d_model // self.heads
 
     @property
     def level_periods(self) -> tuple:
@@ -145,7 +176,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
         """Inverse of `to_dict`; unknown keys are an error naming them. Missing keys take their
-        defaults. The result is validated.
+        defaults, except the fields of `PREDATING` (added after checkpoints existed), which take
+        the value that reproduces the older model. The result is validated.
+
+        >>> ModelConfig.from_dict({"d_model": 16}).heads    # a config that predates heads
+        1
 
         >>> ModelConfig.from_dict({"d_model": 16, "colour": "red"})
         Traceback (most recent call last):
@@ -156,7 +191,7 @@ class ModelConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"ModelConfig.from_dict: unknown key(s) {unknown}")
-        kwargs = dict(d)
+        kwargs = {**PREDATING, **d}
         if "periods" in kwargs and isinstance(kwargs["periods"], list):
             kwargs["periods"] = tuple(kwargs["periods"])
         cfg = cls(**kwargs)

@@ -17,7 +17,13 @@ Its cost per token does not depend on how many tokens came before:
   p updates at a slow level's firing. ``counters`` (``pos % period``) says how many updates
   the shadow holds beyond ``m``;
 - with ``cfg.key_shift`` the memory key of token t is projected from the previous token's
-  level input, zeros at position 0.
+  level input, zeros at position 0;
+- with ``cfg.heads > 1`` every memory has a head axis after the batch axis (``[B, heads, dh,
+  dh]``), and attention splits the cached keys and values into heads;
+- with ``cfg.rotary`` the cache holds unrotated keys, and a cached key ``delta`` positions
+  back is turned by ``-delta`` before its score: the same scores as rotating the query and
+  key by their own positions (`models.layers.rotate`), with angles that stay below ``window``
+  however long the stream (a fixed table, no loss of precision at large positions).
 
 What "the full forward" means beyond one chunk. Training runs `logits` chunk by chunk
 (``seq_len`` tokens) with the memory carried across chunks, but attention and ``key_shift``
@@ -48,11 +54,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ops import rms_norm, sigmoid, softplus
+from ops import rms_norm, sigmoid, silu, softplus
 from tape import array_module
 
 from .config import ModelConfig
-from .layers import _NORM_EPS
+from .layers import _NORM_EPS, rotary_tables
 from .model import Params
 
 
@@ -60,7 +66,8 @@ from .model import Params
 class LevelDecodeState:
     """One CMS level of one block: ``m [B, d, d]`` (what reads use: the memory as of the last
     firing), ``m_next [B, d, d]`` (the shadow, advanced at every token) and, for Titans,
-    ``s_next [B, d, d]`` (the momentum, which only updates use)."""
+    ``s_next [B, d, d]`` (the momentum, which only updates use). With ``heads > 1`` each is
+    ``[B, heads, d / heads, d / heads]``."""
     m: Any
     m_next: Any
     s_next: Optional[Any]
@@ -108,14 +115,16 @@ def init_state(params: Params, cfg: ModelConfig, batch: int) -> DecodeState:
         raise ValueError(f"init_state: batch must be a positive int; got {batch!r}")
     xp = array_module(params.embed)
     d, dt = cfg.d_model, params.embed.dtype
+    mem = (batch, cfg.head_dim, cfg.head_dim) if cfg.heads == 1 else (
+        batch, cfg.heads, cfg.head_dim, cfg.head_dim)
 
     def zeros(*shape):
         return xp.zeros(shape, dtype=dt)
 
     blocks = []
     for _ in range(cfg.layers):
-        levels = [LevelDecodeState(m=zeros(batch, d, d), m_next=zeros(batch, d, d),
-                                   s_next=zeros(batch, d, d) if cfg.rule == "titans" else None)
+        levels = [LevelDecodeState(m=zeros(*mem), m_next=zeros(*mem),
+                                   s_next=zeros(*mem) if cfg.rule == "titans" else None)
                   for _ in cfg.level_periods]
         blocks.append(BlockDecodeState(k_cache=zeros(batch, cfg.window, d),
                                        v_cache=zeros(batch, cfg.window, d),
@@ -133,27 +142,37 @@ def _l2_normalise(xp, x):
 
 
 def _outer(a, b):
-    return a[:, :, None] * b[:, None, :]
+    return a[..., :, None] * b[..., None, :]
 
 
 def _mv(m, x):
-    return (m @ x[:, :, None])[:, :, 0]
+    return (m @ x[..., None])[..., 0]
+
+
+def _heads(x, heads: int):
+    """``[B, d] -> [B, heads, d / heads]`` (unchanged for one head)."""
+    return x if heads == 1 else x.reshape(x.shape[0], heads, x.shape[-1] // heads)
+
+
+def _gate(c, w, b, heads: int):
+    """A gate pre-activation (`models.layers._gate` for one token): ``[B]`` or ``[B, heads]``."""
+    return c @ w + b if heads == 1 else (c[..., None, :] @ w[:, :, None])[..., 0, 0] + b
 
 
 def _advance(rule: str, st: LevelDecodeState, k, v, decay, theta, eta) -> None:
     """One rule update of the shadow memory (the arithmetic of `kernels.memory_ref`, which
     retains ``1 - decay`` of the memory per update; `decay` is the forget rate)."""
     m = st.m_next
-    r = (1 - decay)[:, None, None]
+    r = (1 - decay)[..., None, None]
     if rule == "hebbian":
         st.m_next = m * r + _outer(v, k)
         return
     e = _mv(m, k) - v
-    upd = _outer(e * theta[:, None], k)
+    upd = _outer(e * theta[..., None], k)
     if rule == "delta":
         st.m_next = m * r - upd
     else:
-        st.s_next = st.s_next * eta[:, None, None] - upd
+        st.s_next = st.s_next * eta[..., None, None] - upd
         st.m_next = m * r + st.s_next
 
 
@@ -163,23 +182,24 @@ def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
     xp = array_module(h)
     total = None
     key_in = bst.prev_h if cfg.key_shift else h
+    H = cfg.heads
     for level, st, p in zip(block.memory, bst.levels, cfg.level_periods):
-        k = _l2_normalise(xp, key_in @ level.w_k)
-        v = h @ level.w_v
-        q = _l2_normalise(xp, h @ level.w_q)
+        k = _l2_normalise(xp, _heads(key_in @ level.w_k, H))
+        v = _heads(h @ level.w_v, H)
+        q = _l2_normalise(xp, _heads(h @ level.w_q, H))
         c = xp.concatenate([k, v], axis=-1)
-        za = c @ level.w_a + level.b_a
+        za = _gate(c, level.w_a, level.b_a, H)
         decay = sigmoid(-za)
-        theta = softplus(c @ level.w_t + level.b_t) if cfg.rule != "hebbian" else None
+        theta = softplus(_gate(c, level.w_t, level.b_t, H)) if cfg.rule != "hebbian" else None
         eta = None
         if cfg.rule == "titans":
-            eta = sigmoid(c @ level.w_e + level.b_e)
+            eta = sigmoid(_gate(c, level.w_e, level.b_e, H))
             if cfg.eta_max != 1.0:
                 eta = eta * cfg.eta_max
         _advance(cfg.rule, st, k, v, decay, theta, eta)
         if (pos + 1) % p == 0:          # the level fires: reads see the advanced memory
             st.m = st.m_next
-        y = _mv(st.m, q)
+        y = _mv(st.m, q).reshape(h.shape)
         total = y if total is None else total + y
     if len(block.memory) > 2:
         total = total * (1.0 / math.sqrt(len(block.memory)))
@@ -187,18 +207,29 @@ def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
     return total
 
 
-def _attend(block, bst: BlockDecodeState, a_in, pos: int, window: int):
-    """Sliding-window attention of one token over the cached last `window` positions."""
+def _attend(block, bst: BlockDecodeState, a_in, pos: int, cfg: ModelConfig):
+    """Sliding-window attention of one token over the cached last ``window`` positions, per
+    head; with ``cfg.rotary`` the cached keys turn by minus their distance (module docstring)."""
     xp = array_module(a_in)
+    window, H, dh = cfg.window, cfg.heads, cfg.head_dim
     q, k, v = a_in @ block.attn.w_q, a_in @ block.attn.w_k, a_in @ block.attn.w_v
     slot = pos % window
     bst.k_cache[:, slot] = k
     bst.v_cache[:, slot] = v
     n = min(pos + 1, window)            # valid slots: 0 .. n-1 (all of them once full)
-    keys, vals = bst.k_cache[:, :n], bst.v_cache[:, :n]
-    scores = (keys @ q[:, :, None])[:, :, 0] * (1.0 / math.sqrt(q.shape[-1]))
+    B = a_in.shape[0]
+    keys = bst.k_cache[:, :n].reshape(B, n, H, dh).transpose(0, 2, 1, 3)    # [B, H, n, dh]
+    vals = bst.v_cache[:, :n].reshape(B, n, H, dh).transpose(0, 2, 1, 3)
+    if cfg.rotary:
+        cos, sin = rotary_tables((slot - np.arange(n)) % window, dh, xp, str(a_in.dtype))
+        half = dh // 2
+        k1, k2 = keys[..., :half], keys[..., half:]
+        keys = xp.concatenate([k1 * cos + k2 * sin, k2 * cos - k1 * sin], axis=-1)
+    qh = q.reshape(B, H, dh)
+    scores = (keys @ qh[..., None])[..., 0] * (1.0 / math.sqrt(dh))            # [B, H, n]
     w = xp.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (w[:, None, :] @ vals)[:, 0, :] / w.sum(axis=-1, keepdims=True)
+    out = (w[..., None, :] @ vals)[..., 0, :] / w.sum(axis=-1, keepdims=True)  # [B, H, dh]
+    return out.reshape(B, H * dh)
 
 
 def step(params: Params, cfg: ModelConfig, state: DecodeState, tokens: Any) -> tuple:
@@ -221,13 +252,15 @@ def step(params: Params, cfg: ModelConfig, state: DecodeState, tokens: Any) -> t
     for block, bst in zip(params.blocks, state.blocks):
         h = rms_norm(x, block.norm)
         if not block.memory:
-            out = _attend(block, bst, h, pos, cfg.window)
+            out = _attend(block, bst, h, pos, cfg)
         else:
             mem = _memory(block, bst, h, pos, cfg)
             a_in = h + mem if cfg.composition == "MAL" else h
-            a = _attend(block, bst, a_in, pos, cfg.window)
+            a = _attend(block, bst, a_in, pos, cfg)
             out = a * sigmoid(mem) if cfg.composition == "MAG" else a
         x = x + out @ block.w_o
+        if block.mlp is not None:
+            x = x + silu(rms_norm(x, block.mlp.norm) @ block.mlp.w_in) @ block.mlp.w_out
     state.pos = pos + 1
     return rms_norm(x, params.final_norm) @ params.unembed, state
 

@@ -103,26 +103,32 @@ def conductor(t: int, periods: tuple) -> tuple:
 
 def init_level(rng: np.random.Generator, d: int, index: int, dtype: str,
                alpha_shift: float = 0.0, theta_shift: float = 0.0,
-               shared_qk: bool = False) -> Level:
+               shared_qk: bool = False, heads: int = 1) -> Level:
     """Random projections (std 1/sqrt(d)), small gate weights, and the DESIGN §5 gate biases of
     level `index` (the retention and inner-learning-rate biases moved by `alpha_shift` and
     `theta_shift`: `ModelConfig.alpha_bias_shift` / ``theta_bias_shift``). With `shared_qk`
     (`ModelConfig.shared_qk_init`) the query projection starts equal to the key projection;
-    the two still train separately.
+    the two still train separately. With ``heads > 1`` every head has its own gates: weights
+    ``[heads, 2 d / heads]`` (read from that head's key and value) and biases ``[heads]``.
 
     >>> lv = init_level(np.random.default_rng(0), 4, 1, "float64")
     >>> float(lv.b_a[0]), float(lv.b_t[0]), float(lv.b_e[0])
     (4.0, -5.6, 2.0)
+    >>> init_level(np.random.default_rng(0), 8, 0, "float64", heads=2).w_a.shape
+    (2, 8)
     """
     def mat():
         return (rng.standard_normal((d, d)) / math.sqrt(d)).astype(dtype)
 
+    width = 2 * d // heads
+    shape = (width,) if heads == 1 else (heads, width)
+
     def vec():
         # Small, so the gates start near their bias values but still depend on the token.
-        return (rng.standard_normal(2 * d) * 0.1 / math.sqrt(2 * d)).astype(dtype)
+        return (rng.standard_normal(shape) * 0.1 / math.sqrt(width)).astype(dtype)
 
     def bias(table, shift=0.0):
-        return np.full(1, table[index] + shift, dtype=dtype)
+        return np.full(heads, table[index] + shift, dtype=dtype)
 
     w_k, w_v, w_q = mat(), mat(), mat()
     if shared_qk:
@@ -132,45 +138,123 @@ def init_level(rng: np.random.Generator, d: int, index: int, dtype: str,
 
 
 def init_level_state(batch: int, d: int, rule: str, period: int, xp: Any = np,
-                     dtype: str = "float64") -> LevelState:
-    """An empty memory (zeros) with an empty pending buffer.
+                     dtype: str = "float64", heads: int = 1) -> LevelState:
+    """An empty memory (zeros) with an empty pending buffer. With ``heads > 1`` every array
+    gains a head axis after the batch axis and the memories are ``[d / heads, d / heads]``.
 
     >>> st = init_level_state(2, 4, "titans", 8)
     >>> st.m.shape, st.s.shape, st.pend[0].shape, st.pend[3].shape
     ((2, 4, 4), (2, 4, 4), (2, 7, 4), (2, 7))
+    >>> init_level_state(2, 8, "delta", 8, heads=2).pend[0].shape
+    (2, 2, 7, 4)
     """
-    m = xp.zeros((batch, d, d), dtype=dtype)
-    s = xp.zeros((batch, d, d), dtype=dtype) if rule == "titans" else None
-    seq = xp.zeros((batch, period - 1, d), dtype=dtype)
-    gate = xp.zeros((batch, period - 1), dtype=dtype)
+    lead = (batch,) if heads == 1 else (batch, heads)
+    dh = d // heads
+    m = xp.zeros(lead + (dh, dh), dtype=dtype)
+    s = xp.zeros(lead + (dh, dh), dtype=dtype) if rule == "titans" else None
+    seq = xp.zeros(lead + (period - 1, dh), dtype=dtype)
+    gate = xp.zeros(lead + (period - 1,), dtype=dtype)
     return LevelState(m=m, s=s, pend=(seq, seq, seq, gate, gate, gate))
+
+
+def split_heads(x, heads: int):
+    """``[B, T, d] -> [B, heads, T, d / heads]`` (unchanged for one head).
+
+    >>> split_heads(np.arange(8.0).reshape(1, 2, 4), 2)[0, 1].tolist()
+    [[2.0, 3.0], [6.0, 7.0]]
+    """
+    if heads == 1:
+        return x
+    B, T, d = x.shape
+    return x.reshape(B, T, heads, d // heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x, heads: int):
+    """Inverse of `split_heads`: ``[B, heads, T, dh] -> [B, T, heads * dh]``.
+
+    >>> x = np.arange(8.0).reshape(1, 2, 4)
+    >>> bool(np.array_equal(merge_heads(split_heads(x, 2), 2), x))
+    True
+    """
+    if heads == 1:
+        return x
+    B, H, T, dh = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
+
+
+ROTARY_BASE = 10000.0
+
+
+def rotary_tables(positions: Any, dh: int, xp: Any = np, dtype: str = "float64") -> tuple:
+    """``(cos, sin)`` of the rotary angles ``positions[:, None] * ROTARY_BASE^(-2i/dh)``,
+    ``[len(positions), dh / 2]``, computed in float64 and cast to `dtype`.
+
+    >>> c, s = rotary_tables(np.arange(3), 4)
+    >>> c.shape, float(c[0, 0]), round(float(s[1, 0]), 6)
+    ((3, 2), 1.0, 0.841471)
+    """
+    freq = ROTARY_BASE ** (-np.arange(dh // 2, dtype=np.float64) * 2.0 / dh)
+    angle = np.asarray(positions, dtype=np.float64)[:, None] * freq[None, :]
+    return xp.asarray(np.cos(angle).astype(dtype)), xp.asarray(np.sin(angle).astype(dtype))
+
+
+def rotate(x, cos, sin):
+    """Rotary position embedding of ``x [..., T, dh]`` with tables ``[T, dh / 2]``: the pairs
+    ``(x_i, x_{i + dh/2})`` turn by their angle. Rotating queries and keys by their positions
+    makes the scores depend on the offset between them only:
+    ``rotate(q, t) . rotate(k, s) = q . rotate(k, s - t)``.
+
+    >>> c, s = rotary_tables(np.array([1, 3]), 2)
+    >>> q, k = np.array([[0.3, -1.0], [0.3, -1.0]]), np.array([[2.0, 0.5], [2.0, 0.5]])
+    >>> a = np.sum(rotate(q, c, s)[0] * rotate(k, c, s)[1])      # q at 1, k at 3
+    >>> c2, s2 = rotary_tables(np.array([0, 2]), 2)
+    >>> b = np.sum(rotate(q, c2, s2)[0] * rotate(k, c2, s2)[1])  # q at 0, k at 2
+    >>> bool(np.isclose(a, b))
+    True
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+def _gate(c, w, b, heads: int):
+    """A gate pre-activation per token (and head): ``c . w + b``, ``[B, T]`` for one head,
+    ``[B, heads, T]`` from ``c [B, heads, T, 2 dh]``, ``w [heads, 2 dh]``, ``b [heads]``."""
+    if heads == 1:
+        return c @ w + b
+    return (c @ w[:, :, None])[..., 0] + b[:, None]
 
 
 def _l2_normalise(x):
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _NORM_EPS)
 
 
-def _projections(level: Level, x, key_shift: bool = False) -> tuple:
+def _projections(level: Level, x, key_shift: bool = False, heads: int = 1) -> tuple:
     """``k, v, q`` and the three gate pre-activations ``z_a, z_t, z_e`` of one level.
 
     With `key_shift` the key of token t is projected from token t - 1 (zeros before the
     chunk's first token), so one write binds the previous token (a recall key) to the current
     one (its value). Attention has no positional signal, so without this an order-dependent
     binding must be found by the memory recurrence alone. It is the one-step case of the short
-    causal convolution Titans puts after its k, v, q projections; off by default (DESIGN §5)."""
+    causal convolution Titans puts after its k, v, q projections; off by default (DESIGN §5).
+    With ``heads > 1`` the keys, values and queries are split into heads (`split_heads`), each
+    L2-normalised on its own, and the gates are per head (`_gate`)."""
     if key_shift:
         xp = array_module(primal(x))
         pad = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=primal(x).dtype)
-        k = _l2_normalise(np.concatenate([pad, x[:, :-1]], axis=1) @ level.w_k)
+        k = np.concatenate([pad, x[:, :-1]], axis=1) @ level.w_k
     else:
-        k = _l2_normalise(x @ level.w_k)
-    v = x @ level.w_v
-    q = _l2_normalise(x @ level.w_q)
+        k = x @ level.w_k
+    k = _l2_normalise(split_heads(k, heads))
+    v = split_heads(x @ level.w_v, heads)
+    q = _l2_normalise(split_heads(x @ level.w_q, heads))
     c = np.concatenate([k, v], axis=-1)
-    return k, v, q, c @ level.w_a + level.b_a, c @ level.w_t + level.b_t, c @ level.w_e + level.b_e
+    return (k, v, q, _gate(c, level.w_a, level.b_a, heads),
+            _gate(c, level.w_t, level.b_t, heads), _gate(c, level.w_e, level.b_e, heads))
 
 
-def level_inputs(level: Level, x, key_shift: bool = False, eta_max: float = 1.0) -> tuple:
+def level_inputs(level: Level, x, key_shift: bool = False, eta_max: float = 1.0,
+                 heads: int = 1) -> tuple:
     """Keys, values, queries and gates of one level for ``x [B, T, d]``: returns
     ``(k, v, q, alpha, theta, eta)`` with ``alpha`` the retention and ``eta`` the momentum
     scaled into ``(0, eta_max)`` (see the module docstring).
@@ -180,7 +264,7 @@ def level_inputs(level: Level, x, key_shift: bool = False, eta_max: float = 1.0)
     >>> alpha.shape, bool(0.9 < alpha.min() and alpha.max() < 1)
     ((2, 3), True)
     """
-    k, v, q, za, zt, ze = _projections(level, x, key_shift)
+    k, v, q, za, zt, ze = _projections(level, x, key_shift, heads)
     return k, v, q, sigmoid(za), softplus(zt), _momentum(ze, eta_max)
 
 
@@ -212,66 +296,82 @@ def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
     return y, m, None
 
 
+def _tokens(a, index: int, sl: slice):
+    """Slice the token axis of the `index`-th array of a ``(k, v, q, decay, theta, eta)``
+    tuple: the axis before the last for the vectors (0-2), the last for the gates (3-5)."""
+    return a[..., sl, :] if index < 3 else a[..., sl]
+
+
+def _join(index: int, p, a):
+    """Concatenate two arrays of the `index`-th kind along their token axis."""
+    return np.concatenate([p, a], axis=-2 if index < 3 else -1)
+
+
 def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str,
                   key_shift: bool = False, gate_margin: Optional[float] = None,
-                  eta_max: float = 1.0) -> tuple:
+                  eta_max: float = 1.0, heads: int = 1) -> tuple:
     """One CMS level over a chunk ``x [B, T, d]`` that starts at global token `pos`.
     Returns ``(y [B, T, d], new LevelState, excess)``; the new state holds plain arrays only,
     and ``excess`` is `gate_excess` at `gate_margin` (None when `gate_margin` is None).
     Semantics in the module docstring; `key_shift` as in `_projections`, `eta_max` as in
-    `level_inputs`.
+    `level_inputs`; with ``heads > 1`` each head runs its own memory (a head axis after the
+    batch axis, which the kernels treat as batch) and the reads are merged back.
     """
-    k, v, q, za, zt, ze = _projections(level, x, key_shift)
+    k, v, q, za, zt, ze = _projections(level, x, key_shift, heads)
     excess = None if gate_margin is None else gate_excess(za, ze, rule, gate_margin)
     # The kernels take the forget rate 1 - alpha; sigmoid(-z) is that without cancellation.
     decay, theta, eta = sigmoid(-za), softplus(zt), _momentum(ze, eta_max)
-    T = k.shape[1]
+    T = x.shape[1]
     m, s = st.m, st.s
     if period == 1:
         y, m, s = _run_rule(rule, k, v, q, decay, theta, eta, m, s)
-        return y, LevelState(m=primal(m), s=None if s is None else primal(s),
-                             pend=st.pend), excess
+        return merge_heads(y, heads), LevelState(m=primal(m), s=None if s is None else primal(s),
+                                                 pend=st.pend), excess
 
     cur = (k, v, q, decay, theta, eta)
     outs = []
-    pend = tuple(a[:, :pos % period] for a in st.pend)   # the valid pending tokens
+    pend = tuple(_tokens(a, i, slice(0, pos % period)) for i, a in enumerate(st.pend))
     start = 0
     first_fire = (period - 1 - pos) % period       # local index of the first firing token
     for end in range(first_fire, T, period):       # segment [start, end] ends with a firing
-        seg = tuple(a[:, start:end + 1] for a in cur)
+        seg = tuple(_tokens(a, i, slice(start, end + 1)) for i, a in enumerate(cur))
         if end > start:                            # tokens before the firing read frozen memory
-            outs.append(kernels.memory_read(seg[2][:, :-1], m))
-        full = tuple(np.concatenate([p, a], axis=1) for p, a in zip(pend, seg))
+            outs.append(kernels.memory_read(seg[2][..., :-1, :], m))
+        full = tuple(_join(i, p, a) for i, (p, a) in enumerate(zip(pend, seg)))
         y, m, s = _run_rule(rule, *full, m, s)
-        outs.append(y[:, -1:])                     # the firing token reads after the write
-        pend = tuple(a[:, :0] for a in pend)
+        outs.append(y[..., -1:, :])                # the firing token reads after the write
+        pend = tuple(_tokens(a, i, slice(0, 0)) for i, a in enumerate(pend))
         start = end + 1
     if start < T:                                  # an unfinished segment: read, then wait
-        tail = tuple(a[:, start:] for a in cur)
+        tail = tuple(_tokens(a, i, slice(start, None)) for i, a in enumerate(cur))
         outs.append(kernels.memory_read(tail[2], m))
-        pend = tuple(np.concatenate([p, a], axis=1) for p, a in zip(pend, tail))
-    y = outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
+        pend = tuple(_join(i, p, a) for i, (p, a) in enumerate(zip(pend, tail)))
+    y = outs[0] if len(outs) == 1 else np.concatenate(outs, axis=-2)
     new = LevelState(m=primal(m), s=None if s is None else primal(s),
-                     pend=tuple(_pad_pending(primal(a), period) for a in pend))
-    return y, new, excess
+                     pend=tuple(_pad_pending(primal(a), period, i < 3)
+                                for i, a in enumerate(pend)))
+    return merge_heads(y, heads), new, excess
 
 
-def _pad_pending(a, period: int):
+def _pad_pending(a, period: int, is_vector: bool):
     """Zero-pad a pending array along its token axis to the fixed length ``period - 1``."""
     xp = array_module(a)
-    pad = xp.zeros((a.shape[0], period - 1 - a.shape[1]) + tuple(a.shape[2:]), dtype=a.dtype)
-    return xp.concatenate([a, pad], axis=1)
+    axis = a.ndim - 2 if is_vector else a.ndim - 1
+    shape = list(a.shape)
+    shape[axis] = period - 1 - a.shape[axis]
+    return xp.concatenate([a, xp.zeros(tuple(shape), dtype=a.dtype)], axis=axis)
 
 
 def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str,
                 key_shift: bool = False, gate_margin: Optional[float] = None,
-                eta_max: float = 1.0) -> tuple:
+                eta_max: float = 1.0, heads: int = 1) -> tuple:
     """All CMS levels of a block: the sum of their reads, times 1/sqrt(k) when k > 2 levels.
     Returns ``(y [B, T, d], new level states, excess)``, ``excess`` the sum of the levels'
     `gate_excess` (None when `gate_margin` is None)."""
     total, new_states, excess = None, [], None
     for level, st, p in zip(levels, states, periods):
-        y, ns, e = level_forward(level, x, st, p, pos, rule, key_shift, gate_margin, eta_max)
+        y, ns, e = level_forward(level, x, st, p, pos, rule, key_shift, gate_margin, eta_max,
+                                 heads)
         total, excess = add_or_none(total, y), add_or_none(excess, e)
         new_states.append(ns)
     if len(levels) > 2:

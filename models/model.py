@@ -36,12 +36,13 @@ from typing import Any, Optional
 import numpy as np
 
 import kernels
-from ops import cross_entropy, rms_norm, sigmoid
+from ops import cross_entropy, rms_norm, sigmoid, silu
 from tape import array_module, primal
 from tape.backend import add_or_none
 
 from .config import ModelConfig
-from .layers import cms_forward, init_level, init_level_state
+from .layers import (cms_forward, init_level, init_level_state, merge_heads, rotary_tables,
+                     rotate, split_heads)
 
 
 @dataclasses.dataclass
@@ -53,12 +54,22 @@ class Attention:
 
 
 @dataclasses.dataclass
+class MLP:
+    """The MLP sublayer: pre-norm weight ``[d]``, ``w_in [d, mlp d]``, ``w_out [mlp d, d]``."""
+    norm: Any
+    w_in: Any
+    w_out: Any
+
+
+@dataclasses.dataclass
 class Block:
-    """One block: pre-norm weight ``[d]``, attention, CMS levels, output projection ``[d, d]``."""
+    """One block: pre-norm weight ``[d]``, attention, CMS levels, output projection ``[d, d]``,
+    and the MLP sublayer (None when ``cfg.mlp == 0``)."""
     norm: Any
     attn: Attention
     memory: list
     w_o: Any
+    mlp: Optional[MLP] = None
 
 
 @dataclasses.dataclass
@@ -99,10 +110,17 @@ def init_params(cfg: ModelConfig, seed: int, xp: Any = np) -> Params:
     for _ in range(cfg.layers):
         attn = Attention(w_q=mat(d, d), w_k=mat(d, d), w_v=mat(d, d))
         memory = [init_level(rng, d, i, dt, cfg.alpha_bias_shift, cfg.theta_bias_shift,
-                             cfg.shared_qk_init) for i in range(cfg.levels)]
+                             cfg.shared_qk_init, cfg.heads) for i in range(cfg.levels)]
         # Scaled down with depth so the residual stream does not grow with the layer count.
-        w_o = mat(d, d, 1.0 / math.sqrt(2 * cfg.layers))
-        blocks.append(Block(norm=np.ones(d, dtype=dt), attn=attn, memory=memory, w_o=w_o))
+        depth = 1.0 / math.sqrt(2 * cfg.layers * (2 if cfg.mlp else 1))
+        w_o = mat(d, d, depth)
+        mlp = None
+        if cfg.mlp:
+            hidden = cfg.mlp * d
+            mlp = MLP(norm=np.ones(d, dtype=dt), w_in=mat(d, hidden),
+                      w_out=mat(hidden, d, depth))
+        blocks.append(Block(norm=np.ones(d, dtype=dt), attn=attn, memory=memory, w_o=w_o,
+                            mlp=mlp))
     params = Params(embed=rng.standard_normal((cfg.vocab, d)).astype(dt), blocks=blocks,
                     final_norm=np.ones(d, dtype=dt), unembed=mat(d, cfg.vocab))
     if xp is not np:
@@ -130,27 +148,49 @@ def init_state(cfg: ModelConfig, batch: int, xp: Any = np) -> State:
     (0, (3, 8, 8))
     """
     cfg.validate()
-    return State(pos=0, blocks=[[init_level_state(batch, cfg.d_model, cfg.rule, p, xp, cfg.dtype)
+    return State(pos=0, blocks=[[init_level_state(batch, cfg.d_model, cfg.rule, p, xp, cfg.dtype,
+                                                  cfg.heads)
                                  for p in cfg.level_periods] for _ in range(cfg.layers)])
+
+
+def _attention(attn: Attention, a_in, cfg: ModelConfig):
+    """Sliding-window attention of ``a_in [B, T, d]`` with ``cfg.heads`` heads, rotary
+    positions (local to the chunk: attention restarts at every chunk) when ``cfg.rotary``."""
+    q, k, v = a_in @ attn.w_q, a_in @ attn.w_k, a_in @ attn.w_v
+    if cfg.heads == 1 and not cfg.rotary:
+        return kernels.swa_attention(q, k, v, cfg.window)
+    q, k, v = (split_heads(t, cfg.heads) for t in (q, k, v))
+    if cfg.rotary:
+        cos, sin = rotary_tables(np.arange(q.shape[-2]), cfg.head_dim,
+                                 array_module(primal(q)), str(primal(q).dtype))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    return merge_heads(kernels.swa_attention(q, k, v, cfg.window), cfg.heads)
+
+
+def _mlp(mlp: MLP, x):
+    """The MLP sublayer's residual update: ``silu(rms_norm(x) @ w_in) @ w_out``."""
+    return silu(rms_norm(x, mlp.norm) @ mlp.w_in) @ mlp.w_out
 
 
 def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig,
            gate_margin: Optional[float] = None) -> tuple:
-    """One block; returns ``(x + out @ w_o, new level states, gate excess or None)``."""
+    """One block; returns ``(x + out @ w_o [+ mlp], new level states, gate excess or None)``."""
     h = rms_norm(x, block.norm)
+    new_states, excess = [], None
     if not block.memory:
         # levels=0: no memory branch at all, so the block is exactly pre-norm sliding-window
         # attention (not a gate stuck at sigmoid(0) = 1/2): the SWA-only baseline.
-        a = kernels.swa_attention(h @ block.attn.w_q, h @ block.attn.w_k, h @ block.attn.w_v,
-                                  cfg.window)
-        return x + a @ block.w_o, [], None
-    mem, new_states, excess = cms_forward(block.memory, h, states, cfg.level_periods, pos,
-                                          cfg.rule, cfg.key_shift, gate_margin, cfg.eta_max)
-    a_in = h + mem if cfg.composition == "MAL" else h
-    a = kernels.swa_attention(a_in @ block.attn.w_q, a_in @ block.attn.w_k,
-                              a_in @ block.attn.w_v, cfg.window)
-    out = a * sigmoid(mem) if cfg.composition == "MAG" else a
-    return x + out @ block.w_o, new_states, excess
+        out = _attention(block.attn, h, cfg)
+    else:
+        mem, new_states, excess = cms_forward(block.memory, h, states, cfg.level_periods, pos,
+                                              cfg.rule, cfg.key_shift, gate_margin,
+                                              cfg.eta_max, cfg.heads)
+        a = _attention(block.attn, h + mem if cfg.composition == "MAL" else h, cfg)
+        out = a * sigmoid(mem) if cfg.composition == "MAG" else a
+    x = x + out @ block.w_o
+    if block.mlp is not None:
+        x = x + _mlp(block.mlp, x)
+    return x, new_states, excess
 
 
 def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig,

@@ -109,6 +109,11 @@ class GraphBuilder:
     def reshape(self, x: str, shape: Sequence[int]) -> str:
         return self.op("Reshape", x, self.const_i64(list(shape)))
 
+    def slice_last(self, x: str, start: int, end: int) -> str:
+        """``x[..., start:end]``."""
+        return self.op("Slice", x, self.const_i64([start]), self.const_i64([end]),
+                       self.const_i64([-1]))
+
     def matmul(self, x: str, w: str) -> str:
         return self.op("MatMul", x, w)
 

@@ -18,6 +18,8 @@ name                       dtype     shape           meaning
 ``b<j>_l<i>_s_next``       float32   [1, d, d]       Titans' momentum
 =========================  ========  ==============  =====================================
 
+With ``heads > 1`` the memories are ``[1, heads, d / heads, d / heads]``.
+
 A slow level fires when its counter reaches ``period - 1`` (the token with
 ``(pos + 1) % period == 0``); the counter then restarts at 0. The fresh state is all zeros.
 
@@ -45,7 +47,8 @@ STATE_IN, STATE_OUT = "state_in_", "state_out_"
 # refused instead of being exported without it.
 KNOWN_FIELDS = {"vocab", "d_model", "layers", "window", "seq_len", "levels", "periods", "rule",
                 "composition", "dtype", "alpha_bias_shift", "theta_bias_shift", "key_shift",
-                "shared_qk_init", "gate_penalty", "gate_margin", "eta_max"}
+                "shared_qk_init", "gate_penalty", "gate_margin", "eta_max", "heads", "mlp",
+                "rotary"}
 
 
 class ExportError(RunError):
@@ -71,6 +74,7 @@ class StateSpec:
 def state_specs(cfg: ModelConfig) -> list:
     """The state tensors of `cfg`'s decode step, in the order of the graph's inputs."""
     d, window = cfg.d_model, cfg.window
+    mem = (1, d, d) if cfg.heads == 1 else (1, cfg.heads, cfg.head_dim, cfg.head_dim)
     specs = [StateSpec("pos", "int64", (1,))]
     specs += [StateSpec(f"counter_l{i}", "int64", (1,))
               for i, p in enumerate(cfg.level_periods) if p > 1]
@@ -80,11 +84,11 @@ def state_specs(cfg: ModelConfig) -> list:
         if cfg.key_shift and cfg.levels:
             specs.append(StateSpec(f"b{j}_prev_h", "float32", (1, d)))
         for i, p in enumerate(cfg.level_periods):
-            specs.append(StateSpec(f"b{j}_l{i}_m", "float32", (1, d, d)))
+            specs.append(StateSpec(f"b{j}_l{i}_m", "float32", mem))
             if p > 1:
-                specs.append(StateSpec(f"b{j}_l{i}_m_next", "float32", (1, d, d)))
+                specs.append(StateSpec(f"b{j}_l{i}_m_next", "float32", mem))
             if cfg.rule == "titans":
-                specs.append(StateSpec(f"b{j}_l{i}_s_next", "float32", (1, d, d)))
+                specs.append(StateSpec(f"b{j}_l{i}_s_next", "float32", mem))
     return specs
 
 

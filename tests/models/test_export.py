@@ -86,6 +86,16 @@ def test_level_settings(rule, levels):
             steps=16)
 
 
+@pytest.mark.parametrize("rule,features", [
+    ("delta", dict(heads=2)), ("titans", dict(heads=2, key_shift=True)),
+    ("hebbian", dict(mlp=2)), ("delta", dict(rotary=True)), ("delta", dict(levels=0, heads=2,
+                                                                            rotary=True)),
+    ("titans", dict(heads=2, mlp=1, rotary=True, composition="MAL"))])
+def test_heads_mlp_rotary(rule, features):
+    # 13 tokens: the window (4) wraps three times, so rotary's distances wrap the buffer too.
+    compare(cfg_of(rule=rule, **features), steps=13)
+
+
 def test_default_periods_past_the_slowest_firing():
     # levels 4 with DESIGN's periods (1, 8, 64, 512): 520 tokens reach the 512-token firing.
     compare(ModelConfig(d_model=8, layers=1, window=4, seq_len=8, levels=4, rule="titans"),
@@ -173,10 +183,10 @@ def test_non_finite_weights_are_refused():
 def test_unknown_config_field_is_refused():
     @dataclasses.dataclass(frozen=True)
     class FutureConfig(ModelConfig):
-        heads: int = 1
+        colour: int = 1
 
-    cfg = FutureConfig(d_model=8, layers=1, window=4, seq_len=8, heads=4)
-    with pytest.raises(ExportError, match=r"ModelConfig\.heads = 4 is not supported"):
+    cfg = FutureConfig(d_model=8, layers=1, window=4, seq_len=8, colour=4)
+    with pytest.raises(ExportError, match=r"ModelConfig\.colour = 4 is not supported"):
         build_step_model(init_params(cfg, seed=0), cfg)
     # at its default the field changes nothing the step computes, so the run exports
     cfg = FutureConfig(d_model=8, layers=1, window=4, seq_len=8)

@@ -282,6 +282,12 @@ def test_init_is_seeded_and_typed():
     (dict(d_model=0), "d_model"),
     (dict(eta_max=0.0), "eta_max"),
     (dict(eta_max=1.5), "eta_max"),
+    (dict(heads=3), "heads"),
+    (dict(heads=0), "heads"),
+    (dict(mlp=-1), "mlp"),
+    (dict(mlp=True), "mlp"),
+    (dict(d_model=6, heads=2, rotary=True), "rotary"),
+    (dict(rotary=1), "rotary"),
 ])
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
@@ -295,7 +301,7 @@ def test_config_json_round_trip():
     cfg = tiny(rule="hebbian", composition="MAL")
     assert ModelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="unknown key"):
-        ModelConfig.from_dict({**cfg.to_dict(), "heads": 2})
+        ModelConfig.from_dict({**cfg.to_dict(), "colour": 2})
 
 
 def test_state_shapes_are_fixed_across_chunks():
@@ -321,3 +327,85 @@ def test_shared_qk_init_starts_queries_equal_to_keys_and_changes_nothing_else():
     assert differ == ["blocks.0.memory.0.w_q", "blocks.0.memory.1.w_q"]
     with pytest.raises(ValueError, match="ModelConfig.shared_qk_init"):
         ModelConfig(shared_qk_init=1).validate()
+
+
+@pytest.mark.parametrize("rule", ["delta", "titans", "hebbian"])
+def test_heads_mlp_rotary_gradient_matches_finite_differences(rule):
+    # Two heads (per-head memories and gates), the MLP sublayer and rotary attention, two
+    # blocks, and a carried state with pending tokens for the period-4 level.
+    cfg = tiny(rule=rule, layers=2, heads=2, mlp=2, rotary=True, composition="MAG")
+    params = init_params(cfg, seed=4)
+    _, state = loss(params, tokens_for(cfg, seed=7), init_state(cfg, 2), cfg)
+    _, state = loss(params, tokens_for(cfg, seed=8)[:, :4], state, cfg)   # pos 11: pending
+    assert state.blocks[0][1].pend[0].shape == (2, 2, 3, 4)
+    check_model_gradient(cfg, state, tokens_for(cfg, seed=9))
+    grads = make_zero(params)
+    autodiff(Reverse, lambda p, t: loss(p, t, state, cfg)[0], Active,
+             Duplicated(params, grads), Const(tokens_for(cfg, seed=9)))
+    for name, g in named_leaves(grads):
+        if ".mlp." in name or ".attn." in name:
+            assert np.abs(g).max() > 0, name
+
+
+@pytest.mark.parametrize("period", [1, 4])
+def test_per_head_memory_equals_separate_single_head_memories(period):
+    # A level with two heads is two independent memories, each reading its own slice of the
+    # projections and gating itself from its own key and value.
+    d, heads, dh = 8, 2, 4
+    lv = init_level(np.random.default_rng(0), d, 0, "float64", heads=heads)
+    lv.w_a, lv.w_t = lv.w_a * 20, lv.w_t * 20
+    x = np.random.default_rng(1).standard_normal((2, 7, d))
+    st = init_level_state(2, d, "delta", period, heads=heads)
+    y, new, _ = level_forward(lv, x, st, period, pos=1, rule="delta", heads=heads)
+    for h in range(heads):
+        cols = slice(h * dh, (h + 1) * dh)
+        one = dataclasses.replace(lv, w_k=lv.w_k[:, cols], w_v=lv.w_v[:, cols],
+                                  w_q=lv.w_q[:, cols], w_a=lv.w_a[h], b_a=lv.b_a[h:h + 1],
+                                  w_t=lv.w_t[h], b_t=lv.b_t[h:h + 1], w_e=lv.w_e[h],
+                                  b_e=lv.b_e[h:h + 1])
+        st1 = init_level_state(2, dh, "delta", period)
+        y1, new1, _ = level_forward(one, x, st1, period, pos=1, rule="delta")
+        np.testing.assert_allclose(y[..., cols], y1, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(new.m[:, h], new1.m, rtol=1e-12, atol=1e-14)
+
+
+def test_attention_heads_and_rotary_against_plain_numpy():
+    # The multi-head rotary attention of a levels=0 block against a direct NumPy computation.
+    from ops import rms_norm
+    cfg = tiny(levels=0, heads=2, rotary=True, window=3, seq_len=6)
+    params = init_params(cfg, seed=2)
+    tokens = tokens_for(cfg, batch=1)[:, :-1]
+    out, _ = logits(params, tokens, None, cfg)
+    b = params.blocks[0]
+    x = params.embed[tokens][0]
+    h = np.asarray(rms_norm(x, b.norm))
+    T, dh = x.shape[0], cfg.head_dim
+    freq = 10000.0 ** (-np.arange(dh // 2) * 2.0 / dh)
+    heads = []
+    for i in range(cfg.heads):
+        cols = slice(i * dh, (i + 1) * dh)
+        q, k, v = h @ b.attn.w_q[:, cols], h @ b.attn.w_k[:, cols], h @ b.attn.w_v[:, cols]
+        scores = np.full((T, T), -np.inf)
+        for t in range(T):
+            for s in range(max(0, t - cfg.window + 1), t + 1):
+                # A complex rotation of each pair (x_j, x_{j + dh/2}) by position * freq_j.
+                qc = (q[t, :dh // 2] + 1j * q[t, dh // 2:]) * np.exp(1j * t * freq)
+                kc = (k[s, :dh // 2] + 1j * k[s, dh // 2:]) * np.exp(1j * s * freq)
+                scores[t, s] = np.real(np.sum(qc * np.conj(kc))) / np.sqrt(dh)
+        w = np.exp(scores - scores.max(axis=1, keepdims=True))
+        heads.append((w / w.sum(axis=1, keepdims=True)) @ v)
+    x = x + np.concatenate(heads, axis=1) @ b.w_o
+    ref = np.asarray(rms_norm(x, params.final_norm)) @ params.unembed
+    np.testing.assert_allclose(out[0], ref, rtol=1e-10, atol=1e-12)
+
+
+def test_configs_that_predate_a_field_load_as_the_older_model():
+    # A checkpoint's config without heads / mlp / rotary is the model it was trained as,
+    # whatever today's defaults are; and a missing field otherwise takes its default.
+    from models.config import PREDATING
+    old = {k: v for k, v in tiny().to_dict().items() if k not in PREDATING}
+    cfg = ModelConfig.from_dict(old)
+    assert (cfg.heads, cfg.mlp, cfg.rotary) == (1, 0, False)
+    params = init_params(cfg, seed=0)
+    assert params.blocks[0].mlp is None and params.blocks[0].memory[0].w_a.shape == (16,)
+    assert ModelConfig.from_dict({**old, "heads": 2}).heads == 2
