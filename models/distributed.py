@@ -52,7 +52,7 @@ from tape import array_module
 from tape.pytree import flatten, flatten_with_paths, unflatten
 
 from .checkpoint import CheckpointFileError, fill_tree, to_numpy
-from .data import DataError
+from .data import DataError, data_mismatch
 from .rundir import RunError
 from .signals import NAMES
 
@@ -262,8 +262,8 @@ class MPIWorld(World):
         except SystemExit:
             raise
         except BaseException as e:
-            if getattr(e, "hecate_agreed", False):
-                raise
+            if self.size == 1 or getattr(e, "hecate_agreed", False):
+                raise   # nobody waits for this rank (`mpiexec -n 1`), or all ranks met it
             if debug:
                 traceback.print_exc()
             print(f"hecate {command}: error: rank {self.rank} of {self.size}: {one_line(e)}",
@@ -274,8 +274,8 @@ class MPIWorld(World):
             self.hard_exit(exit_code_of(e))   # never run Python code after an abort
             raise   # only reached with a test's fake `hard_exit`
 
-    def stop_view(self, stop: Any) -> "AgreedStop":
-        return AgreedStop(stop)
+    def stop_view(self, stop: Any) -> Any:
+        return stop if self.size == 1 else AgreedStop(stop)
 
 
 def _default_signal_handlers() -> None:
@@ -416,10 +416,16 @@ def share_start(world: World, params: Any, opt: Any, state: Any, start: int, dat
     package = None
     if world.is_root:
         arrays = {k: to_numpy(v) for k, v in state_arrays(params, opt, state).items()}
-        package = (arrays, {"start": start, "opt_step": opt.t, "data_state": data.state()})
+        package = (arrays, {"start": start, "opt_step": opt.t, "data_state": data.state(),
+                            "data": data.describe()})
     arrays, meta = world.broadcast(package)
     if world.is_root:
         return params, opt, state, start
+    mismatch = data_mismatch(meta["data"], data.describe())
+    if mismatch:   # each rank reads the data itself: another node may hold another file
+        raise DistributedError(f"rank {world.rank} reads other training data than rank 0 "
+                               f"({mismatch.replace('the checkpoint', 'rank 0')}): every node "
+                               f"needs the same data file")
     source = "rank 0's start"
     params = fill_tree(params, arrays, "params", "params", source, xp)
     state = fill_tree(state, arrays, "state", "state", source, xp)

@@ -83,3 +83,9 @@ def test_two_ranks_reproduce_one_process(one_process, tmp_path):
     for k in mpi_greeks.GREEKS:
         assert two[k] == pytest.approx(one_process[k], rel=1e-12, abs=1e-15), k
         assert two[k + "_se"] == pytest.approx(one_process[k + "_se"], rel=1e-10), k
+
+
+def test_docstring_examples():
+    import doctest
+    result = doctest.testmod(mpi_greeks)
+    assert result.failed == 0 and result.attempted > 0

@@ -277,3 +277,54 @@ def test_mpi_world_sends_device_arrays_through_nccl(monkeypatch):
     assert [c[0] for c in cp.calls] == ["init", "allReduce", "synchronize", "allReduce",
                                         "synchronize"]
     assert cp.calls[0] == ("init", 2, (9, 9, 9), 1) and cp.calls[1][4] == 7
+
+
+def test_share_start_copies_rank_0_and_refuses_other_data():
+    from models import model
+    from models.config import ModelConfig
+    from models.data import TextData
+    from models.optim import AdamW
+    from models.distributed import share_start
+    cfg = ModelConfig(vocab=256, d_model=8, layers=1, window=4, seq_len=8, levels=1,
+                      dtype="float64")
+    text = b"def f(x):\n    return x\n" * 30
+
+    def setup(seed, corpus=text):
+        params = model.init_params(cfg, seed)
+        return params, AdamW(params), model.init_state(cfg, 4), TextData(corpus, 4, 8, seed)
+    params, opt, state, data = setup(0)
+    opt.t, state.pos = 5, 16
+    state.blocks[0][0].m[...] = np.arange(4)[:, None, None]   # one value per row
+    data.next_batch()
+    root = world_of(FakeComm(rank=0, size=2))
+    assert share_start(root, params, opt, state, 7, data, np)[3] == 7
+    package = root.comm.broadcasts[-1]
+    mine = setup(1)   # other seed: other parameters and data order before the start
+    p1, o1, s1, start = share_start(world_of(FakeComm(rank=1, size=2, others=package)),
+                                    *mine[:3], 0, mine[3], np)
+    assert start == 7 and o1.t == 5 and s1.pos == 16 and mine[3].state() == data.state()
+    assert distributed.params_digest(p1) == distributed.params_digest(params)
+    mine_rows = local_rows(world_of(FakeComm(rank=1, size=2)), s1, 4)
+    np.testing.assert_array_equal(mine_rows.blocks[0][0].m[:, 0, 0], [2, 3])
+    other = setup(1, corpus=text + b"# more\n")
+    with pytest.raises(DistributedError, match="rank 1 reads other training data than rank 0"):
+        share_start(world_of(FakeComm(rank=1, size=2, others=package)), *other[:3], 0,
+                    other[3], np)
+
+
+def test_one_rank_under_mpiexec_behaves_as_one_process(capsys):
+    comm = FakeComm(rank=0, size=1)
+    world = world_of(comm)
+    with pytest.raises(DistributedError):
+        with world.guard("train"):
+            raise DistributedError("bad input")
+    assert comm.aborted is None and capsys.readouterr().err == ""
+    stop = StopSignals()
+    assert world.stop_view(stop) is stop
+
+
+@pytest.mark.parametrize("module", [distributed, nccl])
+def test_docstring_examples(module):
+    import doctest
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
