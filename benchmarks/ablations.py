@@ -31,22 +31,25 @@ import numpy as np  # noqa: E402
 from models import model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.layers import _projections  # noqa: E402
-from models.train import TrainConfig, eval_run, load_run, train  # noqa: E402
+from models.train import RunError, TrainConfig, eval_run, load_run, train  # noqa: E402
 from models.data import make_data  # noqa: E402
 from ops import rms_norm  # noqa: E402
 
 # The DESIGN §5 model as it was before the backbone work, then one change at a time, then the
 # changes together (with and without the memory levels).
-LEGACY = {"heads": 1, "mlp": 0, "rotary": False}
+LEGACY = {"heads": 1, "mlp": 0, "rotary": False, "bounded_theta": False}
+THETA = {**LEGACY, "bounded_theta": True}
+ALL = {"heads": 4, "mlp": 2, "rotary": True, "bounded_theta": True}
 VARIANTS = {
-    "base": {**LEGACY},
-    "heads4": {**LEGACY, "heads": 4},
-    "mlp2": {**LEGACY, "mlp": 2},
-    "rotary": {**LEGACY, "rotary": True},
-    "heads4+rotary": {**LEGACY, "heads": 4, "rotary": True},
-    "all": {"heads": 4, "mlp": 2, "rotary": True},
-    "all-swa": {"heads": 4, "mlp": 2, "rotary": True, "levels": 0},
-    "all-nopenalty": {"heads": 4, "mlp": 2, "rotary": True, "gate_penalty": 0.0},
+    "base": LEGACY,
+    "theta": THETA,
+    "heads4": {**THETA, "heads": 4},
+    "mlp2": {**THETA, "mlp": 2},
+    "rotary": {**THETA, "rotary": True},
+    "all": ALL,
+    "all-swa": {**ALL, "levels": 0},
+    "all-nopenalty": {**ALL, "gate_penalty": 0.0},
+    "heads4-softplus": {**LEGACY, "heads": 4},
 }
 SATURATED = 5.0
 
@@ -81,7 +84,14 @@ def run_variant(name: str, overrides: dict, seed: int, steps: int, quick: bool) 
                            "warmup": 1} if quick else {}))
     run_dir = tempfile.mkdtemp(prefix=f"ablation-{name}-")
     t0 = time.perf_counter()
-    result = train(cfg, tcfg, run_dir, progress=False)
+    try:
+        result = train(cfg, tcfg, run_dir, progress=False)
+    except RunError as e:       # a diverged run is a row of the table too
+        return {"variant": name, "seed": seed, "steps": steps, "params": 0,
+                "val_loss": float("nan"), "val_loss_memory_reset": None,
+                "train_seconds": float("nan"), "wall_seconds": time.perf_counter() - t0,
+                "tokens_per_s": float("nan"), "saturated": float("nan"), "config": overrides,
+                "error": str(e)}
     wall = time.perf_counter() - t0
     ev = eval_run(run_dir)
     cfg, tcfg, params, _, _ = load_run(run_dir)

@@ -122,7 +122,9 @@ def torch_model(cfg: ModelConfig, params, torch):
         k, v, q = l2(split(x @ lv.w_k)), split(x @ lv.w_v), l2(split(x @ lv.w_q))
         c = torch.cat([k, v], -1)
         za, ze = gate(c, lv.w_a, lv.b_a), gate(c, lv.w_e, lv.b_e)
-        decay, theta = torch.sigmoid(-za), F.softplus(gate(c, lv.w_t, lv.b_t))
+        zt = gate(c, lv.w_t, lv.b_t)
+        decay = torch.sigmoid(-za)
+        theta = torch.sigmoid(zt) if cfg.bounded_theta else F.softplus(zt)
         eta = torch.sigmoid(ze) * cfg.eta_max
         # The training objective's gate penalty (models.layers.gate_excess).
         excess = sum(((z.abs() - cfg.gate_margin).clamp(min=0) ** 2).mean()

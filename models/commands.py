@@ -20,15 +20,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import COMPOSITIONS, DTYPES, RULES
+from .config import COMPOSITIONS, DTYPES, RULES, ModelConfig
 from .data import DataError
 from .export import cli as export_cli
 from .serve import command as serve_cli
-from .validation import LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, check_train
+from .validation import (LEVELS, NON_NEGATIVE, POSITIVE, POSITIVE_INT, SEED, Integer,
+                         check_train)
+
+MLP_WIDTH = Integer(0, 16)
 
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
-               "rule": str, "composition": str, "gate_penalty": float, "dtype": str}
+               "rule": str, "composition": str, "gate_penalty": float, "dtype": str,
+               "heads": int, "mlp": int, "rotary": bool}
 TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
                "task": str, "device": str, "checkpoint_minutes": float}
 
@@ -56,6 +60,14 @@ def add_parsers(sub: Any) -> None:
                         "runs on N MPI ranks match one process to ~1e-12)")
     t.add_argument("--levels", type=LEVELS, metavar="N",
                    help="CMS levels, 0 to 4 (default 2; 0: no memory branch, SWA alone)")
+    t.add_argument("--heads", type=POSITIVE_INT, metavar="N",
+                   help="attention heads, each with its own memory per CMS level (default "
+                        f"{ModelConfig.heads}); must divide --d-model")
+    t.add_argument("--mlp", type=MLP_WIDTH, metavar="N",
+                   help=f"MLP sublayer of N x d-model hidden units in every block (default "
+                        f"{ModelConfig.mlp}; 0: none); an integer from 0 to 16")
+    t.add_argument("--rotary", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"rotary positions in attention (default {ModelConfig.rotary})")
     sizes = {"d_model": "width of the model (default 64)",
              "layers": "blocks (default 2)",
              "seq_len": "tokens per training chunk, at least --window (default 128)",

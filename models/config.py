@@ -21,7 +21,7 @@ DEFAULT_PERIODS = (1, 8, 64, 512)
 # The value of each field that was added after checkpoints existed, as it behaved before the
 # field existed. `ModelConfig.from_dict` fills a missing field from here (not from the current
 # default), so an older run's config.json or checkpoint header loads as the model it trained.
-PREDATING = {"heads": 1, "mlp": 0, "rotary": False}
+PREDATING = {"heads": 1, "mlp": 0, "rotary": False, "bounded_theta": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +65,10 @@ class ModelConfig:
     mlp: int = 0
     # Rotary positions on the attention queries and keys of every head (`models.model`).
     rotary: bool = False
+    # The inner learning rate is sigmoid(z) in (0, 1) (DeltaNet's beta) instead of softplus(z):
+    # the delta rule with unit keys diverges once theta > 2 (`models.layers`). The same value
+    # at the initial biases (both ~exp(z) there). False = DESIGN §5.
+    bounded_theta: bool = False
 
     def __post_init__(self) -> None:
         # JSON turns tuples into lists; keep the frozen dataclass hashable and comparable.
@@ -138,7 +142,7 @@ class ModelConfig:
         if self.rotary is True and (self.d_model // self.heads) % 2:
             raise ValueError(f"ModelConfig.rotary needs an even head width d_model / heads; "
                              f"got {self.d_model} / {self.heads}")
-        for name in ("key_shift", "shared_qk_init", "rotary"):
+        for name in ("key_shift", "shared_qk_init", "rotary", "bounded_theta"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool; "
                                  f"got {getattr(self, name)!r}")

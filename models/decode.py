@@ -190,7 +190,10 @@ def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
         c = xp.concatenate([k, v], axis=-1)
         za = _gate(c, level.w_a, level.b_a, H)
         decay = sigmoid(-za)
-        theta = softplus(_gate(c, level.w_t, level.b_t, H)) if cfg.rule != "hebbian" else None
+        theta = None
+        if cfg.rule != "hebbian":
+            zt = _gate(c, level.w_t, level.b_t, H)
+            theta = sigmoid(zt) if cfg.bounded_theta else softplus(zt)
         eta = None
         if cfg.rule == "titans":
             eta = sigmoid(_gate(c, level.w_e, level.b_e, H))

@@ -8,7 +8,12 @@ and gates from ``c = concat(k, v)`` (DESIGN §5):
   ``sigmoid(-(c . w_a + b_a))``, which keeps its precision when alpha is near 1). With the
   table's initial ``b_a = 3.0 / 4.0 / 4.5 / 5.0`` the memory keeps 95% / 98% / 99% / 99.3% of
   itself per update, so slower levels also remember longer.
-- ``theta = softplus(c . w_t + b_t)``: the inner learning rate (delta, Titans).
+- ``theta = softplus(c . w_t + b_t)``: the inner learning rate (delta, Titans); with
+  ``bounded_theta`` (`ModelConfig`) it is ``sigmoid(c . w_t + b_t)`` in (0, 1) instead. The
+  delta rule with a unit key multiplies the memory's component along k by ``1 - theta``, so
+  it flips and grows once theta > 2: measured with 4 heads on the default text model, theta
+  passed 1.5 by step 60 and a memory reached 4e10 at step 110 (NaN at 116). At the initial
+  biases the two agree (both ``~exp(z)`` for ``z << 0``).
 - ``eta = eta_max * sigmoid(c . w_e + b_e)``: the momentum (Titans). ``eta_max``
   (`ModelConfig.eta_max`, 0.9; 1.0 is DESIGN §5 exactly) keeps the momentum away from 1:
   measured on the default text model, the plain gate went from 0.84 to 0.99 within 40 steps,
@@ -254,7 +259,7 @@ def _projections(level: Level, x, key_shift: bool = False, heads: int = 1) -> tu
 
 
 def level_inputs(level: Level, x, key_shift: bool = False, eta_max: float = 1.0,
-                 heads: int = 1) -> tuple:
+                 heads: int = 1, bounded_theta: bool = False) -> tuple:
     """Keys, values, queries and gates of one level for ``x [B, T, d]``: returns
     ``(k, v, q, alpha, theta, eta)`` with ``alpha`` the retention and ``eta`` the momentum
     scaled into ``(0, eta_max)`` (see the module docstring).
@@ -265,7 +270,18 @@ def level_inputs(level: Level, x, key_shift: bool = False, eta_max: float = 1.0,
     ((2, 3), True)
     """
     k, v, q, za, zt, ze = _projections(level, x, key_shift, heads)
-    return k, v, q, sigmoid(za), softplus(zt), _momentum(ze, eta_max)
+    return k, v, q, sigmoid(za), inner_rate(zt, bounded_theta), _momentum(ze, eta_max)
+
+
+def inner_rate(zt, bounded: bool):
+    """The inner learning rate theta from its pre-activation: ``softplus`` (DESIGN §5) or,
+    `bounded`, ``sigmoid`` (module docstring).
+
+    >>> z = np.array(-4.6)
+    >>> round(float(inner_rate(z, False)), 5), round(float(inner_rate(z, True)), 5)
+    (0.01, 0.00995)
+    """
+    return sigmoid(zt) if bounded else softplus(zt)
 
 
 def _momentum(ze, eta_max: float):
@@ -309,7 +325,7 @@ def _join(index: int, p, a):
 
 def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str,
                   key_shift: bool = False, gate_margin: Optional[float] = None,
-                  eta_max: float = 1.0, heads: int = 1) -> tuple:
+                  eta_max: float = 1.0, heads: int = 1, bounded_theta: bool = False) -> tuple:
     """One CMS level over a chunk ``x [B, T, d]`` that starts at global token `pos`.
     Returns ``(y [B, T, d], new LevelState, excess)``; the new state holds plain arrays only,
     and ``excess`` is `gate_excess` at `gate_margin` (None when `gate_margin` is None).
@@ -320,7 +336,7 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
     k, v, q, za, zt, ze = _projections(level, x, key_shift, heads)
     excess = None if gate_margin is None else gate_excess(za, ze, rule, gate_margin)
     # The kernels take the forget rate 1 - alpha; sigmoid(-z) is that without cancellation.
-    decay, theta, eta = sigmoid(-za), softplus(zt), _momentum(ze, eta_max)
+    decay, theta, eta = sigmoid(-za), inner_rate(zt, bounded_theta), _momentum(ze, eta_max)
     T = x.shape[1]
     m, s = st.m, st.s
     if period == 1:
@@ -364,14 +380,14 @@ def _pad_pending(a, period: int, is_vector: bool):
 
 def cms_forward(levels: list, x, states: list, periods: tuple, pos: int, rule: str,
                 key_shift: bool = False, gate_margin: Optional[float] = None,
-                eta_max: float = 1.0, heads: int = 1) -> tuple:
+                eta_max: float = 1.0, heads: int = 1, bounded_theta: bool = False) -> tuple:
     """All CMS levels of a block: the sum of their reads, times 1/sqrt(k) when k > 2 levels.
     Returns ``(y [B, T, d], new level states, excess)``, ``excess`` the sum of the levels'
     `gate_excess` (None when `gate_margin` is None)."""
     total, new_states, excess = None, [], None
     for level, st, p in zip(levels, states, periods):
         y, ns, e = level_forward(level, x, st, p, pos, rule, key_shift, gate_margin, eta_max,
-                                 heads)
+                                 heads, bounded_theta)
         total, excess = add_or_none(total, y), add_or_none(excess, e)
         new_states.append(ns)
     if len(levels) > 2:

@@ -184,7 +184,7 @@ def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig,
     else:
         mem, new_states, excess = cms_forward(block.memory, h, states, cfg.level_periods, pos,
                                               cfg.rule, cfg.key_shift, gate_margin,
-                                              cfg.eta_max, cfg.heads)
+                                              cfg.eta_max, cfg.heads, cfg.bounded_theta)
         a = _attention(block.attn, h + mem if cfg.composition == "MAL" else h, cfg)
         out = a * sigmoid(mem) if cfg.composition == "MAG" else a
     x = x + out @ block.w_o

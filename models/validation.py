@@ -157,8 +157,9 @@ def parameter_count(cfg: Any) -> int:
     True
     """
     d, v = cfg.d_model, cfg.vocab
-    level = 3 * d * d + 3 * 2 * d + 3          # w_k, w_v, w_q; three gate vectors and biases
+    level = 3 * d * d + 3 * 2 * d + 3 * cfg.heads   # w_k, w_v, w_q; gate weights, biases per head
     block = 4 * d * d + d + cfg.levels * level  # w_q, w_k, w_v, w_o, norm, the levels
+    block += (d + 2 * cfg.mlp * d * d) if cfg.mlp else 0    # the MLP: norm, w_in, w_out
     return cfg.layers * block + 2 * v * d + d   # embed, unembed, final norm
 
 
@@ -172,8 +173,9 @@ def training_bytes(cfg: Any, batch_size: int) -> dict:
     item = 4 if cfg.dtype == "float32" else 8
     weights = 4 * parameter_count(cfg) * item
     tokens = batch_size * cfg.seq_len
-    per_token = cfg.layers * (cfg.levels * cfg.d_model ** 2 * (2 if cfg.rule == "titans" else 1)
-                              + 32 * cfg.d_model + cfg.window)
+    per_token = cfg.layers * (cfg.levels * cfg.d_model ** 2 // cfg.heads
+                              * (2 if cfg.rule == "titans" else 1)
+                              + (32 + 4 * cfg.mlp) * cfg.d_model + cfg.window * cfg.heads)
     activations = tokens * per_token * item
     return {"weights": weights, "activations": activations, "total": weights + activations}
 
@@ -199,7 +201,7 @@ def check_train(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """The checks of `hecate train` that involve several flags or their defaults; each failure
     is a `parser.error` (one line, exit status 2). `model_flags` / `train_flags` are the flags
     given on the command line (name -> value)."""
-    from .config import ModelConfig
+    from .config import PREDATING, ModelConfig
     from .train import RECALL_MODEL, RECALL_TRAIN, TrainConfig
 
     origin = "default"
@@ -211,6 +213,7 @@ def check_train(parser: argparse.ArgumentParser, args: argparse.Namespace,
         saved = _saved_run(args.run_dir)
         if saved is None or not isinstance(saved.get("model"), dict):
             return     # the resume reports the missing or unreadable run itself
+        model = {**model, **PREDATING}     # fields the run's config predates: older model
         model, train, origin = {**model, **saved["model"]}, {**train, **saved.get("train", {})}, \
             "the run's config.json"
     model, train = {**model, **model_flags}, {**train, **train_flags}

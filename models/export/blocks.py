@@ -96,7 +96,8 @@ def memory_level(g: GraphBuilder, level: Any, prefix: str, h: str, key_in: str,
     if cfg.rule == "hebbian":
         m_new = g.op("Add", g.op("Mul", m, retain), g.op("Mul", v_col, k_row))
     else:
-        theta = g.softplus(_gate(g, c, w["w_t"], w["b_t"], cfg))
+        zt = _gate(g, c, w["w_t"], w["b_t"], cfg)
+        theta = g.op("Sigmoid", zt) if cfg.bounded_theta else g.softplus(zt)
         e = g.op("Sub", g.matmul(m, k_col), v_col)                   # M k - v, [.., dh, 1]
         upd = g.op("Mul", g.op("Mul", e, _scalar(g, theta, cfg)), k_row)
         if cfg.rule == "delta":

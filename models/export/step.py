@@ -48,7 +48,7 @@ STATE_IN, STATE_OUT = "state_in_", "state_out_"
 KNOWN_FIELDS = {"vocab", "d_model", "layers", "window", "seq_len", "levels", "periods", "rule",
                 "composition", "dtype", "alpha_bias_shift", "theta_bias_shift", "key_shift",
                 "shared_qk_init", "gate_penalty", "gate_margin", "eta_max", "heads", "mlp",
-                "rotary"}
+                "rotary", "bounded_theta"}
 
 
 class ExportError(RunError):

@@ -73,7 +73,7 @@ def test_key_shift_and_design_periods(rule):
 
 
 FEATURES = [dict(heads=2), dict(mlp=2), dict(rotary=True), dict(heads=2, rotary=True),
-            dict(heads=2, mlp=1, rotary=True)]
+            dict(heads=2, mlp=1, rotary=True, bounded_theta=True)]
 
 
 @pytest.mark.parametrize("rule,composition,levels,features", [

@@ -90,7 +90,8 @@ def test_level_settings(rule, levels):
     ("delta", dict(heads=2)), ("titans", dict(heads=2, key_shift=True)),
     ("hebbian", dict(mlp=2)), ("delta", dict(rotary=True)), ("delta", dict(levels=0, heads=2,
                                                                             rotary=True)),
-    ("titans", dict(heads=2, mlp=1, rotary=True, composition="MAL"))])
+    ("titans", dict(heads=2, mlp=1, rotary=True, composition="MAL")),
+    ("delta", dict(heads=2, bounded_theta=True))])
 def test_heads_mlp_rotary(rule, features):
     # 13 tokens: the window (4) wraps three times, so rotary's distances wrap the buffer too.
     compare(cfg_of(rule=rule, **features), steps=13)

@@ -288,6 +288,7 @@ def test_init_is_seeded_and_typed():
     (dict(mlp=True), "mlp"),
     (dict(d_model=6, heads=2, rotary=True), "rotary"),
     (dict(rotary=1), "rotary"),
+    (dict(bounded_theta=0), "bounded_theta"),
 ])
 def test_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
@@ -333,7 +334,8 @@ def test_shared_qk_init_starts_queries_equal_to_keys_and_changes_nothing_else():
 def test_heads_mlp_rotary_gradient_matches_finite_differences(rule):
     # Two heads (per-head memories and gates), the MLP sublayer and rotary attention, two
     # blocks, and a carried state with pending tokens for the period-4 level.
-    cfg = tiny(rule=rule, layers=2, heads=2, mlp=2, rotary=True, composition="MAG")
+    cfg = tiny(rule=rule, layers=2, heads=2, mlp=2, rotary=True, composition="MAG",
+               bounded_theta=rule == "titans")
     params = init_params(cfg, seed=4)
     _, state = loss(params, tokens_for(cfg, seed=7), init_state(cfg, 2), cfg)
     _, state = loss(params, tokens_for(cfg, seed=8)[:, :4], state, cfg)   # pos 11: pending
@@ -409,3 +411,10 @@ def test_configs_that_predate_a_field_load_as_the_older_model():
     params = init_params(cfg, seed=0)
     assert params.blocks[0].mlp is None and params.blocks[0].memory[0].w_a.shape == (16,)
     assert ModelConfig.from_dict({**old, "heads": 2}).heads == 2
+
+
+def test_parameter_count_covers_heads_and_mlp():
+    from models.validation import parameter_count
+    from tape.pytree import flatten
+    for cfg in (tiny(heads=2, mlp=3), tiny(heads=4, mlp=1, levels=0, layers=2)):
+        assert parameter_count(cfg) == sum(x.size for x in flatten(init_params(cfg, 0))[0])
