@@ -43,6 +43,7 @@ import hashlib
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Any, Callable, Iterator, Optional
 
@@ -222,7 +223,6 @@ class MPIWorld(World):
         return self.comm.gather(obj, root=0)
 
     def allreduce_sum_(self, flat: Any) -> None:
-        import time
         t0 = time.perf_counter()
         if isinstance(flat, np.ndarray):
             self.comm.Allreduce(self.mpi.IN_PLACE, flat, op=self.mpi.SUM)

@@ -153,8 +153,8 @@ def test_gradient_views_receive_autodiff_accumulation():
 def test_gather_state_concatenates_rows_and_checks_parameters():
     params = params_tree()
     state = {"pos": 7, "m": np.zeros((2, 3, 3)), "pend": (np.zeros((2, 4)),)}
-    mine = [7, np.zeros((2, 3, 3)), np.zeros((2, 4))]
-    theirs = [7, np.ones((2, 3, 3)), np.ones((2, 4))]
+    from tape.pytree import flatten
+    theirs = flatten({"pos": 7, "m": np.ones((2, 3, 3)), "pend": (np.ones((2, 4)),)})[0]
     digest = distributed.params_digest(params)
     world = world_of(FakeComm(rank=0, size=2, others=[(theirs, digest)]))
     full = gather_state(world, state, params)
