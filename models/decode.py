@@ -176,9 +176,10 @@ def _advance(rule: str, st: LevelDecodeState, k, v, decay, theta, eta) -> None:
         st.m_next = m * r + st.s_next
 
 
-def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
-    """The CMS read of one token ``h [B, d]`` at global position `pos`: every level's
-    projections and gates (`models.layers._projections`), one shadow update, the read."""
+def _memory(block, bst: BlockDecodeState, h, pos: np.ndarray, cfg: ModelConfig):
+    """The CMS read of one token ``h [B, d]`` per stream at global positions `pos` ``[B]``:
+    every level's projections and gates (`models.layers._projections`), one shadow update,
+    the read (each stream's level fires at its own position)."""
     xp = array_module(h)
     total = None
     key_in = bst.prev_h if cfg.key_shift else h
@@ -200,8 +201,12 @@ def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
             if cfg.eta_max != 1.0:
                 eta = eta * cfg.eta_max
         _advance(cfg.rule, st, k, v, decay, theta, eta)
-        if (pos + 1) % p == 0:          # the level fires: reads see the advanced memory
+        fires = (pos + 1) % p == 0      # a level that fires: its reads see the advanced memory
+        if fires.all():
             st.m = st.m_next
+        elif fires.any():
+            st.m = xp.where(xp.asarray(fires).reshape((-1,) + (1,) * (st.m.ndim - 1)),
+                            st.m_next, st.m)
         y = _mv(st.m, q).reshape(h.shape)
         total = y if total is None else total + y
     if len(block.memory) > 2:
@@ -210,26 +215,31 @@ def _memory(block, bst: BlockDecodeState, h, pos: int, cfg: ModelConfig):
     return total
 
 
-def _attend(block, bst: BlockDecodeState, a_in, pos: int, cfg: ModelConfig):
-    """Sliding-window attention of one token over the cached last ``window`` positions, per
-    head; with ``cfg.rotary`` the cached keys turn by minus their distance (module docstring)."""
+def _attend(block, bst: BlockDecodeState, a_in, pos: np.ndarray, cfg: ModelConfig):
+    """Sliding-window attention of one token per stream over its cached last ``window``
+    positions, per head (`pos` ``[B]``: each stream's position; slots a stream has not filled
+    yet are masked out); with ``cfg.rotary`` the cached keys turn by minus their distance
+    (module docstring)."""
     xp = array_module(a_in)
     window, H, dh = cfg.window, cfg.heads, cfg.head_dim
     q, k, v = a_in @ block.attn.w_q, a_in @ block.attn.w_k, a_in @ block.attn.w_v
-    slot = pos % window
-    bst.k_cache[:, slot] = k
-    bst.v_cache[:, slot] = v
-    n = min(pos + 1, window)            # valid slots: 0 .. n-1 (all of them once full)
     B = a_in.shape[0]
-    keys = bst.k_cache[:, :n].reshape(B, n, H, dh).transpose(0, 2, 1, 3)    # [B, H, n, dh]
-    vals = bst.v_cache[:, :n].reshape(B, n, H, dh).transpose(0, 2, 1, 3)
+    slot = pos % window
+    bst.k_cache[xp.arange(B), xp.asarray(slot)] = k
+    bst.v_cache[xp.arange(B), xp.asarray(slot)] = v
+    keys = bst.k_cache.reshape(B, window, H, dh).transpose(0, 2, 1, 3)  # [B, H, window, dh]
+    vals = bst.v_cache.reshape(B, window, H, dh).transpose(0, 2, 1, 3)
     if cfg.rotary:
-        cos, sin = rotary_tables((slot - np.arange(n)) % window, dh, xp, str(a_in.dtype))
+        back = (slot[:, None] - np.arange(window)[None, :]) % window       # [B, window]
+        cos, sin = rotary_tables(back.reshape(-1), dh, xp, str(a_in.dtype))
+        cos = cos.reshape(B, 1, window, dh // 2)
+        sin = sin.reshape(B, 1, window, dh // 2)
         half = dh // 2
         k1, k2 = keys[..., :half], keys[..., half:]
         keys = xp.concatenate([k1 * cos + k2 * sin, k2 * cos - k1 * sin], axis=-1)
-    qh = q.reshape(B, H, dh)
-    scores = (keys @ qh[..., None])[..., 0] * (1.0 / math.sqrt(dh))            # [B, H, n]
+    scores = (keys @ q.reshape(B, H, dh, 1))[..., 0] * (1.0 / math.sqrt(dh))  # [B, H, window]
+    filled = xp.asarray(np.arange(window)[None, :] <= pos[:, None])            # [B, window]
+    scores = xp.where(filled[:, None, :], scores, -xp.inf)
     w = xp.exp(scores - scores.max(axis=-1, keepdims=True))
     out = (w[..., None, :] @ vals)[..., 0, :] / w.sum(axis=-1, keepdims=True)  # [B, H, dh]
     return out.reshape(B, H * dh)
@@ -250,9 +260,30 @@ def step(params: Params, cfg: ModelConfig, state: DecodeState, tokens: Any) -> t
     if tok.size and (int(tok.min()) < 0 or int(tok.max()) >= cfg.vocab):
         raise ValueError(f"step: tokens must lie in [0, {cfg.vocab}); got values from "
                          f"{int(tok.min())} to {int(tok.max())}")
-    pos = state.pos
-    x = params.embed[tok]
-    for block, bst in zip(params.blocks, state.blocks):
+    out = step_streams(params, cfg, state.blocks, tok, np.full(tok.shape[0], state.pos))
+    state.pos += 1
+    return out, state
+
+
+def step_streams(params: Params, cfg: ModelConfig, blocks: list, tokens: Any,
+                 positions: np.ndarray) -> Any:
+    """The model of `step` for streams that sit at positions of their own: feed ``tokens
+    [B]`` (ints on the parameters' array module, already checked) to the streams whose
+    `BlockDecodeState` rows are `blocks` and whose positions are ``positions [B]`` (NumPy
+    ints); returns the logits ``[B, vocab]`` and advances `blocks` in place. Row i equals
+    `step` run on stream i alone; the caller keeps the positions (``positions + 1`` after).
+    A batching server uses it to decode streams that joined at different times.
+
+    >>> from models.model import init_params
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> params = init_params(cfg, seed=0)
+    >>> st = init_state(params, cfg, batch=2)
+    >>> step_streams(params, cfg, st.blocks, np.array([1, 2]), np.array([0, 0])).shape
+    (2, 11)
+    """
+    pos = np.asarray(positions, dtype=np.int64)
+    x = params.embed[tokens]
+    for block, bst in zip(params.blocks, blocks):
         h = rms_norm(x, block.norm)
         if not block.memory:
             out = _attend(block, bst, h, pos, cfg)
@@ -264,8 +295,7 @@ def step(params: Params, cfg: ModelConfig, state: DecodeState, tokens: Any) -> t
         x = x + out @ block.w_o
         if block.mlp is not None:
             x = x + silu(rms_norm(x, block.mlp.norm) @ block.mlp.w_in) @ block.mlp.w_out
-    state.pos = pos + 1
-    return rms_norm(x, params.final_norm) @ params.unembed, state
+    return rms_norm(x, params.final_norm) @ params.unembed
 
 
 def _pick(last: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

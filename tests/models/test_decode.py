@@ -206,3 +206,36 @@ def test_hecate_sample_is_deterministic_and_uses_decoding(tmp_path):
     # bytes for this run, so the output above is the decoder's and not the older one's.
     old = window_generate(params, np.frombuffer(b"import", np.uint8), cfg, 40, temperature=0)
     assert not np.array_equal(expect, old)
+
+
+@pytest.mark.parametrize("features", [dict(), dict(heads=2, rotary=True, mlp=1, key_shift=True)])
+def test_step_streams_at_their_own_positions_equal_each_stream_alone(features):
+    # Three streams that joined at different times (positions 0, 3 and 9: one level fires for
+    # some of them only, rotary distances and unfilled ring slots differ per row) against
+    # `step` on each stream by itself.
+    cfg = cfg_of(levels=3, rule="titans", d_model=8, **features)
+    params = init_params(cfg, seed=8)
+    toks = tokens_of(cfg, batch=3, length=20, seed=4)
+    starts = (0, 3, 9)
+    alone = []
+    for i, start in enumerate(starts):
+        st = decode.init_state(params, cfg, 1)
+        for t in toks[i, :start]:
+            _, st = decode.step(params, cfg, st, np.array([t]))
+        alone.append(st)
+    blocks = [decode.BlockDecodeState(
+        k_cache=np.concatenate([s.blocks[j].k_cache for s in alone]),
+        v_cache=np.concatenate([s.blocks[j].v_cache for s in alone]),
+        prev_h=np.concatenate([s.blocks[j].prev_h for s in alone]),
+        levels=[decode.LevelDecodeState(
+            m=np.concatenate([s.blocks[j].levels[i].m for s in alone]),
+            m_next=np.concatenate([s.blocks[j].levels[i].m_next for s in alone]),
+            s_next=np.concatenate([s.blocks[j].levels[i].s_next for s in alone]))
+            for i in range(cfg.levels)]) for j in range(cfg.layers)]
+    pos = np.array(starts)
+    for t in range(9):
+        got = decode.step_streams(params, cfg, blocks, toks[np.arange(3), pos], pos)
+        for i in range(3):
+            want, alone[i] = decode.step(params, cfg, alone[i], toks[i, pos[i]:pos[i] + 1])
+            assert np.max(np.abs(got[i] - want[0])) < 1e-12
+        pos = pos + 1
