@@ -50,6 +50,10 @@ VARIANTS = {
     "all-swa": {**ALL, "levels": 0},
     "all-nopenalty": {**ALL, "gate_penalty": 0.0},
     "heads4-softplus": {**LEGACY, "heads": 4},
+    "all-penalty0.1": {**ALL, "gate_penalty": 0.1},
+    "all-retain": {**ALL, "alpha_bias_shift": 1.5},
+    "all-levels3": {**ALL, "levels": 3},
+    "all-d96": {**ALL, "d_model": 96},
 }
 SATURATED = 5.0
 

@@ -101,8 +101,9 @@ def stream(args) -> None:
             h = rms_norm(x, block.norm)
             for i, lv in enumerate(block.memory):
                 za, zt = (np.asarray(primal(z)) for z in
-                          _projections(lv, h, cfg.key_shift)[3:5])
-                alpha, theta = 1 / (1 + np.exp(-za)), np.logaddexp(0, zt)
+                          _projections(lv, h, cfg.key_shift, cfg.heads)[3:5])
+                alpha = 1 / (1 + np.exp(-za))
+                theta = 1 / (1 + np.exp(-zt)) if cfg.bounded_theta else np.logaddexp(0, zt)
                 a_lo[b, i], a_hi[b, i] = min(a_lo[b, i], alpha.min()), max(a_hi[b, i], alpha.max())
                 t_lo[b, i], t_hi[b, i] = min(t_lo[b, i], theta.min()), max(t_hi[b, i], theta.max())
                 sat_a[b, i] += (np.abs(za) > SATURATED).sum()

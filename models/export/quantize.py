@@ -26,13 +26,14 @@ INSTALL_HINT = 'pip install -e ".[edge]"'
 
 def weight_nodes(model: Any) -> list:
     """Names of the nodes that read a weight matrix: MatMuls with a 2-D initializer as their
-    right operand, and Gathers from an initializer (the embedding)."""
+    right operand, and the Gather from the embedding (not the Gathers from rotary's cos / sin
+    tables: angles rounded to 8 bits would turn every cached key by the wrong amount)."""
     inits = {i.name: len(i.dims) for i in model.graph.initializer}
     names = []
     for node in model.graph.node:
         if node.op_type == "MatMul" and inits.get(node.input[1]) == 2:
             names.append(node.name)
-        elif node.op_type == "Gather" and node.input[0] in inits:
+        elif node.op_type == "Gather" and node.input[0] == "embed":
             names.append(node.name)
     return names
 

@@ -201,3 +201,17 @@ def test_docstring_examples():
         module = importlib.import_module(f"models.export.{name}")
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0, name
+
+
+def test_quantisation_reads_weights_only():
+    # int8 covers the weight products and the embedding, never rotary's angle tables.
+    from models.export.quantize import weight_nodes
+    cfg = cfg_of(heads=2, rotary=True, mlp=1, layers=1)
+    model = build_step_model(init_params(cfg, seed=0), cfg)
+    chosen = set(weight_nodes(model))
+    gathers = [n for n in model.graph.node if n.op_type == "Gather"]
+    assert [n.input[0] for n in gathers if n.name in chosen] == ["embed"]
+    assert len(gathers) == 3                     # the embedding, cos and sin
+    inits = {i.name for i in model.graph.initializer}
+    products = {n.input[1] for n in model.graph.node if n.name in chosen and n.op_type == "MatMul"}
+    assert {"b0.mlp.w_in", "b0.mlp.w_out", "b0.w_o", "unembed"} <= products <= inits
