@@ -55,7 +55,7 @@ from tape.pytree import flatten, flatten_with_paths, unflatten
 from .checkpoint import CheckpointFileError, fill_tree, to_numpy
 from .data import DataError, data_mismatch
 from .rundir import RunError
-from .signals import NAMES
+from .signals import StopRequest
 
 # Set by MPI launchers in each process they start: (variable, what sets it).
 LAUNCHER_VARIABLES = (
@@ -286,7 +286,7 @@ def _default_signal_handlers() -> None:
             break
 
 
-class AgreedStop:
+class AgreedStop(StopRequest):
     """The stop request all ranks act on: the signals each rank received (`flags`) are summed
     in the step's allreduce and `agree`d, so every rank stops after the same step; SIGTERM
     wins over SIGINT when both arrived. Reads like `models.signals.StopSignals`."""
@@ -294,18 +294,6 @@ class AgreedStop:
     def __init__(self, local: Any):
         self.local = local
         self.signum: Optional[int] = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return None if self.signum is None else 128 + int(self.signum)
-
-    @property
-    def name(self) -> str:
-        return NAMES.get(self.signum, str(self.signum)) if self.signum else ""
 
     def flags(self) -> tuple:
         """``(1 if SIGINT arrived here, 1 if SIGTERM arrived here)``."""

@@ -22,13 +22,11 @@ from typing import Any, Optional
 NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
 
-class StopSignals:
-    """A context manager that installs the stop handlers for SIGINT and SIGTERM (only in the
-    main thread; elsewhere it does nothing) and restores the previous ones on exit."""
+class StopRequest:
+    """What a training loop reads of a stop: the signal (``signum``, None until one came), and
+    from it `requested`, `exit_code` and `name`."""
 
-    def __init__(self) -> None:
-        self.signum: Optional[int] = None
-        self._previous: dict = {}
+    signum: Optional[int] = None
 
     @property
     def requested(self) -> bool:
@@ -43,6 +41,15 @@ class StopSignals:
     @property
     def name(self) -> str:
         return NAMES.get(self.signum, str(self.signum)) if self.signum else ""
+
+
+class StopSignals(StopRequest):
+    """A context manager that installs the stop handlers for SIGINT and SIGTERM (only in the
+    main thread; elsewhere it does nothing) and restores the previous ones on exit."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._previous: dict = {}
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         if signum == signal.SIGINT and self.signum is not None:
