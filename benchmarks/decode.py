@@ -25,16 +25,7 @@ import numpy as np  # noqa: E402
 
 from models import decode, model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
+from models.validation import POSITIVE_INT  # noqa: E402
 
 
 def time_one(sampler, params, cfg: ModelConfig, prompt: np.ndarray, n: int) -> float:
@@ -47,7 +38,7 @@ def time_one(sampler, params, cfg: ModelConfig, prompt: np.ndarray, n: int) -> f
 def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lengths", type=_positive, nargs="+", default=[100, 2000], metavar="N",
+    ap.add_argument("--lengths", type=POSITIVE_INT, nargs="+", default=[100, 2000], metavar="N",
                     help="bytes to generate per measurement (default: 100 2000)")
     ap.add_argument("--quick", action="store_true",
                     help="lengths 20 and 200: a smoke test, not a result")

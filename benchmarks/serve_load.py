@@ -33,20 +33,13 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from models.validation import POSITIVE_INT  # noqa: E402
+
 PROMPTS = ["def ", "import os\n", "class Parser:\n    def __init__(self", "for i in range(",
            "# Copyright", "return self."]
 TINY = ["--d-model", "8", "--layers", "1", "--window", "4", "--seq-len", "8", "--levels", "2",
         "--batch-size", "2"]
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
 
 
 def make_run(folder: Path, tiny: bool) -> Path:
@@ -169,15 +162,15 @@ def main(argv: list | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, help="run directory to serve (default: a fresh run "
                                              "of the default model, one training step)")
-    ap.add_argument("--clients", type=_positive, nargs="+", default=[1, 4, 16], metavar="N",
+    ap.add_argument("--clients", type=POSITIVE_INT, nargs="+", default=[1, 4, 16], metavar="N",
                     help="concurrency levels (default 1 4 16)")
-    ap.add_argument("--requests", type=_positive, default=48, metavar="N",
+    ap.add_argument("--requests", type=POSITIVE_INT, default=48, metavar="N",
                     help="requests per level, at least 2 per client (default 48)")
-    ap.add_argument("--max-tokens", type=_positive, default=64, metavar="N",
+    ap.add_argument("--max-tokens", type=POSITIVE_INT, default=64, metavar="N",
                     help="bytes generated per request (default 64)")
     ap.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                     help="seconds per level after which no new request starts (default 60)")
-    ap.add_argument("--max-batch", type=_positive, default=16, metavar="N",
+    ap.add_argument("--max-batch", type=POSITIVE_INT, default=16, metavar="N",
                     help="the server's --max-batch (default 16)")
     ap.add_argument("--quick", action="store_true",
                     help="a tiny model, 1 and 4 clients, 8 requests of 16 bytes: a smoke test")

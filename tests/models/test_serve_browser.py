@@ -3,17 +3,12 @@ package) driven by Playwright for Python. It types a prompt, clicks Generate, an
 the streamed text appears and equals the API's greedy completion; a screenshot is written to
 the test's temporary folder. Skips without playwright, chromium or the `serve` extra."""
 import os
-import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from models.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("HECATE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",
@@ -29,31 +24,14 @@ def server(tmp_path_factory):
     pytest.importorskip("playwright.sync_api")
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)")
-    import httpx
     root = tmp_path_factory.mktemp("browser")
     (root / "corpus.txt").write_text("import os\nprint(os.getcwd())\n" * 60)
     run = root / "run"
     assert main(["train", "--run-dir", str(run), "--data", str(root / "corpus.txt"),
                  "--steps", "2", *TINY]) == 0
-    proc = subprocess.Popen([sys.executable, "-m", "models.cli", "serve", "--run", str(run),
-                             "--port", "0", "--log-level", "warning"], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stderr.readline()
-        found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        assert found, line + proc.stderr.read()
-        url = f"http://127.0.0.1:{found.group(1)}"
-        for _ in range(200):
-            try:
-                httpx.get(url + "/health", timeout=5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+    from test_serve_http import server_process
+    with server_process(run) as (_, url):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        proc.stderr.close()
 
 
 def test_page_streams_text(server, tmp_path):
