@@ -3,7 +3,6 @@ package) driven by Playwright for Python. It types a prompt, clicks Generate, an
 the streamed text appears and equals the API's greedy completion; a screenshot is written to
 the test's temporary folder. Skips without playwright, chromium or the `serve` extra."""
 import os
-from pathlib import Path
 
 import pytest
 
