@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from models import model  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
+from models.config import TEXT_MODEL, ModelConfig  # noqa: E402
 from models.layers import _projections  # noqa: E402
 from models.train import RunError, TrainConfig, eval_run, load_run, train  # noqa: E402
 from models.data import make_data  # noqa: E402
@@ -39,7 +40,7 @@ from ops import rms_norm  # noqa: E402
 # changes together (with and without the memory levels).
 LEGACY = {"heads": 1, "mlp": 0, "rotary": False, "bounded_theta": False}
 THETA = {**LEGACY, "bounded_theta": True}
-ALL = {"heads": 4, "mlp": 2, "rotary": True, "bounded_theta": True}
+ALL = dict(TEXT_MODEL)
 VARIANTS = {
     "base": LEGACY,
     "theta": THETA,
@@ -53,6 +54,7 @@ VARIANTS = {
     "all-penalty0.1": {**ALL, "gate_penalty": 0.1},
     "all-retain": {**ALL, "alpha_bias_shift": 1.5},
     "all-levels3": {**ALL, "levels": 3},
+    "all-levels1": {**ALL, "levels": 1},
     "all-d96": {**ALL, "d_model": 96},
 }
 SATURATED = 5.0
@@ -91,6 +93,7 @@ def run_variant(name: str, overrides: dict, seed: int, steps: int, quick: bool) 
     try:
         result = train(cfg, tcfg, run_dir, progress=False)
     except RunError as e:       # a diverged run is a row of the table too
+        shutil.rmtree(run_dir, ignore_errors=True)
         return {"variant": name, "seed": seed, "steps": steps, "params": 0,
                 "val_loss": float("nan"), "val_loss_memory_reset": None,
                 "train_seconds": float("nan"), "wall_seconds": time.perf_counter() - t0,
@@ -102,6 +105,7 @@ def run_variant(name: str, overrides: dict, seed: int, steps: int, quick: bool) 
     data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data)
     val = np.concatenate(list(data.val_batches(2)), axis=0)[:, :-1]
     n_params = sum(int(np.asarray(a).size) for a in _leaves(params))
+    shutil.rmtree(run_dir, ignore_errors=True)
     return {"variant": name, "seed": seed, "steps": steps, "params": n_params,
             "val_loss": ev["val_loss"], "val_loss_memory_reset": ev.get("val_loss_memory_reset"),
             "train_seconds": result.seconds, "wall_seconds": wall,

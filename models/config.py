@@ -22,6 +22,11 @@ DEFAULT_PERIODS = (1, 8, 64, 512)
 # field existed. `ModelConfig.from_dict` fills a missing field from here (not from the current
 # default), so an older run's config.json or checkpoint header loads as the model it trained.
 PREDATING = {"heads": 1, "mlp": 0, "rotary": False, "bounded_theta": False}
+# The backbone that measured best at `hecate train`'s budget (docs/model.md, ablation table):
+# 4 heads, an MLP of 2 d, rotary attention, a bounded inner learning rate. Not yet the class
+# default: `models.serve` batches streams with its own copy of the decode step, which knows
+# none of these fields (`models.decode.step_streams` is the step it can call instead).
+TEXT_MODEL = {"heads": 4, "mlp": 2, "rotary": True, "bounded_theta": True}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -418,3 +418,17 @@ def test_parameter_count_covers_heads_and_mlp():
     from tape.pytree import flatten
     for cfg in (tiny(heads=2, mlp=3), tiny(heads=4, mlp=1, levels=0, layers=2)):
         assert parameter_count(cfg) == sum(x.size for x in flatten(init_params(cfg, 0))[0])
+
+
+def test_ablation_benchmark_smoke(tmp_path):
+    # benchmarks/ablations.py --quick: two variants of a tiny model, three steps each.
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "rows.jsonl"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "ablations.py"), "--quick",
+                           "--variants", "base,all", "--json", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "| all | 0 |" in done.stdout and len(out.read_text().splitlines()) == 2
