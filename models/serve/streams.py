@@ -1,19 +1,11 @@
 """Incremental decoding of a changing set of streams, each at its own position.
 
 `models.decode.step` advances a batch of streams that all sit at the same position (one
-``DecodeState.pos``). A server's streams start at different times, so here every stream keeps
-its own position and the three things that depend on it are computed per stream:
-
-- the ring-buffer slot a token's key and value go to (``pos % window``);
-- which cache slots attention may read (slot j is filled iff ``j <= pos``; the others are
-  masked out, which equals `models.decode`'s slicing to the first ``pos + 1`` slots);
-- whether a CMS level fires at this token (``(pos + 1) % period == 0``; a firing stream's
-  reads use the advanced shadow memory, the others keep their read memory).
-
-Everything else is the arithmetic of `models.decode` (its rule update `_advance` is used as
-is), so each row of `StreamBatch.step` equals `models.decode.step` for that stream alone, to
-float rounding. Streams join (`add`: a fresh zero state, as `models.decode.init_state`) and
-leave (`keep`) between steps; the arrays are rebuilt then, never while stepping.
+``DecodeState.pos``). A server's streams start at different times, so `StreamBatch` keeps a
+position per stream and steps them all with `models.decode.step_streams`, whose row i equals
+`models.decode.step` run on stream i alone (to float rounding). Streams join (`add`: a fresh
+zero state, as `models.decode.init_state`) and leave (`keep`) between steps; the arrays are
+rebuilt then, never while stepping.
 
 >>> from models.config import ModelConfig
 >>> from models.model import init_params
@@ -29,12 +21,10 @@ leave (`keep`) between steps; the arrays are rebuilt then, never while stepping.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ops import rms_norm, sigmoid, softplus
 from tape import array_module
 
 from .. import decode
@@ -108,7 +98,7 @@ class StreamBatch:
         """Feed one token per stream (``[len(self)]`` ints); returns the next-token logits
         ``[len(self), vocab]`` (on the parameters' array module) and advances every stream by
         one position. Row i equals `models.decode.step` run on stream i alone."""
-        cfg, params, xp = self.cfg, self.params, self.xp
+        cfg = self.cfg
         tok = np.asarray(tokens)
         if tok.ndim != 1 or tok.shape[0] != len(self) or not len(self):
             raise ValueError(f"StreamBatch.step: tokens must have shape [{len(self)}] (one per "
@@ -116,67 +106,10 @@ class StreamBatch:
         if not np.issubdtype(tok.dtype, np.integer) or tok.min() < 0 or tok.max() >= cfg.vocab:
             raise ValueError(f"StreamBatch.step: tokens must be ints in [0, {cfg.vocab}); got "
                              f"{tok.tolist()}")
-        pos = self.positions
-        x = params.embed[xp.asarray(tok.astype(np.int64))]
-        for block, bst in zip(params.blocks, self.blocks):
-            h = rms_norm(x, block.norm)
-            if not block.memory:
-                out = _attend(block, bst, h, pos, cfg.window)
-            else:
-                mem = _memory(block, bst, h, pos, cfg)
-                a_in = h + mem if cfg.composition == "MAL" else h
-                a = _attend(block, bst, a_in, pos, cfg.window)
-                out = a * sigmoid(mem) if cfg.composition == "MAG" else a
-            x = x + out @ block.w_o
-        self.positions = pos + 1
-        return rms_norm(x, params.final_norm) @ params.unembed
-
-
-def _memory(block, bst: BlockDecodeState, h, pos: np.ndarray, cfg: ModelConfig):
-    """`models.decode._memory` with a firing decision per stream."""
-    xp = array_module(h)
-    total = None
-    key_in = bst.prev_h if cfg.key_shift else h
-    for level, st, p in zip(block.memory, bst.levels, cfg.level_periods):
-        k = decode._l2_normalise(xp, key_in @ level.w_k)
-        v = h @ level.w_v
-        q = decode._l2_normalise(xp, h @ level.w_q)
-        c = xp.concatenate([k, v], axis=-1)
-        decay = sigmoid(-(c @ level.w_a + level.b_a))
-        theta = softplus(c @ level.w_t + level.b_t) if cfg.rule != "hebbian" else None
-        eta = None
-        if cfg.rule == "titans":
-            eta = sigmoid(c @ level.w_e + level.b_e)
-            if cfg.eta_max != 1.0:
-                eta = eta * cfg.eta_max
-        decode._advance(cfg.rule, st, k, v, decay, theta, eta)
-        fires = (pos + 1) % p == 0
-        if fires.all():
-            st.m = st.m_next
-        elif fires.any():
-            st.m = xp.where(xp.asarray(fires)[:, None, None], st.m_next, st.m)
-        y = decode._mv(st.m, q)
-        total = y if total is None else total + y
-    if len(block.memory) > 2:
-        total = total * (1.0 / math.sqrt(len(block.memory)))
-    bst.prev_h = h
-    return total
-
-
-def _attend(block, bst: BlockDecodeState, a_in, pos: np.ndarray, window: int):
-    """Sliding-window attention of one token per stream over its cached last `window`
-    positions; slots a stream has not filled yet are masked out."""
-    xp = array_module(a_in)
-    q, k, v = a_in @ block.attn.w_q, a_in @ block.attn.w_k, a_in @ block.attn.w_v
-    rows = xp.arange(len(pos))
-    slots = xp.asarray(pos % window)
-    bst.k_cache[rows, slots] = k
-    bst.v_cache[rows, slots] = v
-    filled = xp.arange(window)[None, :] <= xp.asarray(pos)[:, None]     # [B, window]
-    scores = (bst.k_cache @ q[:, :, None])[:, :, 0] * (1.0 / math.sqrt(q.shape[-1]))
-    scores = xp.where(filled, scores, -xp.inf)
-    w = xp.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (w[:, None, :] @ bst.v_cache)[:, 0, :] / w.sum(axis=-1, keepdims=True)
+        logits = decode.step_streams(self.params, cfg, self.blocks,
+                                     self.xp.asarray(tok.astype(np.int64)), self.positions)
+        self.positions = self.positions + 1
+        return logits
 
 
 __all__ = ["StreamBatch"]

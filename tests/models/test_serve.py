@@ -29,13 +29,15 @@ def f64_cfg(**kw) -> ModelConfig:
 # -- decoding ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rule,composition,key_shift", [
-    ("delta", "MAG", False), ("titans", "MAL", True), ("hebbian", "MAG", True),
-    ("titans", "MAG", False)])
-def test_stream_batch_equals_single_stream_decode(rule, composition, key_shift):
+@pytest.mark.parametrize("rule,composition,key_shift,extra", [
+    ("delta", "MAG", False, {}), ("titans", "MAL", True, {}), ("hebbian", "MAG", True, {}),
+    ("titans", "MAG", False, {}),
+    ("delta", "MAG", False, dict(d_model=8, heads=2, mlp=2, rotary=True, bounded_theta=True)),
+    ("titans", "MAL", True, dict(d_model=8, heads=4, mlp=1, rotary=True))])
+def test_stream_batch_equals_single_stream_decode(rule, composition, key_shift, extra):
     # Streams join at different steps (so their positions, ring-buffer slots and level firings
     # differ) and one leaves midway; every row must equal decode.step on that stream alone.
-    cfg = f64_cfg(rule=rule, composition=composition, key_shift=key_shift)
+    cfg = f64_cfg(rule=rule, composition=composition, key_shift=key_shift, **extra)
     params = init_params(cfg, seed=3)
     rng = np.random.default_rng(0)
     seqs = [rng.integers(0, 256, size=n) for n in (17, 11, 14, 6)]
