@@ -32,7 +32,7 @@ MLP_WIDTH = Integer(0, 16)
 # flag name -> config field; flags left unset (None) keep the default or the resumed run's value
 MODEL_FLAGS = {"d_model": int, "layers": int, "seq_len": int, "window": int, "levels": int,
                "rule": str, "composition": str, "gate_penalty": float, "dtype": str,
-               "heads": int, "mlp": int, "rotary": bool}
+               "heads": int, "mlp": int, "rotary": bool, "bounded_theta": bool}
 TRAIN_FLAGS = {"steps": int, "seed": int, "batch_size": int, "lr": float, "data": str,
                "task": str, "device": str, "checkpoint_minutes": float}
 
@@ -68,6 +68,10 @@ def add_parsers(sub: Any) -> None:
                         f"{ModelConfig.mlp}; 0: none); an integer from 0 to 16")
     t.add_argument("--rotary", action=argparse.BooleanOptionalAction, default=None,
                    help=f"rotary positions in attention (default {ModelConfig.rotary})")
+    t.add_argument("--bounded-theta", action=argparse.BooleanOptionalAction, default=None,
+                   help="the memory's inner learning rate as sigmoid, in (0, 1), instead of "
+                        f"softplus (default {ModelConfig.bounded_theta}); use it with --heads: "
+                        "docs/model.md")
     sizes = {"d_model": "width of the model (default 64)",
              "layers": "blocks (default 2)",
              "seq_len": "tokens per training chunk, at least --window (default 128)",
