@@ -31,7 +31,12 @@ and below 0 it is ``~exp(z)``, a log-scale learning rate (the table starts slow 
 
 Departures from DESIGN §5, each a `ModelConfig` field that restores it: ``eta_max`` (1.0),
 ``gate_penalty`` (0.0; it changes the training objective only, not the model). The recall
-task's ``key_shift`` and ``shared_qk_init`` are off by default.
+task's ``key_shift`` and ``shared_qk_init`` are off by default, and so are ``bounded_theta``
+and ``heads``: with ``heads = H > 1`` the keys, values and queries are split into H heads of
+``d / H`` (`split_heads`), each L2-normalised on its own, and every level keeps one
+``[d / H, d / H]`` memory per head with that head's own gates (weights ``[H, 2 d / H]``,
+biases ``[H]``, read from the head's key and value); the kernels see the head axis as batch,
+and the heads' reads are merged back to ``[B, T, d]``.
 
 CMS semantics (exact). Level i has period ``p = periods[i]`` and counts tokens globally, across
 chunks, from the start of the stream (``State.pos``). `conductor` says which levels *fire* at a

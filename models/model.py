@@ -6,10 +6,14 @@ stream through a pre-norm ``h = rms_norm(x) * norm``, then
 - MAG: ``out = swa(h) * sigmoid(cms(h))``: the memory read gates the attention output;
 - MAL: ``out = swa(h + cms(h))``: the memory branch runs first and feeds the attention;
 
-and adds ``out @ w_o`` to the stream. With ``levels=0`` there is no memory branch and
-``out = swa(h)``: a plain sliding-window transformer, the baseline that shows what memory buys. ``swa`` is single-head causal sliding-window attention
-(`kernels.swa_attention`, within the chunk) with its own q, k, v projections; ``cms`` is the
-continuum memory system of `models.layers` (its exact semantics are documented there). The
+and adds ``out @ w_o`` to the stream, then, with ``cfg.mlp``, a pre-norm SiLU MLP sublayer
+``x + silu(rms_norm(x) @ w_in) @ w_out``. With ``levels=0`` there is no memory branch and
+``out = swa(h)``: a plain sliding-window transformer, the baseline that shows what memory
+buys. ``swa`` is causal sliding-window attention (`kernels.swa_attention`, within the chunk)
+with its own q, k, v projections, split into ``cfg.heads`` heads, with rotary positions
+(local to the chunk) when ``cfg.rotary``; ``cms`` is the continuum memory system of
+`models.layers` (its exact semantics, and its per-head memories, are documented there).
+docs/model.md measures each option. The
 memory state (`State`) carries across chunks without gradient: `loss` and `logits` return a new
 state of plain arrays.
 
