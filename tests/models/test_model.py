@@ -432,3 +432,15 @@ def test_ablation_benchmark_smoke(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "| all | 0 |" in done.stdout and len(out.read_text().splitlines()) == 2
+
+
+def test_resuming_a_checkpoint_that_predates_the_backbone_fields():
+    # check_compatible counts a field the checkpoint's header lacks as its older value: an old
+    # run resumes as itself, and asking it for heads is a difference that names the field.
+    from models.checkpoint import CheckpointFileError, check_compatible
+    from models.config import PREDATING
+    saved = {k: v for k, v in tiny().to_dict().items() if k not in PREDATING}
+    header = {"model": saved}
+    check_compatible("old.npz", header, ModelConfig.from_dict(saved).to_dict())
+    with pytest.raises(CheckpointFileError, match="heads: 1 \\(checkpoint\\) vs 4"):
+        check_compatible("old.npz", header, ModelConfig.from_dict({**saved, "heads": 4}).to_dict())
