@@ -3,6 +3,7 @@
     python benchmarks/train.py            # default model config, batch 8, a few timed steps
     python benchmarks/train.py --quick    # a smoke test: tiny model, one timed step
     python benchmarks/train.py --json out.json
+    python benchmarks/train.py --text-model   # models.config.TEXT_MODEL's backbone
 
 A training step is the same on both sides: forward, mean cross-entropy plus the gate-saturation
 penalty (`models.model.training_loss`), backward, a global-norm clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from models import model  # noqa: E402
-from models.config import ModelConfig  # noqa: E402
+from models.config import TEXT_MODEL, ModelConfig  # noqa: E402
 from models.layers import conductor  # noqa: E402
 from models.optim import AdamW, clip_by_global_norm  # noqa: E402
 from tape import (Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero,  # noqa
@@ -208,13 +209,14 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json")
-    ap.add_argument("--legacy", action="store_true",
-                    help="the model before heads, MLP and rotary (heads 1, mlp 0, no rotary)")
+    ap.add_argument("--text-model", action="store_true",
+                    help="models.config.TEXT_MODEL's backbone (heads, MLP, rotary, bounded "
+                         "theta) instead of ModelConfig's defaults")
     args = ap.parse_args(argv)
-    legacy = dict(heads=1, mlp=0, rotary=False) if args.legacy else {}
-    cfg = ModelConfig(dtype="float32", **legacy)
+    extra = dict(TEXT_MODEL) if args.text_model else {}
+    cfg = ModelConfig(dtype="float32", **extra)
     if args.quick:
-        cfg = ModelConfig(d_model=16, layers=1, window=8, seq_len=16, levels=2, **legacy)
+        cfg = ModelConfig(d_model=16, layers=1, window=8, seq_len=16, levels=2, **extra)
         args.repeat, args.batch = 1, 2
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, cfg.vocab, size=(args.batch, cfg.seq_len + 1))
