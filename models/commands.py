@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import COMPOSITIONS, DTYPES, RULES, ModelConfig
+from .config import COMPOSITIONS, DTYPES, RULES, TEXT_MODEL, ModelConfig
 from .data import DataError
 from .export import cli as export_cli
 from .serve import command as serve_cli
@@ -62,16 +62,17 @@ def add_parsers(sub: Any) -> None:
                    help="CMS levels, 0 to 4 (default 2; 0: no memory branch, SWA alone)")
     t.add_argument("--heads", type=POSITIVE_INT, metavar="N",
                    help="attention heads, each with its own memory per CMS level (default "
-                        f"{ModelConfig.heads}); must divide --d-model")
+                        f"{TEXT_MODEL['heads']}; --task recall: {ModelConfig.heads}); must divide "
+                        "--d-model")
     t.add_argument("--mlp", type=MLP_WIDTH, metavar="N",
                    help=f"MLP sublayer of N x d-model hidden units in every block (default "
-                        f"{ModelConfig.mlp}; 0: none); an integer from 0 to 16")
+                        f"{TEXT_MODEL['mlp']}; --task recall: {ModelConfig.mlp}; 0: none); an "
+                        "integer from 0 to 16")
     t.add_argument("--rotary", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"rotary positions in attention (default {ModelConfig.rotary})")
+                   help="rotary positions in attention (default on; --task recall: off)")
     t.add_argument("--bounded-theta", action=argparse.BooleanOptionalAction, default=None,
                    help="the memory's inner learning rate as sigmoid, in (0, 1), instead of "
-                        f"softplus (default {ModelConfig.bounded_theta}); use it with --heads: "
-                        "docs/model.md")
+                        "softplus (default on; --task recall: off); docs/model.md")
     sizes = {"d_model": "width of the model (default 64)",
              "layers": "blocks (default 2)",
              "seq_len": "tokens per training chunk, at least --window (default 128)",

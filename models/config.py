@@ -23,10 +23,22 @@ DEFAULT_PERIODS = (1, 8, 64, 512)
 # default), so an older run's config.json or checkpoint header loads as the model it trained.
 PREDATING = {"heads": 1, "mlp": 0, "rotary": False, "bounded_theta": False}
 # The backbone that measured best at `hecate train`'s budget (docs/model.md, ablation table):
-# 4 heads, an MLP of 2 d, rotary attention, a bounded inner learning rate. Not yet the class
-# default: `models.serve` batches streams with its own copy of the decode step, which knows
-# none of these fields (`models.decode.step_streams` is the step it can call instead).
+# 4 heads, an MLP of 2 d, rotary attention, a bounded inner learning rate. `hecate train`'s
+# text task starts from it (`train_defaults`); the class defaults stay DESIGN §5's model, which
+# library code and the recall task (1 head, no MLP, no rotary: it solves recall) build on.
 TEXT_MODEL = {"heads": 4, "mlp": 2, "rotary": True, "bounded_theta": True}
+
+
+def train_defaults(task: str | None = "text") -> dict:
+    """The model fields `hecate train` starts from for `task` (before the recall task's own
+    `models.train.RECALL_MODEL` and the flags): `ModelConfig`'s defaults, with `TEXT_MODEL`
+    over them for the text task.
+
+    >>> train_defaults()["heads"], train_defaults("recall")["heads"]
+    (4, 1)
+    """
+    base = ModelConfig().to_dict()
+    return base if task == "recall" else {**base, **TEXT_MODEL}
 
 
 @dataclasses.dataclass(frozen=True)

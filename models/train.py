@@ -56,7 +56,7 @@ from .distributed import (NullLog, StepBuffer, World, current_world, gather_stat
                           share_start)
 from .checkpoint import (CheckpointFileError, atomic_write, check_compatible, load_checkpoint,
                          to_numpy)
-from .config import ModelConfig
+from .config import ModelConfig, train_defaults
 from .data import (DataError, RecallTask, TextData, absolute_path, data_mismatch, make_data,
                    unigram_entropy)
 from .optim import AdamW, clip_by_global_norm, warmup_cosine
@@ -491,7 +491,7 @@ def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: di
     ``task="recall"``; with `resume`, the run's saved config, rebuilt from the checkpoint when
     config.json is gone) with the explicitly given flags on top. A model flag that contradicts
     the checkpoint is an error naming every differing field, unless `force`."""
-    model_base, train_base = ModelConfig().to_dict(), TrainConfig().to_dict()
+    model_base, train_base = train_defaults(train_flags.get("task")), TrainConfig().to_dict()
     if train_flags.get("task") == "recall":
         model_base, train_base = {**model_base, **RECALL_MODEL}, {**train_base, **RECALL_TRAIN}
     if resume:

@@ -201,11 +201,11 @@ def check_train(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """The checks of `hecate train` that involve several flags or their defaults; each failure
     is a `parser.error` (one line, exit status 2). `model_flags` / `train_flags` are the flags
     given on the command line (name -> value)."""
-    from .config import PREDATING, ModelConfig
+    from .config import PREDATING, ModelConfig, train_defaults
     from .train import RECALL_MODEL, RECALL_TRAIN, TrainConfig
 
     origin = "default"
-    model, train = ModelConfig().to_dict(), TrainConfig().to_dict()
+    model, train = train_defaults(train_flags.get("task")), TrainConfig().to_dict()
     if train_flags.get("task") == "recall":
         model, train, origin = {**model, **RECALL_MODEL}, {**train, **RECALL_TRAIN}, \
             "--task recall default"
