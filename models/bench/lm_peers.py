@@ -12,12 +12,14 @@ decay 0.01 on matrices only), global-norm clip 1.0, and `models.optim.warmup_cos
 30 warmup steps, cosine to 10%): `models.train.TrainConfig`'s defaults. Hecate alone adds its
 gate-saturation penalty to the objective (the peers have no gates to penalise). The models:
 
-- ``hecate``: `models.train.train` with `ModelConfig()` and `TrainConfig()` (``hecate train``'s
-  defaults, the sample at the end left out), evaluations and checkpoints included;
-- ``transformer``: `peer_nets.CausalTransformer`, d 64, 2 layers, 4 heads, a GELU MLP of 192,
-  rotary positions, untied embeddings (115,008 parameters);
-- ``gru2``: a 2-layer GRU, embedding 64, hidden 82 (114,876), fresh state at every chunk;
-- ``gru1-carry``: a 1-layer GRU, embedding 64, hidden 120 (114,320), its hidden state carried
+- ``hecate``: `models.train.train` with ``hecate train``'s defaults (the text task's model,
+  `models.config.train_defaults`: 4 heads, an MLP of 2 d, rotary, bounded theta; 149,348
+  parameters; `TrainConfig()`, the sample at the end left out), evaluations and checkpoints
+  included;
+- ``transformer``: `peer_nets.CausalTransformer`, d 64, 2 layers, 4 heads, a GELU MLP of 320,
+  rotary positions, untied embeddings (147,712 parameters);
+- ``gru2``: a 2-layer GRU, embedding 64, hidden 98 (148,156), fresh state at every chunk;
+- ``gru1-carry``: a 1-layer GRU, embedding 64, hidden 148 (149,544), its hidden state carried
   from chunk to chunk as Hecate carries its memory (row b of every batch continues row b of
   the one before).
 
@@ -59,16 +61,17 @@ TORCH_MISSING = "PyTorch is not installed: pip install torch"
 
 # name -> (description, class in `peer_nets`, constructor arguments)
 PEERS = {
-    "transformer": ("PyTorch causal transformer: d 64, 2 layers, 4 heads, GELU MLP 192, rotary "
+    "transformer": ("PyTorch causal transformer: d 64, 2 layers, 4 heads, GELU MLP 320, rotary "
                     "positions, untied embeddings; context = the chunk",
-                    "CausalTransformer", {"d_model": 64, "layers": 2, "heads": 4, "mlp": 192}),
-    "gru2": ("PyTorch 2-layer GRU: embedding 64, hidden 82, fresh state every chunk",
-             "GRULanguageModel", {"embed": 64, "hidden": 82, "layers": 2}),
-    "gru1-carry": ("PyTorch 1-layer GRU: embedding 64, hidden 120, state carried across chunks",
-                   "GRULanguageModel", {"embed": 64, "hidden": 120, "layers": 1,
+                    "CausalTransformer", {"d_model": 64, "layers": 2, "heads": 4, "mlp": 320}),
+    "gru2": ("PyTorch 2-layer GRU: embedding 64, hidden 98, fresh state every chunk",
+             "GRULanguageModel", {"embed": 64, "hidden": 98, "layers": 2}),
+    "gru1-carry": ("PyTorch 1-layer GRU: embedding 64, hidden 148, state carried across chunks",
+                   "GRULanguageModel", {"embed": 64, "hidden": 148, "layers": 1,
                                         "carry_state": True}),
 }
-HECATE_DESCRIPTION = "Hecate (`hecate train` defaults: 2 CMS levels, delta, MAG)"
+HECATE_DESCRIPTION = ("Hecate (`hecate train` defaults: 4 heads, MLP 2d, rotary, 2 CMS "
+                      "levels, delta, MAG)")
 MODELS = ("hecate",) + tuple(PEERS)
 QUICK = {"steps": 3, "eval_every": 2, "eval_batches": 1, "final_eval_batches": 2}
 
@@ -118,13 +121,13 @@ def configs(steps: Optional[int] = None, quick: bool = False) -> tuple:
     >>> (tcfg.steps, tcfg.batch_size, cfg.seq_len, tcfg.lr, tcfg.warmup, tcfg.sample_bytes)
     (500, 8, 128, 0.003, 30, 0)
     """
-    from ..config import ModelConfig
+    from ..config import ModelConfig, train_defaults
     from ..train import TrainConfig
 
     fields: dict = {"sample_bytes": 0, **(QUICK if quick else {})}
     if steps is not None:
         fields["steps"] = steps
-    return ModelConfig(), TrainConfig(**fields)
+    return ModelConfig(**train_defaults("text")), TrainConfig(**fields)
 
 
 def training_data(cfg: Any, tcfg: Any) -> Any:
