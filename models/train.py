@@ -537,11 +537,11 @@ def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = 
     mismatch = data_mismatch(header.get("data") or {}, data.describe())
     if mismatch:
         print(f"hecate eval: note: {mismatch}", file=sys.stderr)
-    ev = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches)
+    batches = batches or tcfg.final_eval_batches
+    ev = evaluate(params, cfg, data, xp, batches)
     ev["step"] = header["step"]
     if cfg.levels > 0 and tcfg.task == "text":   # what the memory carries across chunks
-        reset = evaluate(params, cfg, data, xp, batches or tcfg.final_eval_batches,
-                         reset_memory=True)
+        reset = evaluate(params, cfg, data, xp, batches, reset_memory=True)
         ev["val_loss_memory_reset"] = reset["val_loss"]
     return ev
 

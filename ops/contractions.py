@@ -180,7 +180,7 @@ register_function(np.tensordot, _tensordot)
 # -- einsum ---------------------------------------------------------------------------------------
 def _einsum_impl(*operands, subscripts, optimize=False):
     inputs, output = subscripts
-    xp = next((array_module(op) for op in operands if array_module(op) is not np), np)
+    xp = next((m for m in map(array_module, operands) if m is not np), np)
     return contract(xp, inputs, output, operands, optimize)
 
 
