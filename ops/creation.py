@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek, primal
 from tape.rules import register_function, register_method
 
 from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
@@ -33,7 +33,7 @@ def has_tracer(obj) -> bool:
 # -- buffers -----------------------------------------------------------------------------------
 def _like(np_fn):
     def make(a, *args, **kwargs):
-        value = np_fn(a.value, *args, **kwargs)
+        value = np_fn(peek(a), *args, **kwargs)
         return a.level.constant(value)
     return make
 
@@ -65,7 +65,7 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
     fill = np.asarray(fill_value) if has_tracer(fill_value) else fill_value
     if not isinstance(fill, Tracer):
         if isinstance(a, Tracer):
-            return a.level.constant(np.full_like(a.value, fill, dtype=dtype, order=order,
+            return a.level.constant(np.full_like(peek(a), fill, dtype=dtype, order=order,
                                                  subok=subok, shape=shape))
         return np.full_like(a, fill, dtype=dtype, order=order, subok=subok, shape=shape)
     if not isinstance(a, Tracer) or fill.level.depth >= a.level.depth:

@@ -20,6 +20,7 @@ from .pytree import register_pytree, tree_map
 from .rules import custom_rule, easy_rule, inactive, inactive_type
 from .checkpoint import CheckpointError, checkpoint, checkpointed_scan
 from .split import SplitTape, TapeMutatedError, autodiff_thunk
+from .compiled import CompiledFunction, CompileWarning, compile  # noqa: A001
 from .visualize import GraphvizNotFound, record, show, to_dot
 from .convenience import (GradientResult, gradient, gradient_, hessian, hvp, hvp_,
                           hvp_and_gradient_, jacobian, make_zero_, onehot)

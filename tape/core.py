@@ -120,6 +120,10 @@ class Tracer:
     # getattr(t, name, None).
     __slots__ = ("value", "level", "owned", "view_of", "views", "alias_error", "__weakref__")
 
+    def peek_value(self):
+        """The value, for its shape and dtype (see `peek`)."""
+        return self.value
+
 
 def bind(prim: Primitive, args: Sequence, params: dict):
     """Call `prim` on `args`, letting the deepest trace among them record it (the dispatch
@@ -140,6 +144,20 @@ def primal(x: Any) -> Any:
     return x
 
 
+def peek(x: Any) -> Any:
+    """The plain value under any number of tracers, for reading its shape or dtype only.
+
+    `primal` is what a computation on the value uses; a compiling trace (tape.program) sees
+    that as a decision on the value and guards it, while `peek` is not guarded.
+
+    >>> peek(np.ones(2)).shape
+    (2,)
+    """
+    while isinstance(x, Tracer):
+        x = x.peek_value()
+    return x
+
+
 class Trace:
     """One level of differentiation. Opened by `autodiff`, closed when it returns.
 
@@ -147,6 +165,8 @@ class Trace:
     """
 
     nan_check = False
+    # Whether calls of `tape.inactive` functions go to `call_inactive` (a compiling trace).
+    records_inactive = False
 
     def __init__(self, *, strong_zero: bool = False, nan_check: bool = False):
         self.depth = len(_TRACE_STACK.get()) + 1

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .batching import Batched
-from .core import Primitive, Tracer, is_complex, primal
+from .core import _TRACE_STACK, Primitive, Tracer, is_complex, primal
 from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
 from .errors import RuleError
 from .pytree import mark_inactive_type
@@ -399,6 +399,9 @@ def inactive(fn: Callable) -> Callable:
     """
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        traces = _TRACE_STACK.get()
+        if traces and traces[-1].records_inactive:   # a compiling trace replays the call
+            return traces[-1].call_inactive(fn, args, kwargs)
         return fn(*_plain(args), **{k: _plain_one(v) for k, v in kwargs.items()})
     call.__hecate_inactive__ = True
     return call

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from .aliasing import refuse_aliased_write
-from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, primal
+from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .errors import NonDifferentiableError, TracerConversionError
 
 UFUNC_RULES: dict = {}
@@ -99,7 +99,7 @@ _KEEP_ARRAY = ("Keep computing with the traced value itself (branching on it wor
 
 
 def _describe(x) -> str:
-    value = primal(x)
+    value = peek(x)
     return f"{_dtype_of(value)} of shape {np.shape(value)}"
 
 
@@ -175,10 +175,10 @@ class _Surface:
     __hash__ = object.__hash__
 
     # -- attributes -----------------------------------------------------------------------
-    shape = property(lambda self: np.shape(primal(self)))
-    ndim = property(lambda self: np.ndim(primal(self)))
-    size = property(lambda self: np.size(primal(self)))
-    dtype = property(lambda self: _dtype_of(primal(self)))
+    shape = property(lambda self: np.shape(peek(self)))
+    ndim = property(lambda self: np.ndim(peek(self)))
+    size = property(lambda self: np.size(peek(self)))
+    dtype = property(lambda self: _dtype_of(peek(self)))
     T = property(lambda self: _call_function(np.transpose, self))
     mT = property(lambda self: _call_function(np.swapaxes, self, -1, -2))
 
@@ -186,7 +186,7 @@ class _Surface:
     def real(self):
         """A view, as in NumPy: writes into `z.real` reach `z`."""
         out = _call_function(np.real, self)
-        if not np.iscomplexobj(primal(self)):
+        if not np.iscomplexobj(peek(self)):
             return mark_view(out, self, to_base=_same, from_base=_same)
         return mark_view(out, self, to_base=lambda v: v + 1j * _call_function(np.imag, self),
                          from_base=lambda base: _call_function(np.real, base))
@@ -194,25 +194,25 @@ class _Surface:
     @real.setter
     def real(self, value):
         self[...] = (value + 1j * _call_function(np.imag, self)
-                     if np.iscomplexobj(primal(self)) else value)
+                     if np.iscomplexobj(peek(self)) else value)
 
     @property
     def imag(self):
         """A view for complex values, as in NumPy (a real array's `.imag` is zeros)."""
         out = _call_function(np.imag, self)
-        if not np.iscomplexobj(primal(self)):
+        if not np.iscomplexobj(peek(self)):
             return out
         return mark_view(out, self, to_base=lambda v: _call_function(np.real, self) + 1j * v,
                          from_base=lambda base: _call_function(np.imag, base))
 
     @imag.setter
     def imag(self, value):
-        if not np.iscomplexobj(primal(self)):
+        if not np.iscomplexobj(peek(self)):
             raise TypeError("array does not have imaginary part to set")
         self[...] = _call_function(np.real, self) + 1j * value
 
     def __len__(self):
-        return len(primal(self))
+        return len(peek(self))
 
     def __iter__(self):
         for i in range(len(self)):
@@ -248,7 +248,7 @@ class _Surface:
 
     def __getitem__(self, index):
         out = _call_method("__getitem__", self, index)
-        if _is_view_index(index, np.ndim(primal(self))):
+        if _is_view_index(index, np.ndim(peek(self))):
             mark_view(out, self, index)   # NumPy returns a view: writes into it reach `self`
         return out
 
@@ -278,7 +278,7 @@ class _Surface:
     def _write(self, result):
         """Make this tracer hold `result`, NumPy style: arrays are updated in place, while
         0-d values behave like Python numbers (the name is simply rebound)."""
-        if np.ndim(primal(self)) == 0 and not isinstance(primal(self), np.ndarray):
+        if np.ndim(peek(self)) == 0 and not isinstance(peek(self), np.ndarray):
             return result
         self[...] = result
         return self
@@ -307,13 +307,13 @@ class _Surface:
     def trace(self, *a, **k): return _call_function(np.trace, self, *a, **k)
     def ravel(self, *a, **k): return _call_function(np.ravel, self, *a, **k)
     def flatten(self): return _call_function(np.ravel, self).copy()
-    def argmax(self, *a, **k): return np.argmax(primal(self), *a, **k)
-    def argmin(self, *a, **k): return np.argmin(primal(self), *a, **k)
-    def argsort(self, *a, **k): return np.argsort(primal(self), *a, **k)
-    def argpartition(self, *a, **k): return np.argpartition(primal(self), *a, **k)
-    def nonzero(self): return np.nonzero(primal(self))
-    def all(self, *a, **k): return np.all(primal(self), *a, **k)
-    def any(self, *a, **k): return np.any(primal(self), *a, **k)
+    def argmax(self, *a, **k): return _call_function(np.argmax, self, *a, **k)
+    def argmin(self, *a, **k): return _call_function(np.argmin, self, *a, **k)
+    def argsort(self, *a, **k): return _call_function(np.argsort, self, *a, **k)
+    def argpartition(self, *a, **k): return _call_function(np.argpartition, self, *a, **k)
+    def nonzero(self): return _call_function(np.nonzero, self)
+    def all(self, *a, **k): return _call_function(np.all, self, *a, **k)
+    def any(self, *a, **k): return _call_function(np.any, self, *a, **k)
     def astype(self, dtype, *a, **k): return _call_method("astype", self, dtype)
     def copy(self, *a, **k): return _call_method("copy", self)
 
@@ -338,7 +338,7 @@ def mark_view(out, base, index=Ellipsis, to_base=None, from_base=None, check_mem
     With `check_memory`, only when NumPy itself returned a view (reshape may copy)."""
     if not (isinstance(out, Tracer) and isinstance(base, Tracer) and out.level is base.level):
         return out
-    if check_memory and not np.may_share_memory(primal(out), primal(base)):
+    if check_memory and not np.may_share_memory(peek(out), peek(base)):
         return out
     out.view_of = (base, index, to_base, from_base)
     views = getattr(base, "views", None)

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from tape import Active, Const, Duplicated, Reverse, autodiff
+from tape import compile as compile_
 
 from ..validation import NON_NEGATIVE, POSITIVE_INT
 
@@ -100,6 +101,21 @@ def hecate_tool(fn, x):
     return step, gradient
 
 
+def hecate_compiled_tool(fn, x):
+    """The same gradient through `tape.compile`: traced on the first call, then replayed."""
+    g = compile_(Reverse, functools.partial(fn, np), Active, Duplicated)
+    dx = np.zeros_like(x)
+
+    def step():
+        g(Duplicated(x, dx))
+
+    def gradient():
+        out = np.zeros_like(x)
+        g(Duplicated(x, out))
+        return out
+    return step, gradient
+
+
 def autograd_tool(fn, x):
     import autograd
     import autograd.numpy as anp
@@ -143,7 +159,8 @@ def _version(module_name):
 
 def available_tools():
     """(name, builder, version) for Hecate and every importable peer; the skipped ones."""
-    tools, skipped = [("hecate", hecate_tool, "working tree")], []
+    tools, skipped = [("hecate", hecate_tool, "working tree"),
+                      ("hecate-compiled", hecate_compiled_tool, "working tree")], []
     for name, module, builder in [("autograd", "autograd", autograd_tool),
                                   ("torch", "torch", torch_tool),
                                   ("jax", "jax", jax_tool)]:

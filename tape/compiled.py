@@ -1,0 +1,632 @@
+"""`compile`: trace a function once per signature, then replay it as straight-line code.
+
+``g = compile(Reverse, f, Active, Duplicated, Const)`` returns a callable such that
+``g(Duplicated(x, dx), Const(c))`` returns, and writes into shadows, exactly what
+``autodiff(Reverse, f, Active, Duplicated(x, dx), Const(c))`` would. The first call with a new
+*signature* (activities, structures, shapes, dtypes, the values of Python-number Consts) traces
+`f` into a `Program` (tape/program.py); later calls replay it, checking its guards. A guard
+that fails traces again (the cache keeps one program per guard outcome) and, past
+``max_traces`` programs for one signature, runs eagerly. Whatever cannot be replayed runs
+eagerly too, and `g.stats` says why: a compiled function is never wrong, only not faster.
+
+What a replay could not see is checked, so it is never replayed stale:
+- arrays and numbers the function reads from its closure, its globals, its defaults or its
+  bound object are compared at each call (an in-place change traces again);
+- random draws (NumPy's global generator, or any value that differs between two traces with
+  the same arguments) make the signature run eagerly, so every call draws afresh, with a
+  `CompileWarning`;
+- buffers that `f` makes (`np.zeros_like`) are fresh copies at each replay.
+
+>>> import numpy as np
+>>> from tape import Reverse, Active, Duplicated
+>>> g = compile(Reverse, lambda x: np.sum(np.sin(x) ** 2), Active, Duplicated)
+>>> x, dx = np.array([0.5, 1.0]), np.zeros(2)
+>>> g(Duplicated(x, dx))
+((None,),)
+>>> bool(np.allclose(dx, np.sin(2 * x)))
+True
+"""
+from __future__ import annotations
+
+import collections
+import time
+import types
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
+                         Duplicated, MixedDuplicated, Mode)
+from .api import (_argument_names, _is_float, _python_scalar, _reverse_argument, autodiff,
+                  derivatives, guess_return, _seed_return)
+from .backend import array_module
+from .core import _TRACE_STACK, Tracer
+from .errors import ActivityError, HecateError
+from .modifiers import is_complex, to_user, user_cotangents
+from .program import CompileTrace, GuardFailed, Program, Uncompilable, same_value
+from .pytree import flatten, is_inactive, unflatten
+from .split import autodiff_thunk
+
+
+class CompileWarning(UserWarning):
+    """A compiled function runs eagerly for a reason the user may want to fix."""
+
+
+Stats = collections.namedtuple(
+    "Stats", "traces hits guard_failures eager_calls programs compile_seconds eager_reasons")
+
+
+def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
+            max_traces: int = 8, max_programs: int = 64):
+    """Compile `f` for `mode` and the activity types (as `autodiff_thunk` takes them).
+
+    ``compile(mode, f, ReturnActivity, *ArgActivityTypes)`` returns a callable taking the
+    annotated arguments. Without `f` (``@compile(Reverse, Active, Duplicated)``) it is a
+    decorator. Reverse and ReverseWithPrimal are traced and replayed; the other modes are
+    accepted and run eagerly (split modes return `autodiff_thunk`'s pair). `print(g)` shows
+    the generated program of the last signature; `g.stats` counts traces, cache hits, guard
+    failures and eager calls.
+
+    >>> import numpy as np
+    >>> from tape import Reverse, ReverseWithPrimal, Active
+    >>> @compile(ReverseWithPrimal, Active, Active)
+    ... def f(x):
+    ...     return x * x if x > 0 else -x
+    >>> f(Active(3.0)), f(Active(-2.0)), f.stats.traces
+    ((((6.0,), 9.0), ((-1.0,), 2.0), 2)
+    """
+    if not isinstance(mode, Mode):
+        raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "
+                            f"{mode!r}")
+    if f is None or f in ACTIVITY_TYPES:
+        types_ = activities if f is None else (f,) + activities
+        return lambda fn: compile(mode, fn, *types_, max_traces=max_traces,
+                                  max_programs=max_programs)
+    if not callable(f):
+        raise ActivityError(f"compile needs a callable function, got {type(f).__name__}")
+    for t in activities:
+        if t not in ACTIVITY_TYPES and not (isinstance(t, type) and issubclass(t, Annotation)):
+            raise ActivityError(f"compile: activities must be types such as Active or "
+                                f"Duplicated, got {t!r}")
+    if mode.kind == "reverse" and mode.split:
+        return autodiff_thunk(mode, f, *activities)
+    return CompiledFunction(mode, f, activities, max_traces, max_programs)
+
+
+class CompiledFunction:
+    """`f` compiled for one mode: call it with annotated arguments (see `compile`)."""
+
+    def __init__(self, mode, f, activities, max_traces, max_programs):
+        self.mode, self.f = mode, f
+        self.ret_activity = None
+        if activities:   # the return activity comes first, as for autodiff_thunk
+            self.ret_activity, activities = activities[0], activities[1:]
+        self.arg_types = activities
+        self.max_traces, self.max_programs = max_traces, max_programs
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._last = None
+        self._counts = dict(traces=0, hits=0, guard_failures=0, eager_calls=0)
+        self._compile_seconds = 0.0
+        self._eager_reasons: collections.deque = collections.deque(maxlen=8)
+        self.__doc__ = getattr(f, "__doc__", None)
+        self.__name__ = getattr(f, "__name__", "compiled")
+
+    # -- public ------------------------------------------------------------------------------
+    @property
+    def stats(self) -> Stats:
+        """Traces made, replays that hit, guards that failed, eager calls (and why), programs
+        cached, seconds spent tracing."""
+        programs = sum(len(v) for v in self._cache.values() if isinstance(v, list))
+        return Stats(programs=programs, compile_seconds=self._compile_seconds,
+                     eager_reasons=list(self._eager_reasons), **self._counts)
+
+    def __str__(self) -> str:
+        if self._last is None:
+            return f"<compiled {self.__name__}: not traced yet>"
+        p = self._last
+        return (f"# compiled {self.__name__} ({self.mode}): {p.n_steps} steps traced, "
+                f"{p.n_kept} replayed, {p.n_adjoint} with a reverse rule\n{p.source}")
+
+    __repr__ = __str__
+
+    def __call__(self, *args):
+        annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
+        annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
+        self._check_types(annotated)
+        reason = self._eager_reason(annotated)
+        if reason is not None:
+            return self._eager(annotated, reason)
+        try:
+            key = _signature(annotated)
+        except Uncompilable as e:
+            return self._eager(annotated, str(e))
+        entry = self._cache.get(key)
+        if isinstance(entry, str):
+            return self._eager(annotated, entry)
+        names = _argument_names(self.f, len(annotated))
+        if entry:
+            self._cache.move_to_end(key)
+            for compiled in entry:
+                try:
+                    result = compiled.call(annotated, names)
+                except GuardFailed:
+                    self._counts["guard_failures"] += 1
+                    continue
+                self._counts["hits"] += 1
+                self._last = compiled.program
+                return result
+            if len(entry) >= self.max_traces:
+                return self._eager(annotated, f"more than {self.max_traces} traces for one "
+                                   "signature (guards keep failing)")
+        return self._trace_and_call(key, annotated, names)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check_types(self, annotated):
+        if not self.arg_types:
+            return
+        if len(annotated) != len(self.arg_types):
+            raise ActivityError(f"{self.__name__} was compiled for {len(self.arg_types)} "
+                                f"arguments and called with {len(annotated)}")
+        names = _argument_names(self.f, len(annotated))
+        for ann, t, name in zip(annotated, self.arg_types, names):
+            if type(ann) is not t and not (t is Const and is_inactive(ann.val)):
+                raise ActivityError(
+                    f"{name} was compiled as {t.__name__} but passed as "
+                    f"{type(ann).__name__}; annotate it {t.__name__}(...) or compile again")
+
+    def _eager_reason(self, annotated):
+        mode = self.mode
+        if mode.kind != "reverse":
+            return "forward mode runs eagerly"
+        if mode.strong_zero or mode.nan_check or mode.holomorphic:
+            return "mode modifiers (strong zero, NaN check, holomorphic) run eagerly"
+        if any(isinstance(a, (BatchDuplicated, MixedDuplicated)) for a in annotated):
+            return "batched and mixed activities run eagerly"
+        if _TRACE_STACK.get():
+            return "called inside another differentiation"
+        if any(isinstance(x, Tracer) for a in annotated for x in _leaves(a)):
+            return "arguments are traced values"
+        return None
+
+    def _eager(self, annotated, reason):
+        self._counts["eager_calls"] += 1
+        if not self._eager_reasons or self._eager_reasons[-1] != reason:
+            self._eager_reasons.append(reason)
+        ret = () if self.ret_activity is None else (self.ret_activity,)
+        return autodiff(self.mode, self.f, *ret, *annotated)
+
+    def _trace_and_call(self, key, annotated, names):
+        start = time.perf_counter()
+        try:
+            compiled = _Compiled.trace(self, annotated, names)
+        except _Random as e:
+            warnings.warn(f"{self.__name__} runs eagerly: {e}", CompileWarning, stacklevel=3)
+            self._remember(key, str(e))
+            return self._eager(annotated, str(e))
+        except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
+            reason = f"tracing failed: {type(e).__name__}: {e}"
+            self._remember(key, reason)
+            return self._eager(annotated, reason)
+        finally:
+            self._compile_seconds += time.perf_counter() - start
+        self._counts["traces"] += 1
+        entry = self._cache.setdefault(key, [])
+        entry.append(compiled)
+        self._evict()
+        self._last = compiled.program
+        try:
+            return compiled.call(annotated, names)
+        except GuardFailed:   # the traced values decide the same way: this cannot happen
+            entry.remove(compiled)
+            return self._eager(annotated, "a fresh trace failed its own guards")
+
+    def _remember(self, key, reason):
+        self._cache[key] = reason
+        self._evict()
+
+    def _evict(self):
+        while sum(len(v) if isinstance(v, list) else 1
+                  for v in self._cache.values()) > self.max_programs:
+            self._cache.popitem(last=False)
+
+
+class _Random(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# Signatures
+
+
+def _leaves(ann):
+    return flatten(ann.val)[0] if not isinstance(ann.val, np.ndarray) else [ann.val]
+
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic, np.dtype, slice,
+            type(Ellipsis))
+
+
+def _signature(annotated) -> tuple:
+    """The part of the arguments a program is specialised on (hashable)."""
+    parts = []
+    for ann in annotated:
+        v = ann.val
+        const = type(ann) is Const
+        if type(v) is np.ndarray:
+            parts.append((type(ann), v.shape, v.dtype))
+            continue
+        leaves, td = flatten(v)
+        parts.append((type(ann), _treedef_key(td),
+                      tuple(_leaf_key(x, const) for x in leaves)))
+    return tuple(parts)
+
+
+def _treedef_key(td):
+    if td is None:
+        return None
+    if td.kind == "inactive":
+        raise Uncompilable("an argument holds an inactive_type value")
+    from .pytree import _aux_key
+    aux = _aux_key(td)
+    try:
+        hash(aux)
+    except TypeError:
+        aux = repr(aux)
+    return (td.kind, aux, tuple(_treedef_key(c) if hasattr(c, "kind") else c
+                                for c in td.children))
+
+
+def _leaf_key(x, const):
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic):
+        return (type(x), tuple(x.shape), x.dtype)
+    if isinstance(x, _SCALARS):
+        # Python numbers of Const arguments (and ints of active ones) are baked in.
+        if const or not _is_float(x):
+            return (type(x), x)
+        return (type(x),)
+    raise Uncompilable(f"an argument holds a {type(x).__name__}, whose contents a compiled "
+                       "replay could not watch")
+
+
+# --------------------------------------------------------------------------------------------
+# What the function reads besides its arguments
+
+
+def _watch(f) -> list:
+    """Checks for the values `f` reads from its closure, globals, defaults and bound object
+    (and those of the Python functions it calls by name): a list of (description, getter,
+    value seen)."""
+    watched, seen = [], set()
+
+    def visit_function(fn, depth):
+        if id(fn) in seen or depth > 3:
+            return
+        seen.add(id(fn))
+        module = getattr(fn, "__module__", "") or ""
+        if module.partition(".")[0] in ("numpy", "scipy", "tape", "ops", "builtins"):
+            return
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return
+        for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            watched.append((f"closure variable `{code.co_freevars[i]}`",
+                            (lambda c=cell: c.cell_contents), value))
+            visit_value(value, depth)
+        g = getattr(fn, "__globals__", {})
+        for name in _names(code):
+            if name in g:
+                value = g[name]
+                if isinstance(value, types.ModuleType):
+                    continue
+                watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
+                visit_value(value, depth)
+        for value in getattr(fn, "__defaults__", None) or ():
+            visit_value(value, depth)
+        self_ = getattr(fn, "__self__", None)
+        if self_ is not None and not isinstance(self_, types.ModuleType):
+            visit_value(self_, depth)
+
+    def visit_value(value, depth):
+        if isinstance(value, (types.FunctionType, types.MethodType)):
+            visit_function(getattr(value, "__func__", value), depth + 1)
+            if isinstance(value, types.MethodType):
+                visit_value(value.__self__, depth + 1)
+            return
+        if id(value) in seen or depth > 3:
+            return
+        seen.add(id(value))
+        if isinstance(value, np.ndarray):
+            watched.append(("an array it reads", (lambda v=value: v), value.copy()))
+        elif type(value) in (list, tuple, dict):
+            items = value.values() if type(value) is dict else value
+            watched.append(("a container it reads", (lambda v=value: _shallow(v)),
+                            _shallow(value)))
+            for item in items:
+                visit_value(item, depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for item in vars(value).values():
+                visit_value(item, depth + 1)
+
+    visit_function(getattr(f, "__func__", f), 0)
+    if isinstance(f, types.MethodType):
+        visit_value(f.__self__, 0)
+    elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
+        visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
+        visit_value(f, 0)
+    return watched
+
+
+def _names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _names(c)
+    return names
+
+
+def _shallow(container):
+    items = container.values() if type(container) is dict else container
+    return tuple(id(v) if not isinstance(v, _SCALARS) else v for v in items) + (
+        tuple(container) if type(container) is dict else ())
+
+
+def _unchanged(watched) -> bool:
+    for _, get, seen in watched:
+        now = get()
+        if now is seen:
+            continue
+        if isinstance(seen, np.ndarray) and isinstance(now, np.ndarray):
+            if not same_value(now, seen):
+                return False
+        elif not same_value(now, seen):
+            return False
+    return True
+
+
+def _changed(watched) -> str | None:
+    for what, get, seen in watched:
+        now = get()
+        if now is not seen and not same_value(now, seen):
+            return what
+    return None
+
+
+def _snapshotter(watched):
+    """Arrays baked into a program are copied when traced (the function may change them
+    later), except the watched ones, which are read by reference (and compared per call)."""
+    by_reference = {id(get()) for _, get, _ in watched if isinstance(get(), np.ndarray)}
+
+    def snapshot(obj):
+        if isinstance(obj, np.ndarray):
+            return obj if id(obj) in by_reference else obj.copy()
+        if type(obj) in (tuple, list):
+            items = [snapshot(o) for o in obj]
+            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+        if type(obj) is dict:
+            return {k: snapshot(v) for k, v in obj.items()}
+        return obj
+    return snapshot
+
+
+# --------------------------------------------------------------------------------------------
+# One traced signature
+
+
+class _Compiled:
+    """A program and how the arguments of a call map onto it."""
+
+    def __init__(self, program, out_template, out_slots, writes, grad_slots, watched,
+                 ret_active, owner):
+        self.program = program
+        self.out_template = out_template   # the return value with its traced leaves as None
+        self.out_slots = out_slots         # per output leaf: its slot, or None (a constant)
+        self.writes = writes               # (group, leaf, final slot, seeded) per written leaf
+        self.grad_slots = grad_slots
+        self.watched = watched
+        self.ret_active = ret_active
+        self.owner = owner
+
+    @classmethod
+    def trace(cls, owner, annotated, names):
+        watched = _watch(owner.f)
+        state = np.random.get_state(legacy=False)
+        first = _trace_once(owner, annotated, names, watched)
+        second = _trace_once(owner, annotated, names, watched)
+        after = np.random.get_state(legacy=False)
+        if not same_value(_rng_key(state), _rng_key(after)):
+            raise _Random("the function draws from NumPy's global random generator; a replay "
+                          "would repeat the same draws, so each call runs eagerly")
+        difference = _first_difference(first[0], second[0])
+        if difference is not None:
+            raise _Random(f"two traces with the same arguments differ ({difference}): the "
+                          "function draws random numbers or reads a value that changes between "
+                          "calls; pass such values as Const arguments to compile it")
+        what = _changed(watched)
+        if what is not None:
+            raise Uncompilable(f"the function changed {what} while it ran")
+        trace, leaf_slots, out, groups, ret_active = first
+        return cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched)
+
+    @classmethod
+    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched):
+        out_leaves, out_td = flatten(out) if out is not None else ([], None)
+        out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
+        writes, seeds = [], []
+        ret_slot = None
+        if ret_active:
+            if not isinstance(out, Tracer):
+                ret_slot = None
+            else:
+                ret_slot = out.slot
+                seeds.append(out.slot)
+        for g, arg in enumerate(groups):
+            for i, t in enumerate(arg.tracers):
+                first_slot = arg.first_slots[i]
+                if first_slot is None or t.slot == first_slot:
+                    continue
+                seeded = arg.shadows is not None
+                writes.append((g, i, t.slot, seeded))
+                if seeded:
+                    seeds.append(t.slot)
+        grad_slots = [s for arg in groups for s in arg.first_slots if s is not None]
+        result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
+        program = Program(trace, leaf_slots, result_slots, seeds, grad_slots)
+        template = None if out_td is None else (out_td, [None if isinstance(x, Tracer) else x
+                                                         for x in out_leaves])
+        compiled = cls(program, template, out_slots, writes, grad_slots, watched,
+                       ret_slot, owner)
+        if ret_slot is not None:
+            compiled.seed = (array_module(out._v), out.dtype)
+        return compiled
+
+    def call(self, annotated, names):
+        if not _unchanged(self.watched):
+            raise GuardFailed("a value the function reads changed")
+        groups, leaves = [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                leaves.extend(_const_leaves(ann.val))
+                continue
+            arg = _reverse_argument(ann, name)
+            arg.first_slots = []
+            for x in arg.leaves:
+                arg.first_slots.append(True if _is_float(x) else None)
+                if _is_float(x):
+                    leaves.append(x)
+            groups.append(arg)
+        if self.writes and _aliased(leaves):
+            raise GuardFailed("arguments share memory")
+        slot_iter = iter(self.grad_slots)
+        for arg in groups:
+            arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
+        seeds = []
+        if self.ret_active is not None:
+            xp, dtype = self.seed
+            seeds.append(xp.ones((), dtype=dtype))
+        zero_after = []
+        for g, i, _, seeded in self.writes:
+            if seeded:
+                shadow = groups[g].shadows[i]
+                seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
+                zero_after.append(shadow)
+        results, grads = self.program.run(leaves, seeds)
+        for shadow in zero_after:
+            shadow[...] = 0
+        n_out = sum(s is not None for s in self.out_slots)
+        for (g, i, _, _), value in zip(self.writes, results[n_out:]):
+            groups[g].leaves[i][...] = value
+        cts = dict(zip(self.grad_slots, grads))
+        user_cotangents(cts, [(x, s) for arg in groups for x, s in zip(arg.leaves,
+                                                                       arg.first_slots)
+                              if s is not None])
+        result = (derivatives(annotated, groups, cts, None),)
+        if self.owner.mode.with_primal:
+            result += (self._primal(results[:n_out]),)
+        return result
+
+    def _primal(self, values):
+        if self.out_template is None:
+            return None
+        td, consts = self.out_template
+        it = iter(values)
+        leaves = [_python_scalar(next(it)) if s is not None else c
+                  for s, c in zip(self.out_slots, consts)]
+        return unflatten(td, leaves)
+
+
+def _trace_once(owner, annotated, names, watched):
+    with CompileTrace(_snapshotter(watched)) as trace:
+        call_args, groups, leaf_slots = [], [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                call_args.append(_const_argument(ann.val, trace, leaf_slots, name))
+                continue
+            arg = _reverse_argument(ann, name)
+            for x in arg.leaves:
+                if _is_float(x):
+                    t = trace.new_leaf(x)
+                    leaf_slots.append((t.slot, False))
+                    arg.tracers.append(t)
+                    arg.first_slots.append(t.slot)
+                else:
+                    arg.tracers.append(x)
+                    arg.first_slots.append(None)
+            groups.append(arg)
+            call_args.append(unflatten(arg.treedef, arg.tracers))
+        out = owner.f(*call_args)
+        ret_active = guess_return(owner.ret_activity, out) is Active
+        if ret_active:
+            if isinstance(out, Tracer) and is_complex(out._v):
+                raise Uncompilable("a complex result runs eagerly")
+            _seed_return(out, trace, {}, None, owner.mode)
+    return trace, leaf_slots, out, groups, ret_active
+
+
+def _const_argument(value, trace, leaf_slots, name):
+    """A Const argument as the function sees it while traced: its arrays are nondiff values of
+    the trace (so that each replay reads the new ones), its other leaves are as they are."""
+    if type(value) is np.ndarray:
+        t = trace.new_leaf(value, nondiff=True)
+        t.const_argument = str(name)
+        leaf_slots.append((t.slot, True))
+        return t
+    leaves, td = flatten(value)
+    if td is None or not any(isinstance(x, np.ndarray) for x in leaves):
+        return value
+    made = []
+    for x in leaves:
+        if isinstance(x, np.ndarray):
+            t = trace.new_leaf(x, nondiff=True)
+            t.const_argument = str(name)
+            leaf_slots.append((t.slot, True))
+            made.append(t)
+        else:
+            made.append(x)
+    return unflatten(td, made)
+
+
+def _const_leaves(value):
+    if type(value) is np.ndarray:
+        return [value]
+    leaves, td = flatten(value)
+    return [x for x in leaves if isinstance(x, np.ndarray)]
+
+
+def _aliased(arrays) -> bool:
+    arrays = [a for a in arrays if isinstance(a, np.ndarray)]
+    for i in range(len(arrays)):
+        for j in range(i + 1, len(arrays)):
+            if np.may_share_memory(arrays[i], arrays[j]):
+                return True
+    return False
+
+
+def _rng_key(state):
+    bits = state.get("state", {})
+    return (state.get("bit_generator"), tuple(np.asarray(bits.get("key", ())).tolist())
+            if isinstance(bits, dict) else bits, bits.get("pos") if isinstance(bits, dict)
+            else None, state.get("has_gauss"), state.get("gauss"))
+
+
+def _first_difference(a, b) -> str | None:
+    """Where two traces of one call differ (None when they agree): a sign of random draws."""
+    sa, sb = a.steps, b.steps
+    if len(sa) != len(sb):
+        return f"{len(sa)} against {len(sb)} steps"
+    for i, (x, y) in enumerate(zip(sa, sb)):
+        name = getattr(x[1], "name", getattr(x[1], "__name__", x[0]))
+        if x[0] != y[0] or getattr(x[1], "name", x[1]) != getattr(y[1], "name", y[1]):
+            return f"step {i}"
+        if x[3] != y[3] or not same_value(list(x[4]), list(y[4])):
+            return f"a constant of step {i} (`{name}`)"
+        if not same_value(x[5] or {}, y[5] or {}):
+            return f"a parameter of step {i} (`{name}`)"
+    if set(a.guards) != set(b.guards) or not all(
+            same_value(list(a.guards[s]), list(b.guards[s])) for s in a.guards):
+        return "a value the function decided on"
+    return None

@@ -1,0 +1,443 @@
+"""Trace once, then replay: the compiling trace and the straight-line program it produces.
+
+`CompileTrace` runs the user's function once on tracers, as eager reverse mode does, but instead
+of keeping residuals it writes down *steps*: which primitive ran on which slots with which
+constants. Every value is a tracer here, Const arrays and the results of `tape.inactive`
+functions too (those carry no derivative: `nondiff`). A Python decision on a value is a
+*guard*: `bool(x)` of any value, and any read of a nondiff value's contents outside a
+primitive (`int(n)`, an index taken from `argmax`, `tape.primal(c)`) records the value seen.
+`Program` turns the steps into one generated Python function, primal then adjoint, with
+dead code removed; replaying it checks each guard where its value is computed and raises
+`GuardFailed` on a mismatch, before anything outside the program has been touched.
+
+Nothing here runs while a program replays: no tracers, no protocol dispatch, no rule
+look-up. See tape/compiled.py for the public `compile`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .config import _REVERSE_CONFIGS
+from .core import ReverseTrace, Tracer, peek, primal
+from .tracer import ReverseTracerArray, _refuse, _KEEP_ARRAY
+
+
+class GuardFailed(Exception):
+    """A replayed program met a value that the traced Python code decided on differently."""
+
+
+class Uncompilable(Exception):
+    """The function does something a replay could not reproduce; it runs eagerly instead."""
+
+
+# Step kinds
+AUGMENTED = "aug"     # a differentiated primitive: augmented_primal, and its reverse rule
+PLAIN = "impl"        # a primitive on nondiff values only: its impl
+INACTIVE = "inactive"  # a `tape.inactive` function (argmax, comparisons, ...)
+FRESH = "fresh"       # a new buffer (np.zeros_like): a copy of the traced one
+
+
+class CompiledTracer(ReverseTracerArray):
+    """A value of a compiling trace. `nondiff` values carry no derivative; reading their
+    contents from Python (rather than passing them to a primitive) records a guard."""
+
+    __slots__ = ("_v", "nondiff", "const_argument")
+
+    def __init__(self, value, trace, slot, nondiff=False):
+        self._v = value
+        self.level = trace
+        self.slot = slot
+        self.nondiff = nondiff
+        self.const_argument = None
+
+    @property
+    def value(self):
+        if self.nondiff:
+            self.level.guard_value(self)
+        return self._v
+
+    @value.setter
+    def value(self, v):
+        self._v = v
+
+    def peek_value(self):
+        return self._v
+
+    def _rebind(self, new):
+        if self.const_argument is not None:
+            raise Uncompilable(f"the function writes into {self.const_argument}, a Const "
+                               "argument")
+        if not (isinstance(new, CompiledTracer) and new.level is self.level):
+            raise Uncompilable("a value of another differentiation was written into a buffer")
+        self._v, self.slot, self.nondiff = new._v, new.slot, new.nondiff
+
+    def __bool__(self):
+        decision = bool(self._v)
+        self.level.guard_truth(self, decision)
+        return decision
+
+    # Python numbers from nondiff values are decisions (guarded); from differentiated values
+    # they are refused, as in eager mode.
+    def _number(kind, refusal):
+        def convert(self, *args):
+            if not self.nondiff:
+                return refusal(self, *args)
+            return getattr(self.value, kind)(*args)
+        return convert
+
+    __int__ = _number("__int__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
+    __index__ = _number("__index__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
+    __float__ = _number("__float__", _refuse("float(x)", _KEEP_ARRAY))
+    __complex__ = _number("__complex__", _refuse("complex(x)", _KEEP_ARRAY))
+    item = _number("item", _refuse("x.item()", _KEEP_ARRAY))
+    tolist = _number("tolist", _refuse("x.tolist()", _KEEP_ARRAY))
+    del _number
+
+    def __array__(self, dtype=None, copy=None):
+        if not self.nondiff:
+            return ReverseTracerArray.__array__(self, dtype, copy)
+        value = np.asarray(self.value)
+        return value if dtype is None else value.astype(dtype)
+
+    def __hash__(self):
+        return object.__hash__(self)
+
+
+class CompileTrace(ReverseTrace):
+    """A reverse trace that writes down replayable steps instead of keeping residuals."""
+
+    tracer_class = CompiledTracer
+    records_inactive = True
+
+    def __init__(self, snapshot):
+        super().__init__()
+        self.steps: list[tuple] = []
+        self.producer: dict[int, int] = {}      # slot -> index of the step that made it
+        self.guards: dict[int, tuple] = {}      # slot -> ("truth", bool) | ("equal", value)
+        self.snapshot = snapshot                # baked constants: copied, unless watched
+
+    # -- leaves ------------------------------------------------------------------------------
+    def new_leaf(self, value, nondiff=False) -> CompiledTracer:
+        slot = self.n_slots
+        self.n_slots = slot + 1
+        return CompiledTracer(value, self, slot, nondiff)
+
+    def constant(self, value) -> CompiledTracer:
+        """A fresh buffer (np.zeros_like): each replay starts from a copy of this one."""
+        t = self._add_step((FRESH, None, None, (), (self.snapshot(value),), None, 1), [value],
+                           False)[0]
+        t.owned = True
+        return t
+
+    # -- steps -------------------------------------------------------------------------------
+    def _add_step(self, step, outs, nondiff):
+        first = self.n_slots
+        self.n_slots = first + len(outs)
+        slots = tuple(range(first, first + len(outs)))
+        index = len(self.steps)
+        self.steps.append(step[:6] + (slots,))
+        for s in slots:
+            self.producer[s] = index
+        return [CompiledTracer(o, self, s, nondiff) for o, s in zip(outs, slots)]
+
+    def process(self, prim, args, params):
+        vals, ins, active = [], [], []
+        for a in args:
+            if isinstance(a, Tracer):
+                if a.level is not self:
+                    raise Uncompilable("a traced value of another differentiation reached "
+                                       f"`{prim.name}`")
+                a.owned = False
+                vals.append(a._v)
+                ins.append(a.slot)
+                active.append(not a.nondiff)
+            else:
+                vals.append(a)
+                ins.append(None)
+                active.append(False)
+        consts = tuple(None if s is not None else self.snapshot(v) for v, s in zip(vals, ins))
+        params = self.snapshot(params) if params else params
+        if any(active):
+            if prim.augmented_primal is None:
+                raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
+            cfg = _REVERSE_CONFIGS[tuple(active)]
+            out, _ = prim.augmented_primal(cfg, *vals, **params)
+            step = (AUGMENTED, prim, cfg, tuple(ins), consts, params)
+        else:
+            out = prim.impl(*vals, **params)
+            step = (PLAIN, prim, None, tuple(ins), consts, params)
+        outs = list(out) if prim.multiple_results else [out]
+        made = self._add_step(step, outs, not any(active))
+        return tuple(made) if prim.multiple_results else made[0]
+
+    def call_inactive(self, fn, args, kwargs):
+        """A `tape.inactive` function on values of this trace: a step whose results carry no
+        derivative (arrays stay traced, Python values are guarded)."""
+        if fn in _SHAPE_ONLY:   # shapes and dtypes are part of the signature: no step
+            return fn(*[peek(a) for a in args], **kwargs)
+        found = []
+        template = _template((args, kwargs), self, found)
+        if not found:
+            return fn(*_plain_args(args), **{k: _plain_args([v])[0] for k, v in kwargs.items()})
+        plain = _fill(template, [t._v for t in found])
+        out = fn(*plain[0], **plain[1])
+        step = (INACTIVE, fn, None, tuple(t.slot for t in found),
+                (self.snapshot(template),), None)
+        if isinstance(out, tuple) and all(isinstance(o, np.ndarray) for o in out):
+            return tuple(self._add_step(step, list(out), True))
+        made = self._add_step(step, [out], True)[0]
+        if isinstance(out, (np.ndarray, np.generic)):
+            return made
+        self.guard_value(made)    # a Python value (a bool from np.allclose, say)
+        return out
+
+    # -- guards ------------------------------------------------------------------------------
+    def guard_value(self, t: CompiledTracer) -> None:
+        if t.slot not in self.guards or self.guards[t.slot][0] != "equal":
+            value = t._v
+            self.guards[t.slot] = ("equal", value.copy() if isinstance(value, np.ndarray)
+                                   else value)
+
+    def guard_truth(self, t: CompiledTracer, decision: bool) -> None:
+        self.guards.setdefault(t.slot, ("truth", decision))
+
+
+_SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.isrealobj}
+
+
+class _Hole:
+    """Where a traced value sits in the arguments of an inactive call."""
+    __slots__ = ("k",)
+
+    def __init__(self, k):
+        self.k = k
+
+    def __eq__(self, other):
+        return type(other) is _Hole and other.k == self.k
+
+    def __hash__(self):
+        return self.k
+
+
+def _template(obj, trace, found):
+    if isinstance(obj, Tracer):
+        if obj.level is not trace:
+            raise Uncompilable("a traced value of another differentiation reached an inactive "
+                               "function")
+        found.append(obj)
+        return _Hole(len(found) - 1)
+    if type(obj) in (tuple, list):
+        return type(obj)(_template(o, trace, found) for o in obj)
+    if type(obj) is dict:
+        return {k: _template(v, trace, found) for k, v in obj.items()}
+    return obj
+
+
+def _fill(template, values):
+    if type(template) is _Hole:
+        return values[template.k]
+    if type(template) in (tuple, list):
+        return type(template)(_fill(o, values) for o in template)
+    if type(template) is dict:
+        return {k: _fill(v, values) for k, v in template.items()}
+    return template
+
+
+def _plain_args(args):
+    return [primal(a) for a in args]
+
+
+# --------------------------------------------------------------------------------------------
+# The program
+
+
+def same_value(a, b) -> bool:
+    """Whether a replayed value equals the traced one, for a guard: same type, dtype, shape
+    and contents (NaNs equal)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except (TypeError, ValueError):
+        return a is b
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+class Program:
+    """The steps of one trace as one generated function ``run(leaves, seeds)``.
+
+    - `leaf_slots`: the slots of the arguments' leaves, in order;
+    - `result_slots`: the slots the caller reads back (the return value, buffers written);
+    - `seed_slots`: slots that get a cotangent seed (an Active return, written buffers);
+    - `grad_slots`: the leaves whose cotangents are returned.
+    The function returns ``(values of result_slots, cotangents of grad_slots)``.
+    """
+
+    def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots):
+        self.steps = trace.steps
+        self.guards = trace.guards
+        nondiff = self._nondiff(trace, leaf_slots)
+        useful = self._useful(seed_slots, nondiff)
+        needed = self._needed(result_slots, useful)
+        self.source, namespace = self._generate(trace, leaf_slots, result_slots, seed_slots,
+                                                grad_slots, nondiff, useful, needed)
+        self.n_steps = len(self.steps)
+        self.n_kept = sum(needed)
+        self.n_adjoint = sum(useful)
+        exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
+        self.run = namespace["run"]
+        self.steps = None   # what replay needs is in the generated function
+
+    def _nondiff(self, trace, leaf_slots):
+        """Slots that carry no derivative (the leaves' own flags, then forward through the
+        steps: a step with no differentiated input gives nondiff results)."""
+        nondiff = set(s for s, flag in leaf_slots if flag)
+        for kind, fn, cfg, ins, consts, params, outs in self.steps:
+            if kind != AUGMENTED:
+                nondiff.update(outs)
+        return nondiff
+
+    def _useful(self, seed_slots, nondiff):
+        """Per step: whether its reverse rule runs (a differentiated step whose result reaches
+        a seed)."""
+        reach = {s for s in seed_slots if s not in nondiff}
+        useful = [False] * len(self.steps)
+        for i in range(len(self.steps) - 1, -1, -1):
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            if kind == AUGMENTED and any(o in reach for o in outs):
+                useful[i] = True
+                reach.update(s for s, a in zip(ins, cfg.active) if a)
+        return useful
+
+    def _needed(self, result_slots, useful):
+        """Per step: whether the primal part must run (its results are read, guarded, or
+        needed by a reverse rule)."""
+        live = set(result_slots) | set(self.guards)
+        needed = [False] * len(self.steps)
+        for i in range(len(self.steps) - 1, -1, -1):
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            if useful[i] or any(o in live for o in outs):
+                needed[i] = True
+                live.update(s for s in ins if s is not None)
+        return needed
+
+    def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
+                  useful, needed):
+        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": _add, "_call": _call,
+              "_fill": _fill}
+        lines = ["def run(leaves, seeds):"]
+        names = ", ".join(f"v{s}" for s, _ in leaf_slots)
+        lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
+
+        def const(value, hint="k"):
+            hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
+            name, n = hint, 1
+            while name in ns and ns[name] is not value:
+                n += 1
+                name = f"{hint}{n}"
+            ns[name] = value
+            return name
+
+        def guard(s):
+            kind, value = self.guards[s]
+            if kind == "truth":
+                lines.append(f"    if bool(v{s}) is not {value}: raise GuardFailed({s})")
+            else:
+                lines.append(f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})")
+
+        for s, _ in leaf_slots:
+            if s in self.guards:
+                guard(s)
+        lines.append("    # primal")
+        for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
+            if not needed[i]:
+                continue
+            lhs = ", ".join(f"v{o}" for o in outs) + ("," if len(outs) == 1 and kind != FRESH
+                                                      and _multiple(fn) else "")
+            if kind == FRESH:
+                lines.append(f"    v{outs[0]} = {const(consts[0], 'buffer')}.copy()")
+            elif kind == INACTIVE:
+                args = ", ".join(f"v{s}" for s in ins)
+                name = getattr(fn, "__name__", "inactive")
+                lines.append(f"    {lhs} = _call({const(fn, name)}, _fill({const(consts[0], 'a')}, "
+                             f"({args},)))")
+            else:
+                args = ", ".join(f"v{s}" if s is not None else const(c)
+                                 for s, c in zip(ins, consts))
+                kw = f", **{const(params, 'p')}" if params else ""
+                if useful[i]:
+                    out = f"({lhs})" if fn.multiple_results else lhs
+                    lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
+                                 f"({const(cfg, 'cfg')}, {args}{kw})")
+                else:
+                    lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args}{kw})")
+            for o in outs:
+                if o in self.guards:
+                    guard(o)
+        lines.append("    # adjoint")
+        adjoint_start = len(lines)
+        cts = set()
+        for k, s in enumerate(seed_slots):
+            if s not in nondiff:
+                lines.append(f"    ct{s} = _add(ct{s}, seeds[{k}])")
+                cts.add(s)
+        for i in range(len(self.steps) - 1, -1, -1):
+            if not useful[i]:
+                continue
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            live_outs = [o for o in outs if o in cts]
+            if not live_outs:
+                continue
+            if fn.multiple_results:
+                g = "(" + ", ".join(f"ct{o}" if o in cts else "None" for o in outs) + ",)"
+                test = " or ".join(f"ct{o} is not None" for o in live_outs)
+            else:
+                g, test = f"ct{outs[0]}", f"ct{outs[0]} is not None"
+            lines.append(f"    if {test}:")
+            lines.append(f"        g = {const(fn.reverse, fn.name + '_rev')}({const(cfg, 'cfg')}, "
+                         f"s{i}, {g})")
+            for k, (s, a) in enumerate(zip(ins, cfg.active)):
+                if a:
+                    lines.append(f"        ct{s} = _add(ct{s}, g[{k}])")
+                    cts.add(s)
+            lines.append(f"    s{i} = None")
+            for o in outs:
+                if o not in grad_slots and o in cts:
+                    lines.append(f"    ct{o} = None")
+        if cts:   # a cotangent no rule reached stays None
+            lines.insert(adjoint_start, "    " + " = ".join(f"ct{s}" for s in sorted(cts))
+                         + " = None")
+        results = ", ".join(f"v{s}" for s in result_slots)
+        grads = ", ".join(f"ct{s}" if s in cts else "None" for s in grad_slots)
+        lines.append(f"    return ({results}{',' if result_slots else ''}), "
+                     f"({grads}{',' if grad_slots else ''})")
+        return "\n".join(lines) + "\n", ns
+
+    def __repr__(self):
+        return self.source
+
+
+def _multiple(fn) -> bool:
+    return bool(getattr(fn, "multiple_results", False))
+
+
+def _call(fn, filled):
+    args, kwargs = filled
+    return fn(*args, **kwargs)
