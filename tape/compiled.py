@@ -434,10 +434,17 @@ class _Compiled:
     @classmethod
     def trace(cls, owner, annotated, names):
         watched = _watch(owner.f)
+        generators = [v for _, _, v in watched if hasattr(v, "bit_generator")]
+        states = [g.bit_generator.state for g in generators]
         state = np.random.get_state(legacy=False)
-        first = _trace_once(owner, annotated, names, watched)
-        second = _trace_once(owner, annotated, names, watched)
-        after = np.random.get_state(legacy=False)
+        try:
+            first = _trace_once(owner, annotated, names, watched)
+            second = _trace_once(owner, annotated, names, watched)
+            after = np.random.get_state(legacy=False)
+        finally:   # tracing draws nothing: a call that then runs eagerly draws as eager does
+            np.random.set_state(state)
+            for g, s in zip(generators, states):
+                g.bit_generator.state = s
         if not same_value(_rng_key(state), _rng_key(after)):
             raise _Random("the function draws from NumPy's global random generator; a replay "
                           "would repeat the same draws, so each call runs eagerly")
