@@ -106,7 +106,11 @@ def elementwise(name, fn, derivative, of="x"):
         ans = fn(x)
         return ans, times_partial(tangents[0], derivative(ans if use_ans else x))
 
-    return defprimitive(name, fn, augmented_primal, reverse, forward)
+    prim = defprimitive(name, fn, augmented_primal, reverse, forward)
+    # The same rule as straight-line code for a compiled program (tape/program.py): the
+    # result is fn(x), the cotangent of x is g * derivative(ans or x).
+    prim.inline = ("unary", derivative, use_ans)
+    return prim
 
 
 def unary(ufunc, derivative, of="x"):
@@ -215,8 +219,9 @@ def _linear_binary(ufunc, sign_second):
             ty = -ty
         return ans, broadcast_tangent(add_tangents(tx, ty), shape_of(ans))
 
-    return route_ufunc(ufunc, defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse,
-                                           forward))
+    prim = defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse, forward)
+    prim.inline = ("linear", sign_second)   # for compiled programs, when nothing broadcasts
+    return route_ufunc(ufunc, prim)
 
 
 add = _linear_binary(np.add, +1)
@@ -249,6 +254,7 @@ def _mul_forward(cfg, primals, tangents):
 
 multiply = route_ufunc(np.multiply, defprimitive("multiply", np.multiply, _mul_augmented,
                                                  _mul_reverse, _mul_forward))
+multiply.inline = ("product",)   # for compiled programs, when nothing broadcasts
 
 true_divide = binary(np.true_divide, lambda x, y, ans: 1.0 / y, lambda x, y, ans: -ans / y,
                      uses_ans=True)

@@ -37,9 +37,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, MixedDuplicated, Mode)
+                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
 from .api import (_argument_names, _is_float, _python_scalar, _reverse_argument, autodiff,
-                  derivatives, guess_return, _seed_return)
+                  _cast_like, derivatives, guess_return, _seed_return)
 from .backend import array_module
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError, HecateError
@@ -277,6 +277,10 @@ def _treedef_key(td):
                                 for c in td.children))
 
 
+def _is_scalar(x) -> bool:
+    return isinstance(x, _SCALARS)
+
+
 def _leaf_key(x, const):
     if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic):
         return (type(x), tuple(x.shape), x.dtype)
@@ -457,10 +461,10 @@ class _Compiled:
         if what is not None:
             raise Uncompilable(f"the function changed {what} while it ran")
         trace, leaf_slots, out, groups, ret_active = first
-        return cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched)
+        return cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched, annotated)
 
     @classmethod
-    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched):
+    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched, owner_annotated):
         out_leaves, out_td = flatten(out) if out is not None else ([], None)
         out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
         writes, seeds = [], []
@@ -487,13 +491,25 @@ class _Compiled:
                                                          for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, grad_slots, watched,
                        ret_slot, owner)
+        annotated = owner_annotated   # the call that was traced: its kinds of arguments
         if ret_slot is not None:
             compiled.seed = (array_module(out._v), out.dtype)
+        compiled.plain = not writes and all(
+            _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
+            else type(ann) is Const
+            or type(ann) in (Active, Duplicated, DuplicatedNoNeed)
+            and type(ann.val) is np.ndarray and ann.val.dtype.kind == "f"
+            or type(ann) is Active and type(ann.val) is float
+            for ann in annotated)
         return compiled
 
     def call(self, annotated, names):
-        if not _unchanged(self.watched):
+        if self.watched and not _unchanged(self.watched):
             raise GuardFailed("a value the function reads changed")
+        if self.plain:
+            fast = self._call_plain(annotated)
+            if fast is not None:
+                return fast
         groups, leaves = [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
@@ -534,6 +550,48 @@ class _Compiled:
         result = (derivatives(annotated, groups, cts, None),)
         if self.owner.mode.with_primal:
             result += (self._primal(results[:n_out]),)
+        return result
+
+    def _call_plain(self, annotated):
+        """The common case, without pytree machinery: every argument a single array (or an
+        Active float), shadows congruent, no argument written. None: take the general path
+        (which also names any problem)."""
+        leaves = []
+        for ann in annotated:
+            x = ann.val
+            if type(ann) is Const:
+                if type(x) is np.ndarray:
+                    leaves.append(x)
+                continue
+            if type(ann) is not Active:
+                dx = ann.dval
+                if (type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype
+                        or not dx.flags.writeable):
+                    return None
+            leaves.append(x)
+        seeds = []
+        if self.ret_active is not None:
+            xp, dtype = self.seed
+            seeds.append(xp.ones((), dtype=dtype))
+        results, grads = self.program.run(leaves, seeds)
+        derivs, k = [], 0
+        for ann in annotated:
+            if type(ann) is Const:
+                derivs.append(None)
+                continue
+            g = grads[k]
+            k += 1
+            if g is not None and g.dtype.kind == "c":
+                g = np.real(g)
+            if type(ann) is Active:
+                derivs.append(_cast_like(g, ann.val))
+            else:
+                if g is not None:
+                    ann.dval += g
+                derivs.append(None)
+        result = (tuple(derivs),)
+        if self.owner.mode.with_primal:
+            result += (self._primal(results),)
         return result
 
     def _primal(self, values):

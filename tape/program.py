@@ -115,6 +115,7 @@ class CompileTrace(ReverseTrace):
         self.producer: dict[int, int] = {}      # slot -> index of the step that made it
         self.guards: dict[int, tuple] = {}      # slot -> ("truth", bool) | ("equal", value)
         self.snapshot = snapshot                # baked constants: copied, unless watched
+        self.inline: set[int] = set()           # steps whose rule is written out inline
 
     # -- leaves ------------------------------------------------------------------------------
     def new_leaf(self, value, nondiff=False) -> CompiledTracer:
@@ -163,6 +164,8 @@ class CompileTrace(ReverseTrace):
             cfg = _REVERSE_CONFIGS[tuple(active)]
             out, _ = prim.augmented_primal(cfg, *vals, **params)
             step = (AUGMENTED, prim, cfg, tuple(ins), consts, params)
+            if getattr(prim, "inline", None) and not params and _inlinable(vals, out):
+                self.inline.add(len(self.steps))
         else:
             out = prim.impl(*vals, **params)
             step = (PLAIN, prim, None, tuple(ins), consts, params)
@@ -203,6 +206,20 @@ class CompileTrace(ReverseTrace):
 
 
 _SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.isrealobj}
+
+
+def _inlinable(vals, out) -> bool:
+    """Whether an elementwise rule may be written out inline: real floating values, nothing
+    broadcast (so no cotangent needs summing down to an input's shape)."""
+    if type(out) is not np.ndarray or out.dtype.kind != "f":
+        return False
+    for v in vals:
+        if type(v) is np.ndarray:
+            if v.shape != out.shape or v.dtype.kind != "f":
+                return False
+        elif not isinstance(v, (float, int)) or isinstance(v, bool):
+            return False
+    return True
 
 
 class _Hole:
@@ -293,6 +310,7 @@ class Program:
     def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots):
         self.steps = trace.steps
         self.guards = trace.guards
+        self.inline = trace.inline
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
         needed = self._needed(result_slots, useful)
@@ -382,7 +400,9 @@ class Program:
                 args = ", ".join(f"v{s}" if s is not None else const(c)
                                  for s, c in zip(ins, consts))
                 kw = f", **{const(params, 'p')}" if params else ""
-                if useful[i]:
+                if useful[i] and i in self.inline:
+                    lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
+                elif useful[i]:
                     out = f"({lhs})" if fn.multiple_results else lhs
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
                                  f"({const(cfg, 'cfg')}, {args}{kw})")
@@ -394,10 +414,16 @@ class Program:
         lines.append("    # adjoint")
         adjoint_start = len(lines)
         cts = set()
+
+        def accumulate(s, term, indent="    "):
+            # The first contribution in program order is assigned, later ones added.
+            lines.append(f"{indent}ct{s} = _add(ct{s}, {term})" if s in cts
+                         else f"{indent}ct{s} = {term}")
+            cts.add(s)
+
         for k, s in enumerate(seed_slots):
             if s not in nondiff:
-                lines.append(f"    ct{s} = _add(ct{s}, seeds[{k}])")
-                cts.add(s)
+                accumulate(s, f"seeds[{k}]")
         for i in range(len(self.steps) - 1, -1, -1):
             if not useful[i]:
                 continue
@@ -411,12 +437,17 @@ class Program:
             else:
                 g, test = f"ct{outs[0]}", f"ct{outs[0]} is not None"
             lines.append(f"    if {test}:")
+            if i in self.inline:
+                operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
+                for k, term in _inline_terms(fn.inline, k_active=cfg.active, g=g,
+                                             operands=operand, out=f"v{outs[0]}", const=const):
+                    accumulate(ins[k], term, "        ")
+                continue
             lines.append(f"        g = {const(fn.reverse, fn.name + '_rev')}({const(cfg, 'cfg')}, "
                          f"s{i}, {g})")
             for k, (s, a) in enumerate(zip(ins, cfg.active)):
                 if a:
-                    lines.append(f"        ct{s} = _add(ct{s}, g[{k}])")
-                    cts.add(s)
+                    accumulate(s, f"g[{k}]", "        ")
             lines.append(f"    s{i} = None")
             for o in outs:
                 if o not in grad_slots and o in cts:
@@ -432,6 +463,19 @@ class Program:
 
     def __repr__(self):
         return self.source
+
+
+def _inline_terms(inline, k_active, g, operands, out, const):
+    """(argument index, cotangent expression) of an inlined rule (see `Primitive.inline`)."""
+    kind = inline[0]
+    if kind == "unary":
+        _, derivative, use_ans = inline
+        yield 0, f"{g} * {const(derivative, 'derivative')}({out if use_ans else operands[0]})"
+    elif kind == "linear":
+        yield from ((k, g if k == 0 or inline[1] > 0 else f"-{g}")
+                    for k in range(2) if k_active[k])
+    elif kind == "product":
+        yield from ((k, f"{g} * {operands[1 - k]}") for k in range(2) if k_active[k])
 
 
 def _multiple(fn) -> bool:
