@@ -15,6 +15,8 @@ look-up. See tape/compiled.py for the public `compile`.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .config import _REVERSE_CONFIGS
@@ -459,10 +461,34 @@ class Program:
         grads = ", ".join(f"ct{s}" if s in cts else "None" for s in grad_slots)
         lines.append(f"    return ({results}{',' if result_slots else ''}), "
                      f"({grads}{',' if grad_slots else ''})")
-        return "\n".join(lines) + "\n", ns
+        return "\n".join(_release_dead_values(lines)) + "\n", ns
 
     def __repr__(self):
         return self.source
+
+
+_VALUE = re.compile(r"\bv(\d+)\b")
+
+
+def _release_dead_values(lines: list[str]) -> list[str]:
+    """Drop each value right after the line that uses it last, as the eager sweep frees
+    residuals as it goes: memory is reused rather than freshly mapped."""
+    last = {}
+    for n, line in enumerate(lines):
+        for name in _VALUE.findall(line.split("#")[0]):
+            last[name] = n
+    after: dict[int, list[str]] = {}
+    for name, n in last.items():
+        if n > 1 and not lines[n].lstrip().startswith("return"):
+            after.setdefault(n, []).append(name)
+    out = []
+    for n, line in enumerate(lines):
+        out.append(line)
+        if n in after:
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(indent + " = ".join(f"v{k}" for k in sorted(after[n], key=int))
+                       + " = None")
+    return out
 
 
 def _inline_terms(inline, k_active, g, operands, out, const):
