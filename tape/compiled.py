@@ -74,7 +74,7 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     ... def f(x):
     ...     return x * x if x > 0 else -x
     >>> f(Active(3.0)), f(Active(-2.0)), f.stats.traces
-    ((((6.0,), 9.0), ((-1.0,), 2.0), 2)
+    (((6.0,), 9.0), ((-1.0,), 2.0), 2)
     """
     if not isinstance(mode, Mode):
         raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "
