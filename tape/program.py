@@ -366,13 +366,21 @@ class Program:
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
 
+        names: dict[int, str] = {}
+        counts: dict[str, int] = {}
+
         def const(value, hint="k"):
+            name = names.get(id(value))
+            if name is not None:
+                return name
             hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
-            name, n = hint, 1
-            while name in ns and ns[name] is not value:
-                n += 1
-                name = f"{hint}{n}"
+            n = counts.get(hint, 0) + 1
+            counts[hint] = n
+            name = hint if n == 1 else f"{hint}{n}"
+            while name in ns:
+                name += "_"
             ns[name] = value
+            names[id(value)] = name
             return name
 
         def guard(s):
