@@ -130,21 +130,25 @@ def _total_weight_error(w):
     return np.sum(weight_error(w))
 
 
-def jacobian(inp: BAInput) -> SparseJacobian:
-    """The sparse Jacobian of `objective` by per-component reverse mode (module docstring)."""
+_COMPONENTS = (_component(0), _component(1))
+
+
+def jacobian(inp: BAInput, differentiate=autodiff) -> SparseJacobian:
+    """The sparse Jacobian of `objective` by per-component reverse mode (module docstring).
+    `differentiate` is `autodiff` or a compiled stand-in (`runners.compiled_autodiff`)."""
     n, m, p = inp.sizes["n"], inp.sizes["m"], inp.sizes["p"]
     cams, X = inp.cams[inp.obs[:, 0]], inp.X[inp.obs[:, 1]]
     # blocks[i, j] = the 15 nonzeros of reprojection row 2i + j: camera, point, weight
     blocks = np.empty((p, 2, N_CAM_PARAMS + 4))
     for j in range(2):
         dcams, dX, dw = np.zeros_like(cams), np.zeros_like(X), np.zeros_like(inp.w)
-        autodiff(Reverse, _component(j), Active, Duplicated(cams, dcams), Duplicated(X, dX),
+        differentiate(Reverse, _COMPONENTS[j], Active, Duplicated(cams, dcams), Duplicated(X, dX),
                  Duplicated(inp.w, dw), Const(inp.feats))
         blocks[:, j, :N_CAM_PARAMS] = dcams
         blocks[:, j, N_CAM_PARAMS:N_CAM_PARAMS + 3] = dX
         blocks[:, j, -1] = dw
     dw_err = np.zeros_like(inp.w)
-    autodiff(Reverse, _total_weight_error, Active, Duplicated(inp.w, dw_err))
+    differentiate(Reverse, _total_weight_error, Active, Duplicated(inp.w, dw_err))
     return assemble(n, m, p, inp.obs, blocks, dw_err)
 
 

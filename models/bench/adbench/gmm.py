@@ -86,10 +86,11 @@ def objective(inp: GMMInput) -> float:
     return float(gmm_objective(inp.alphas, inp.means, inp.icf, inp.x, inp.gamma, inp.m))
 
 
-def gradient(inp: GMMInput) -> np.ndarray:
-    """Hecate's reverse-mode gradient, flattened in ADBench's layout [alphas, means, icf]."""
+def gradient(inp: GMMInput, differentiate=autodiff) -> np.ndarray:
+    """Hecate's reverse-mode gradient, flattened in ADBench's layout [alphas, means, icf].
+    `differentiate` is `autodiff` or a compiled stand-in (`runners.compiled_autodiff`)."""
     d_alphas, d_means, d_icf = (np.zeros_like(a) for a in (inp.alphas, inp.means, inp.icf))
-    autodiff(Reverse, gmm_objective, Active,
+    differentiate(Reverse, gmm_objective, Active,
              Duplicated(inp.alphas, d_alphas), Duplicated(inp.means, d_means),
              Duplicated(inp.icf, d_icf), Const(inp.x), Const(inp.gamma), Const(inp.m))
     return np.concatenate([d_alphas.ravel(), d_means.ravel(), d_icf.ravel()])

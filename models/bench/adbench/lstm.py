@@ -72,9 +72,10 @@ def objective(inp: LSTMInput) -> float:
     return float(lstm_objective(inp.main_params, inp.extra_params, inp.state, inp.sequence))
 
 
-def gradient(inp: LSTMInput) -> np.ndarray:
-    """Hecate's reverse-mode gradient, flattened in ADBench's layout [main, extra]."""
+def gradient(inp: LSTMInput, differentiate=autodiff) -> np.ndarray:
+    """Hecate's reverse-mode gradient, flattened in ADBench's layout [main, extra].
+    `differentiate` is `autodiff` or a compiled stand-in (`runners.compiled_autodiff`)."""
     d_main, d_extra = np.zeros_like(inp.main_params), np.zeros_like(inp.extra_params)
-    autodiff(Reverse, lstm_objective, Active, Duplicated(inp.main_params, d_main),
+    differentiate(Reverse, lstm_objective, Active, Duplicated(inp.main_params, d_main),
              Duplicated(inp.extra_params, d_extra), Const(inp.state), Const(inp.sequence))
     return np.concatenate([d_main.ravel(), d_extra.ravel()])

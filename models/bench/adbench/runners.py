@@ -13,6 +13,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tape import autodiff
+from tape import compile as compile_tape
+
 from . import ba, gmm, lstm
 
 
@@ -23,17 +26,39 @@ class Prepared:
     derivative: Callable[[], Any]
 
 
-def hecate_gmm(inp) -> Prepared:
+def compiled_autodiff() -> Callable:
+    """A stand-in for `autodiff` that compiles each function once (`tape.compile`) and then
+    replays it: ``d = compiled_autodiff(); d(Reverse, f, Active, *args)``.
+
+    >>> from tape import Reverse, Active
+    >>> d = compiled_autodiff()
+    >>> d(Reverse, lambda x: x * x, Active, Active(3.0)), d(Reverse, lambda x: -x, Active, Active(1.0))
+    (((6.0,),), ((-1.0,),))
+    """
+    programs: dict = {}
+
+    def differentiate(mode, f, ret, *args):
+        key = (mode, f, ret, tuple(type(a) for a in args))
+        if key not in programs:
+            programs[key] = compile_tape(mode, f, ret, *key[3])
+        return programs[key](*args)
+    return differentiate
+
+
+def hecate_gmm(inp, compiled: bool = False) -> Prepared:
     """Hecate differentiates NumPy code, so its objective is the plain NumPy call."""
-    return Prepared(lambda: gmm.objective(inp), lambda: gmm.gradient(inp))
+    d = compiled_autodiff() if compiled else autodiff
+    return Prepared(lambda: gmm.objective(inp), lambda: gmm.gradient(inp, d))
 
 
-def hecate_lstm(inp) -> Prepared:
-    return Prepared(lambda: lstm.objective(inp), lambda: lstm.gradient(inp))
+def hecate_lstm(inp, compiled: bool = False) -> Prepared:
+    d = compiled_autodiff() if compiled else autodiff
+    return Prepared(lambda: lstm.objective(inp), lambda: lstm.gradient(inp, d))
 
 
-def hecate_ba(inp) -> Prepared:
-    return Prepared(lambda: ba.objective(inp), lambda: ba.jacobian(inp))
+def hecate_ba(inp, compiled: bool = False) -> Prepared:
+    d = compiled_autodiff() if compiled else autodiff
+    return Prepared(lambda: ba.objective(inp), lambda: ba.jacobian(inp, d))
 
 
 def lower_indices(d: int):

@@ -77,13 +77,14 @@ class Tool:
 
     def prepare(self, problem: str, inp) -> runners.Prepared:
         if self.module is None:
-            return getattr(runners, f"hecate_{problem}")(inp)
+            return getattr(runners, f"hecate_{problem}")(inp, *self.options)
         module = importlib.import_module(f"{__package__}.{self.module}")
         return getattr(module, f"prepare_{problem}")(inp, *self.options)
 
 
 TOOLS = (
     Tool("hecate", None),
+    Tool("hecate-compiled", None, (True,)),   # tape.compile: traced once, then replayed
     Tool("autograd", "peer_autograd", package="autograd"),
     Tool("torch", "peer_torch", package="torch"),
     Tool("jax", "peer_jax", (False,), package="jax"),
