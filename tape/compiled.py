@@ -45,7 +45,8 @@ from .errors import ActivityError
 from .modifiers import is_complex, to_user, user_cotangents
 from .program import CompileTrace, GuardFailed, Program, Uncompilable, same_value
 from .signature import (_changed, _first_difference, _is_scalar, _leaves, _rng_key,
-                        _signature, _snapshotter, _unchanged, _watch)
+                        _signature, _snapshotter, _unchanged, _watch, generator_state,
+                        set_generator_state)
 from .pytree import flatten, is_inactive, unflatten
 from .split import autodiff_thunk
 
@@ -256,21 +257,22 @@ class _Compiled:
 
     @classmethod
     def trace(cls, owner, annotated, names):
-        watched = _watch(owner.f)
-        generators = [v for _, _, v in watched if hasattr(v, "bit_generator")]
-        states = [g.bit_generator.state for g in generators]
+        watched, generators = _watch(owner.f)
+        states = [generator_state(g) for g in generators]
         state = np.random.get_state(legacy=False)
         try:
             first = _trace_once(owner, annotated, names, watched)
+            moved = [not same_value(generator_state(g), s) for g, s in zip(generators, states)]
             second = _trace_once(owner, annotated, names, watched)
             after = np.random.get_state(legacy=False)
         finally:   # tracing draws nothing: a call that then runs eagerly draws as eager does
             np.random.set_state(state)
             for g, s in zip(generators, states):
-                g.bit_generator.state = s
-        if not same_value(_rng_key(state), _rng_key(after)):
-            raise _Random("the function draws from NumPy's global random generator; a replay "
-                          "would repeat the same draws, so each call runs eagerly")
+                set_generator_state(g, s)
+        if not same_value(_rng_key(state), _rng_key(after)) or any(moved):
+            raise _Random("the function draws random numbers (NumPy's global generator or a "
+                          "Generator it reads); a replay would repeat the same draws, so each "
+                          "call runs eagerly")
         difference = _first_difference(first[0], second[0])
         if difference is not None:
             raise _Random(f"two traces with the same arguments differ ({difference}): the "

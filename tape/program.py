@@ -166,7 +166,7 @@ class CompileTrace(ReverseTrace):
             cfg = _REVERSE_CONFIGS[tuple(active)]
             out, _ = prim.augmented_primal(cfg, *vals, **params)
             step = (AUGMENTED, prim, cfg, tuple(ins), consts, params)
-            if getattr(prim, "inline", None) and not params and _inlinable(vals, out):
+            if getattr(prim, "inline", None) and not params and _inlinable(vals, ins, out):
                 self.inline.add(len(self.steps))
         else:
             out = prim.impl(*vals, **params)
@@ -210,16 +210,17 @@ class CompileTrace(ReverseTrace):
 _SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.isrealobj}
 
 
-def _inlinable(vals, out) -> bool:
-    """Whether an elementwise rule may be written out inline: real floating values, nothing
-    broadcast (so no cotangent needs summing down to an input's shape)."""
+def _inlinable(vals, ins, out) -> bool:
+    """Whether an elementwise rule may be written out inline: real floating arrays of the
+    result's shape (nothing broadcast, so no cotangent needs summing down to an input's
+    shape), or Python numbers that are constants of the program."""
     if type(out) is not np.ndarray or out.dtype.kind != "f":
         return False
-    for v in vals:
+    for v, s in zip(vals, ins):
         if type(v) is np.ndarray:
             if v.shape != out.shape or v.dtype.kind != "f":
                 return False
-        elif not isinstance(v, (float, int)) or isinstance(v, bool):
+        elif s is not None or type(v) not in (float, int):
             return False
     return True
 

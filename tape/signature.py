@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import numpy as np
@@ -79,21 +80,19 @@ def _leaf_key(x, const):
 # What the function reads besides its arguments
 
 
-def _watch(f) -> list:
+def _watch(f) -> tuple:
     """Checks for the values `f` reads from its closure, globals, defaults and bound object
     (and those of the Python functions it calls by name): a list of (description, getter,
     value seen)."""
-    watched, seen = [], set()
+    watched, seen, generators = [], set(), []
 
     def visit_function(fn, depth):
-        if id(fn) in seen or depth > 3:
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen or depth > 3:
             return
         seen.add(id(fn))
         module = getattr(fn, "__module__", "") or ""
-        if module.partition(".")[0] in ("numpy", "scipy", "tape", "ops", "builtins"):
-            return
-        code = getattr(fn, "__code__", None)
-        if code is None:
+        if module.partition(".")[0] in _LIBRARIES:
             return
         for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
             try:
@@ -104,10 +103,15 @@ def _watch(f) -> list:
                             (lambda c=cell: c.cell_contents), value))
             visit_value(value, depth)
         g = getattr(fn, "__globals__", {})
-        for name in _names(code):
+        names = _names(code)
+        for name in names:
             if name in g:
                 value = g[name]
                 if isinstance(value, types.ModuleType):
+                    if value.__name__.partition(".")[0] not in _LIBRARIES:
+                        for attr in names & set(vars(value)):   # module.attribute reads
+                            watched.append((f"`{name}.{attr}`", (lambda m=value, a=attr:
+                                            vars(m).get(a, _GONE)), _seen(vars(value)[attr])))
                     continue
                 watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
                 visit_value(value, depth)
@@ -134,8 +138,19 @@ def _watch(f) -> list:
                             _shallow(value)))
             for item in items:
                 visit_value(item, depth + 1)
+        elif isinstance(value, functools.partial):
+            visit_value(value.func, depth)
+            for item in value.args + tuple(value.keywords.values()):
+                visit_value(item, depth + 1)
+            watched.append(("a partial's arguments", (lambda v=value: _shallow(
+                v.args + tuple(v.keywords.values()))), _shallow(
+                value.args + tuple(value.keywords.values()))))
+        elif hasattr(value, "bit_generator") or isinstance(value, np.random.RandomState):
+            generators.append(value)
         elif hasattr(value, "__dict__") and not isinstance(value, type):
-            for item in vars(value).values():
+            for name, item in vars(value).items():   # attributes rebound between calls
+                watched.append((f"attribute `{name}`",
+                                (lambda o=value, n=name: vars(o).get(n, _GONE)), _seen(item)))
                 visit_value(item, depth + 1)
 
     visit_function(getattr(f, "__func__", f), 0)
@@ -144,7 +159,28 @@ def _watch(f) -> list:
     elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
         visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
         visit_value(f, 0)
-    return watched
+    return watched, generators
+
+
+_LIBRARIES = ("numpy", "scipy", "tape", "ops", "builtins", "cupy")
+_GONE = object()
+
+
+def _seen(value):
+    """What a watched value is compared with later: a copy of an array's contents."""
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def generator_state(g):
+    """The state of a NumPy Generator or RandomState (to restore it after tracing)."""
+    return g.bit_generator.state if hasattr(g, "bit_generator") else g.get_state(legacy=False)
+
+
+def set_generator_state(g, state) -> None:
+    if hasattr(g, "bit_generator"):
+        g.bit_generator.state = state
+    else:
+        g.set_state(state)
 
 
 def _names(code):

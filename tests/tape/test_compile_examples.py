@@ -46,9 +46,6 @@ def _compare_simple(g, f, mode, ret, make_args):
     return got
 
 
-@pytest.mark.xfail(strict=True, reason="compile bug: np.sum(x * np.sum(x)) gives a wrong "
-                   "gradient (the 0-d operand's cotangent is not summed)",
-                   raises=AssertionError)
 def test_array_times_its_own_sum():
     def f(x):
         return np.sum(x * np.sum(x))
@@ -57,9 +54,6 @@ def test_array_times_its_own_sum():
     _compare_simple(g, f, Reverse, Active, lambda: [Duplicated(x.copy(), np.zeros((2, 2)))])
 
 
-@pytest.mark.xfail(strict=True, reason="compile bug: x * a with an Active Python float a "
-                   "raises TypeError in the replay, eager returns the derivatives",
-                   raises=TypeError)
 def test_array_times_active_float():
     def f(x, a):
         return np.sum(x * a)
@@ -171,9 +165,6 @@ def _stale_cases():
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="compile bug: values read through an object's "
-                   "attributes, a module's attributes or a functools.partial are not watched; "
-                   "the replay returns the traced (stale) values", raises=AssertionError)
 @pytest.mark.parametrize("name, f, change", [pytest.param(*case, id=case[0])
                                              for case in _stale_cases()])
 def test_attribute_changes_between_calls_are_seen(name, f, change):
@@ -233,9 +224,6 @@ class _Noisy:
         return np.sum(x * self.rng.normal(size=3))
 
 
-@pytest.mark.xfail(strict=True, reason="compile bug: a generator held by an object attribute "
-                   "or a RandomState is not restored after the two traces, so the eager calls "
-                   "draw two calls ahead of eager autodiff", raises=AssertionError)
 @pytest.mark.parametrize("holder", ["object attribute", "RandomState"])
 def test_held_generator_draws_as_eager(holder):
     if holder == "object attribute":
@@ -247,9 +235,6 @@ def test_held_generator_draws_as_eager(holder):
         _random_calls(lambda x: np.sum(x * legacy.normal(size=3)), lambda: legacy.seed(5))
 
 
-@pytest.mark.xfail(strict=True, reason="compile bug: a draw whose value the result does not "
-                   "use is not replayed, so the generator does not advance as in eager mode",
-                   raises=AssertionError)
 def test_unused_draw_advances_the_generator_as_eager():
     rng = np.random.default_rng(0)
 

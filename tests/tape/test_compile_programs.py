@@ -14,8 +14,7 @@ import types
 import warnings
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tape
@@ -257,13 +256,6 @@ def compare_call(g, spec, f, compiled_args, eager_args, label):
 # The property
 
 
-# Steps that combine an array with a 0-d value of the trace (np.sum(x), x[i, j], np.max(x)).
-# These and Active Python floats meet a known compile bug, so the first property leaves them
-# out (to cover everything else) and the xfailed one below takes the whole vocabulary; once
-# the bug is fixed both run everything.
-ZERO_D_STEPS = {"argmax_flat", "mask_sum", "branch_max", "zero_d_product"}
-
-
 def specs(step_names, a_kinds=("float", "array")):
     return st.builds(
         Spec,
@@ -277,7 +269,7 @@ def specs(step_names, a_kinds=("float", "array")):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=specs(set(STEPS) - ZERO_D_STEPS, a_kinds=("array",)),
+@given(spec=specs(STEPS),
        seed=st.integers(0, 2 ** 32 - 1),
        cs=st.lists(st.sampled_from([-0.3, 0.0, 0.4]), min_size=3, max_size=3),
        ns=st.lists(st.integers(0, 2), min_size=3, max_size=3))
@@ -310,20 +302,3 @@ def test_compiled_program_matches_eager(spec, seed, cs, ns):
     assert stats.hits + stats.eager_calls + stats.traces >= len(calls) + 1
     assert not [r for r in stats.eager_reasons if r.startswith("tracing failed")], \
         stats.eager_reasons
-
-
-@pytest.mark.xfail(strict=True, reason="compile bug: an elementwise op between an array and a "
-                   "0-d traced value (an Active float, np.sum(x), x[i, j]) is inlined without "
-                   "summing the cotangent down to the scalar (tape/program.py _inlinable takes "
-                   "np.float64 for a Python constant)", raises=AssertionError)
-# No shrinking while the failure is expected (the minimal repros are test_array_times_* in
-# test_compile_examples.py); put Phase.shrink back with the xfail's removal.
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(spec=specs(STEPS), seed=st.integers(0, 2 ** 32 - 1),
-       cs=st.lists(st.sampled_from([-0.3, 0.0, 0.4]), min_size=3, max_size=3),
-       ns=st.lists(st.integers(0, 2), min_size=3, max_size=3))
-def test_compiled_program_with_scalar_operands_matches_eager(spec, seed, cs, ns):
-    """The same property over the whole vocabulary, Active Python floats and 0-d values
-    included."""
-    test_compiled_program_matches_eager.hypothesis.inner_test(spec, seed, cs, ns)
