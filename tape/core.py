@@ -179,7 +179,10 @@ class Trace:
 
     def __enter__(self):
         _trace_opened()
-        self._token = _TRACE_STACK.set(_TRACE_STACK.get() + (self,))
+        stack = _TRACE_STACK.get()
+        if stack and stack[-1].records_inactive:
+            stack[-1].saw_nested = True   # a compiling trace cannot replay what this records
+        self._token = _TRACE_STACK.set(stack + (self,))
         if self.strong_zero:
             self._strong_zero_token = STRONG_ZERO.set(True)
         return self

@@ -118,6 +118,7 @@ class CompileTrace(ReverseTrace):
         self.guards: dict[int, tuple] = {}      # slot -> ("truth", bool) | ("equal", value)
         self.snapshot = snapshot                # baked constants: copied, unless watched
         self.inline: set[int] = set()           # steps whose rule is written out inline
+        self.saw_nested = False                 # a differentiation opened inside the function
 
     # -- leaves ------------------------------------------------------------------------------
     def new_leaf(self, value, nondiff=False) -> CompiledTracer:
@@ -311,9 +312,13 @@ class Program:
     """
 
     def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots):
+        if trace.saw_nested:
+            raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
+                               "autodiff) runs eagerly")
         self.steps = trace.steps
         self.guards = trace.guards
         self.inline = trace.inline
+        _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
         needed = self._needed(result_slots, useful)
@@ -474,6 +479,20 @@ class Program:
 
     def __repr__(self):
         return self.source
+
+
+def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
+    """Every value a step reads, or the caller reads back, is a leaf or a step's result; a
+    value made some other way could not be replayed."""
+    defined = {s for s, _ in leaf_slots}
+    for kind, fn, cfg, ins, consts, params, outs in steps:
+        missing = [s for s in ins if s is not None and s not in defined]
+        if missing:
+            raise Uncompilable(f"`{getattr(fn, 'name', fn)}` reads a value the trace did not "
+                               "make")
+        defined.update(outs)
+    if any(s not in defined for s in list(result_slots) + list(grad_slots)):
+        raise Uncompilable("the result holds a value the trace did not make")
 
 
 _VALUE = re.compile(r"\bv(\d+)\b")

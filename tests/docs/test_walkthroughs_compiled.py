@@ -32,12 +32,7 @@ SCRIPTS = sorted((ROOT / "docs" / "walkthroughs").glob("[0-9][0-9]_*.py"))
 ALL_EAGER = {"03_forward_and_batch": "forward mode runs eagerly"}
 RTOL, ATOL = 1e-11, 1e-13   # relative to the largest entry; replays run the same NumPy calls
 # Walkthroughs that compiled replays do not run yet (each with a minimal repro in the reason).
-KNOWN_FAILURES = {
-    "07_checkpointing":
-        "programs traced through tape.checkpoint / checkpointed_scan lose the checkpointed "
-        "steps: compile(Reverse, lambda w: np.sum(checkpoint(lambda v: np.sin(v) * v)(w)), "
-        "Active, Active)(Active(np.array(0.5))) raises UnboundLocalError (v1)",
-}
+KNOWN_FAILURES: dict = {}   # script stem -> why it fails compiled (strict xfail)
 
 
 # --------------------------------------------------------------------------------------------
