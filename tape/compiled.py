@@ -45,7 +45,7 @@ from .errors import ActivityError
 from .modifiers import is_complex, to_user, user_cotangents
 from .program import CompileTrace, GuardFailed, Program, Uncompilable, same_value
 from .signature import (_changed, _first_difference, _is_scalar, _leaves, _rng_key,
-                        _signature, _snapshotter, _unchanged, _watch, generator_state,
+                        _signature, _snapshotter, _watch, generator_state,
                         set_generator_state)
 from .pytree import flatten, is_inactive, unflatten
 from .split import autodiff_thunk
@@ -245,14 +245,14 @@ class _Compiled:
     """A program and how the arguments of a call map onto it."""
 
     def __init__(self, program, out_template, out_slots, writes, grad_slots, watched,
-                 ret_active, owner):
+                 ret_slot, owner):
         self.program = program
         self.out_template = out_template   # the return value with its traced leaves as None
         self.out_slots = out_slots         # per output leaf: its slot, or None (a constant)
         self.writes = writes               # (group, leaf, final slot, seeded) per written leaf
         self.grad_slots = grad_slots
         self.watched = watched
-        self.ret_active = ret_active
+        self.ret_slot = ret_slot           # the seeded result's slot (None: no seed)
         self.owner = owner
 
     @classmethod
@@ -285,17 +285,13 @@ class _Compiled:
         return cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched, annotated)
 
     @classmethod
-    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched, owner_annotated):
+    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched, annotated):
         out_leaves, out_td = flatten(out) if out is not None else ([], None)
         out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
         writes, seeds = [], []
-        ret_slot = None
-        if ret_active:
-            if not isinstance(out, Tracer):
-                ret_slot = None
-            else:
-                ret_slot = out.slot
-                seeds.append(out.slot)
+        ret_slot = out.slot if ret_active and isinstance(out, Tracer) else None
+        if ret_slot is not None:
+            seeds.append(ret_slot)
         for g, arg in enumerate(groups):
             for i, t in enumerate(arg.tracers):
                 first_slot = arg.first_slots[i]
@@ -312,7 +308,6 @@ class _Compiled:
                                                          for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, grad_slots, watched,
                        ret_slot, owner)
-        annotated = owner_annotated   # the call that was traced: its kinds of arguments
         if ret_slot is not None:
             compiled.seed = (array_module(out._v), out.dtype)
         compiled.plain = not writes and all(
@@ -325,7 +320,7 @@ class _Compiled:
         return compiled
 
     def call(self, annotated, names):
-        if self.watched and not _unchanged(self.watched):
+        if self.watched and _changed(self.watched) is not None:
             raise GuardFailed("a value the function reads changed")
         if self.plain:
             fast = self._call_plain(annotated)
@@ -349,7 +344,7 @@ class _Compiled:
         for arg in groups:
             arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
         seeds = []
-        if self.ret_active is not None:
+        if self.ret_slot is not None:
             xp, dtype = self.seed
             seeds.append(xp.ones((), dtype=dtype))
         zero_after = []
@@ -391,7 +386,7 @@ class _Compiled:
                     return None
             leaves.append(x)
         seeds = []
-        if self.ret_active is not None:
+        if self.ret_slot is not None:
             xp, dtype = self.seed
             seeds.append(xp.ones((), dtype=dtype))
         results, grads = self.program.run(leaves, seeds)

@@ -20,7 +20,8 @@ import re
 import numpy as np
 
 from .config import _REVERSE_CONFIGS
-from .core import ReverseTrace, Tracer, peek, primal
+from .backend import add_or_none
+from .core import ReverseTrace, Tracer, peek
 from .tracer import ReverseTracerArray, _refuse, _KEEP_ARRAY
 
 
@@ -114,7 +115,6 @@ class CompileTrace(ReverseTrace):
     def __init__(self, snapshot):
         super().__init__()
         self.steps: list[tuple] = []
-        self.producer: dict[int, int] = {}      # slot -> index of the step that made it
         self.guards: dict[int, tuple] = {}      # slot -> ("truth", bool) | ("equal", value)
         self.snapshot = snapshot                # baked constants: copied, unless watched
         self.inline: set[int] = set()           # steps whose rule is written out inline
@@ -128,7 +128,7 @@ class CompileTrace(ReverseTrace):
 
     def constant(self, value) -> CompiledTracer:
         """A fresh buffer (np.zeros_like): each replay starts from a copy of this one."""
-        t = self._add_step((FRESH, None, None, (), (self.snapshot(value),), None, 1), [value],
+        t = self._add_step((FRESH, None, None, (), (self.snapshot(value),), None), [value],
                            False)[0]
         t.owned = True
         return t
@@ -138,10 +138,7 @@ class CompileTrace(ReverseTrace):
         first = self.n_slots
         self.n_slots = first + len(outs)
         slots = tuple(range(first, first + len(outs)))
-        index = len(self.steps)
-        self.steps.append(step[:6] + (slots,))
-        for s in slots:
-            self.producer[s] = index
+        self.steps.append(step + (slots,))
         return [CompiledTracer(o, self, s, nondiff) for o, s in zip(outs, slots)]
 
     def process(self, prim, args, params):
@@ -183,8 +180,8 @@ class CompileTrace(ReverseTrace):
             return fn(*[peek(a) for a in args], **kwargs)
         found = []
         template = _template((args, kwargs), self, found)
-        if not found:
-            return fn(*_plain_args(args), **{k: _plain_args([v])[0] for k, v in kwargs.items()})
+        if not found:   # no traced value anywhere in the arguments
+            return fn(*args, **kwargs)
         plain = _fill(template, [t._v for t in found])
         out = fn(*plain[0], **plain[1])
         step = (INACTIVE, fn, None, tuple(t.slot for t in found),
@@ -264,10 +261,6 @@ def _fill(template, values):
     return template
 
 
-def _plain_args(args):
-    return [primal(a) for a in args]
-
-
 # --------------------------------------------------------------------------------------------
 # The program
 
@@ -291,14 +284,6 @@ def same_value(a, b) -> bool:
         return bool(a == b) or (a != a and b != b)
     except (TypeError, ValueError):
         return a is b
-
-
-def _add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
 
 
 class Program:
@@ -366,7 +351,7 @@ class Program:
 
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
                   useful, needed):
-        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": _add, "_call": _call,
+        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
               "_fill": _fill}
         lines = ["def run(leaves, seeds):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)

@@ -108,7 +108,7 @@ def _watch(f) -> tuple:
             if name in g:
                 value = g[name]
                 if isinstance(value, types.ModuleType):
-                    if value.__name__.partition(".")[0] not in _LIBRARIES:
+                    if not _is_library_module(value):
                         for attr in names & set(vars(value)):   # module.attribute reads
                             watched.append((f"`{name}.{attr}`", (lambda m=value, a=attr:
                                             vars(m).get(a, _GONE)), _seen(vars(value)[attr])))
@@ -127,7 +127,7 @@ def _watch(f) -> tuple:
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
-        if id(value) in seen or depth > 3:
+        if id(value) in seen or depth > 3 or _is_library_module(value):
             return
         seen.add(id(value))
         if isinstance(value, np.ndarray):
@@ -166,6 +166,12 @@ _LIBRARIES = ("numpy", "scipy", "tape", "ops", "builtins", "cupy")
 _GONE = object()
 
 
+def _is_library_module(value) -> bool:
+    """NumPy, SciPy and the engine are not watched (walking them would cost every call)."""
+    return (isinstance(value, types.ModuleType)
+            and value.__name__.partition(".")[0] in _LIBRARIES)
+
+
 def _seen(value):
     """What a watched value is compared with later: a copy of an array's contents."""
     return value.copy() if isinstance(value, np.ndarray) else value
@@ -197,20 +203,8 @@ def _shallow(container):
         tuple(container) if type(container) is dict else ())
 
 
-def _unchanged(watched) -> bool:
-    for _, get, seen in watched:
-        now = get()
-        if now is seen:
-            continue
-        if isinstance(seen, np.ndarray) and isinstance(now, np.ndarray):
-            if not same_value(now, seen):
-                return False
-        elif not same_value(now, seen):
-            return False
-    return True
-
-
 def _changed(watched) -> str | None:
+    """What the function reads that changed since it was traced (None: nothing)."""
     for what, get, seen in watched:
         now = get()
         if now is not seen and not same_value(now, seen):
