@@ -132,6 +132,19 @@ def test_swa_bf16_matches_reference_rounding(hd):
         assert_close(g, w, 1e-4)
 
 
+def assert_gpu_gradients_match(model, x, W):
+    """The gradients of `model(m0, x, *W)` with float32 CuPy inputs are CuPy arrays equal to
+    the float64 NumPy ones within float32 accuracy."""
+    want, = autodiff(Reverse, lambda *a: model(np.zeros((32, 32)), *a), Active,
+                     *map(Active, [x] + W))
+    gpu_args = [cp.asarray(a, dtype=cp.float32) for a in [x] + W]
+    m0 = cp.zeros((32, 32), dtype=cp.float32)
+    got, = autodiff(Reverse, lambda *a: model(m0, *a), Active, *map(Active, gpu_args))
+    for g, w in zip(got, want):
+        assert isinstance(g, cp.ndarray)
+        assert_close(g, w, 1e-4)
+
+
 def test_public_api_picks_cuda_and_differentiates_through_the_tape():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((12, 32))
@@ -145,14 +158,7 @@ def test_public_api_picks_cuda_and_differentiates_through_the_tape():
         y, m = kernels.delta_rule(k, v, q, gates * 0.1, gates * 0.5, m0)
         return np.sum(out * out) + np.sum(y * y) + np.sum(m)
 
-    want, = autodiff(Reverse, lambda *a: model(np.zeros((32, 32)), *a), Active,
-                     *map(Active, [x] + W))
-    gpu_args = [cp.asarray(a, dtype=cp.float32) for a in [x] + W]
-    m0 = cp.zeros((32, 32), dtype=cp.float32)
-    got, = autodiff(Reverse, lambda *a: model(m0, *a), Active, *map(Active, gpu_args))
-    for g, w in zip(got, want):
-        assert isinstance(g, cp.ndarray)
-        assert_close(g, w, 1e-4)
+    assert_gpu_gradients_match(model, x, W)
 
 
 def test_reference_forced_runs_on_gpu_arrays():
@@ -307,11 +313,4 @@ def test_public_chunked_rule_differentiates_through_the_tape():
         y, m = kernels.delta_rule(k, v, q, gates * 0.1, gates * 0.5, m0)
         return np.sum(y * y) + np.sum(m)
 
-    want, = autodiff(Reverse, lambda *a: model(np.zeros((32, 32)), *a), Active,
-                     *map(Active, [x] + W))
-    gpu_args = [cp.asarray(a, dtype=cp.float32) for a in [x] + W]
-    m0 = cp.zeros((32, 32), dtype=cp.float32)
-    got, = autodiff(Reverse, lambda *a: model(m0, *a), Active, *map(Active, gpu_args))
-    for g, w in zip(got, want):
-        assert isinstance(g, cp.ndarray)
-        assert_close(g, w, 1e-4)
+    assert_gpu_gradients_match(model, x, W)
