@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import math
 
-from tape.core import primal
+from tape.core import peek
 
 
 def shape(x) -> tuple:
-    return tuple(getattr(primal(x), "shape", ()))
+    return tuple(getattr(peek(x), "shape", ()))
 
 
 def dtype(x):
-    return getattr(primal(x), "dtype", None)
+    return getattr(peek(x), "dtype", None)
 
 
 def check_same(name: str, ref_name: str, ref, others: dict, expect_shape: tuple,
@@ -21,7 +21,7 @@ def check_same(name: str, ref_name: str, ref, others: dict, expect_shape: tuple,
     ref_dtype = dtype(ref)
     if ref_dtype is None or getattr(ref_dtype, "kind", "") != "f":
         raise TypeError(f"{name}: `{ref_name}` must be a floating-point array, got "
-                        f"{type(primal(ref)).__name__} with dtype {ref_dtype}")
+                        f"{type(peek(ref)).__name__} with dtype {ref_dtype}")
     for arg, x in others.items():
         if shape(x) != expect_shape:
             raise ValueError(f"{name}: `{arg}` must have shape {expect_shape} ({what}); got "

@@ -18,7 +18,7 @@ import warnings
 from typing import Any, NamedTuple, Optional
 
 from tape.backend import module_name
-from tape.core import primal
+from tape.core import peek
 
 BACKENDS = ("reference", "cuda")
 
@@ -151,10 +151,10 @@ def backend_for(arrays, dim: int, requested: Optional[str], name: str) -> str:
             raise RuntimeError(f"{name}: backend='cuda' but no usable GPU was detected")
     elif not on_gpu or select_backend(detect_gpu()) != "cuda":
         return "reference"
-    if str(primal(arrays[0]).dtype) != "float32":
+    if str(peek(arrays[0]).dtype) != "float32":
         if requested == "cuda":
             raise ValueError(f"{name}: the CUDA kernels take float32 arrays, got "
-                             f"{primal(arrays[0]).dtype}")
+                             f"{peek(arrays[0]).dtype}")
         return "reference"
     if dim > CUDA_MAX_DIM:
         msg = (f"{name}: dimension {dim} exceeds the CUDA kernels' maximum of {CUDA_MAX_DIM}")
@@ -177,7 +177,7 @@ def chunked_gpu_usable(arrays, dim: int) -> bool:
     """
     if module_name(arrays[0]) != "cupy" or detect_gpu() is None:
         return False
-    return str(primal(arrays[0]).dtype) in ("float32", "float64") and dim <= CUDA_MAX_DIM
+    return str(peek(arrays[0]).dtype) in ("float32", "float64") and dim <= CUDA_MAX_DIM
 
 
 def info() -> str:

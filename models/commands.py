@@ -92,6 +92,9 @@ def add_parsers(sub: Any) -> None:
                         "(default 0.01; 0 turns it off; models.layers.gate_excess); a finite "
                         "number >= 0")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--no-compile", action="store_true",
+                   help="differentiate each step with eager autodiff instead of replaying the "
+                        "compiled step (tape.compile); the values are the same")
     t.add_argument("--checkpoint-minutes", type=NON_NEGATIVE, metavar="X",
                    help="also write the checkpoint every X minutes of training (default 5; 0: "
                         "only every 200 steps, at the end and when stopped); a finite number "
@@ -151,7 +154,7 @@ def _train_on(args: argparse.Namespace, world: Any) -> int:
         print(f"hecate train: run directory {run_dir}", file=sys.stderr)
     try:   # SIGTERM / a first Ctrl-C: checkpoint, then exit 143 / 130; a second Ctrl-C: 130
         result = train(cfg, tcfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                       force=args.force, world=world)
+                       force=args.force, world=world, compile_step=not args.no_compile)
     except KeyboardInterrupt:
         if world.size > 1:
             raise   # every rank must end: the guard aborts them

@@ -61,7 +61,8 @@ import numpy as np
 
 import kernels
 from ops import sigmoid, softplus
-from tape import array_module, primal
+from tape import array_module, inactive
+from tape.core import peek
 from tape.backend import add_or_none
 
 # DESIGN §5: gate-bias initial values by level.
@@ -250,8 +251,8 @@ def _projections(level: Level, x, key_shift: bool = False, heads: int = 1) -> tu
     With ``heads > 1`` the keys, values and queries are split into heads (`split_heads`), each
     L2-normalised on its own, and the gates are per head (`_gate`)."""
     if key_shift:
-        xp = array_module(primal(x))
-        pad = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=primal(x).dtype)
+        xp = array_module(x)
+        pad = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=peek(x).dtype)
         k = np.concatenate([pad, x[:, :-1]], axis=1) @ level.w_k
     else:
         k = x @ level.w_k
@@ -328,6 +329,11 @@ def _join(index: int, p, a):
     return np.concatenate([p, a], axis=-2 if index < 3 else -1)
 
 
+# The new state carries no derivative. As a `tape.inactive` call, a compiled training step
+# keeps it traced, so each replay returns that call's state (`primal` would fix the traced one).
+_state_value = inactive(lambda a: a)
+
+
 def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: str,
                   key_shift: bool = False, gate_margin: Optional[float] = None,
                   eta_max: float = 1.0, heads: int = 1, bounded_theta: bool = False) -> tuple:
@@ -346,7 +352,7 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
     m, s = st.m, st.s
     if period == 1:
         y, m, s = _run_rule(rule, k, v, q, decay, theta, eta, m, s)
-        return merge_heads(y, heads), LevelState(m=primal(m), s=None if s is None else primal(s),
+        return merge_heads(y, heads), LevelState(m=_state_value(m), s=_state_value(s),
                                                  pend=st.pend), excess
 
     cur = (k, v, q, decay, theta, eta)
@@ -368,8 +374,8 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
         outs.append(kernels.memory_read(tail[2], m))
         pend = tuple(_join(i, p, a) for i, (p, a) in enumerate(zip(pend, tail)))
     y = outs[0] if len(outs) == 1 else np.concatenate(outs, axis=-2)
-    new = LevelState(m=primal(m), s=None if s is None else primal(s),
-                     pend=tuple(_pad_pending(primal(a), period, i < 3)
+    new = LevelState(m=_state_value(m), s=_state_value(s),
+                     pend=tuple(_pad_pending(_state_value(a), period, i < 3)
                                 for i, a in enumerate(pend)))
     return merge_heads(y, heads), new, excess
 

@@ -42,6 +42,7 @@ import numpy as np
 import kernels
 from ops import cross_entropy, rms_norm, sigmoid, silu
 from tape import array_module, primal
+from tape.core import Tracer, nondiff_value, peek
 from tape.backend import add_or_none
 
 from .config import ModelConfig
@@ -166,7 +167,7 @@ def _attention(attn: Attention, a_in, cfg: ModelConfig):
     q, k, v = (split_heads(t, cfg.heads) for t in (q, k, v))
     if cfg.rotary:
         cos, sin = rotary_tables(np.arange(q.shape[-2]), cfg.head_dim,
-                                 array_module(primal(q)), str(primal(q).dtype))
+                                 array_module(q), str(peek(q).dtype))
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     return merge_heads(kernels.swa_attention(q, k, v, cfg.window), cfg.heads)
 
@@ -197,11 +198,22 @@ def _block(block: Block, x, states: list, pos: int, cfg: ModelConfig,
     return x, new_states, excess
 
 
+def token_array(tokens: Any, xp: Any) -> Any:
+    """Integer `tokens` as an array of `xp`. Inside a compiled training step they arrive traced
+    (a Const argument) and stay so: the program reads each call's tokens.
+
+    >>> token_array([[1, 2]], np).shape
+    (1, 2)
+    """
+    t = nondiff_value(tokens)
+    return t if isinstance(t, Tracer) else xp.asarray(t)
+
+
 def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig,
              gate_margin: Optional[float] = None) -> tuple:
     """``(logits, new state, summed gate excess or None)``: `logits` with the gate term."""
     xp = array_module(params.embed)
-    tokens = xp.asarray(primal(tokens))
+    tokens = token_array(tokens, xp)
     if tokens.ndim != 2:
         raise ValueError(f"logits: tokens must have shape [batch, s]; got {tokens.shape}")
     if state is None:
@@ -241,7 +253,7 @@ def loss(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig) 
     (True, 8)
     """
     xp = array_module(params.embed)
-    tokens = xp.asarray(primal(tokens))
+    tokens = token_array(tokens, xp)
     out, new_state = logits(params, tokens[:, :-1], state, cfg)
     return cross_entropy(out, tokens[:, 1:]), new_state
 
@@ -261,7 +273,7 @@ def training_loss(params: Params, tokens: Any, state: Optional[State],
     True
     """
     xp = array_module(params.embed)
-    tokens = xp.asarray(primal(tokens))
+    tokens = token_array(tokens, xp)
     margin = cfg.gate_margin if cfg.gate_penalty > 0 and cfg.levels > 0 else None
     out, new_state, excess = _forward(params, tokens[:, :-1], state, cfg, margin)
     ce = cross_entropy(out, tokens[:, 1:])

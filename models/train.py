@@ -3,7 +3,8 @@
 One step: draw a batch, one reverse pass for the whole gradient
 ``autodiff(ReverseWithPrimal, lambda p, t: model.training_loss(p, t, state, cfg)[0], Active,
 Duplicated(params, grads), Const(tokens))`` (the cross-entropy plus the gate-saturation
-penalty), clip by global norm, AdamW with a warmup + cosine schedule, and carry the memory state
+penalty; by default replayed as one `tape.compile`d program, see `models.train_step`), clip by
+global norm, AdamW with a warmup + cosine schedule, and carry the memory state
 (returned by the loss as plain arrays) to the next chunk.
 
 A run directory holds ``config.json`` (model and training configs), ``metrics.jsonl`` (one line
@@ -48,8 +49,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero_
-from tape import primal, tree_map
+from tape import make_zero_, primal, tree_map
 
 from . import decode, model
 from .distributed import (NullLog, StepBuffer, World, current_world, gather_state, local_rows,
@@ -65,6 +65,7 @@ from .rundir import (METRICS, RunError, ckpt_path, disk_error, history_entry, lo
 from .runlock import LockError, RunLock
 from .runstate import FORCE_HINT, Checkpointer, plot_losses, restore, state_arrays
 from .signals import StopSignals
+from .train_step import TrainStep
 
 
 
@@ -202,7 +203,8 @@ def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature:
 def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool = False,
           progress: bool = True, out: Any = "stdout", corpus: Optional[bytes] = None,
           stop_after: Optional[int] = None, force: bool = False,
-          argv: Optional[list] = None, world: Optional[World] = None) -> TrainResult:
+          argv: Optional[list] = None, world: Optional[World] = None,
+          compile_step: bool = True) -> TrainResult:
     """Train `cfg` under `tcfg`, writing the run directory; see the module docstring.
 
     `corpus` (bytes) replaces the default corpus for the text task (tests); `stop_after` ends
@@ -216,6 +218,9 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
     `world` (default: `models.distributed.current_world`, found from the MPI launcher's
     environment) splits every global batch of ``tcfg.batch_size`` rows over its ranks; rank 0
     alone writes the run directory, prints and shows the progress bar.
+
+    `compile_step` (the default) differentiates each step by replaying one `tape.compile`d
+    program (`models.train_step`); False runs eager `autodiff`. Both give the same values.
     """
     world = world if world is not None else current_world()
     if not world.is_root:
@@ -243,7 +248,7 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
     if not world.is_root:   # the run directory is rank 0's alone: no lock, no files
         with StopSignals() as stop:
             return _run(cfg, tcfg, run_dir, resume, False, None, corpus, stop_after, force,
-                        argv, xp, world.stop_view(stop), note, world)
+                        argv, xp, world.stop_view(stop), note, world, compile_step)
     if resume and not last.exists():
         raise RunError(f"--resume: no checkpoint at {last}")
     created = not run_dir.exists()
@@ -264,7 +269,8 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
         with StopSignals() as stop:
             try:
                 return _run(cfg, tcfg, run_dir, resume, progress, out, corpus, stop_after,
-                            force, argv, xp, world.stop_view(stop), note, world)
+                            force, argv, xp, world.stop_view(stop), note, world,
+                            compile_step)
             except KeyboardInterrupt:
                 kept = f"the last complete checkpoint is kept: {last}; continue with: " \
                     f"{resume_command(run_dir)}" if last.exists() else "no checkpoint written"
@@ -282,7 +288,7 @@ def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool
 def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progress: bool,
          out: Any, corpus: Optional[bytes], stop_after: Optional[int], force: bool,
          argv: Optional[list], xp: Any, stop: StopSignals, note: Any,
-         world: World) -> TrainResult:
+         world: World, compile_step: bool = True) -> TrainResult:
     """`train` with the run directory locked (on rank 0) and the stop handlers installed."""
     last = ckpt_path(run_dir)
     root = world.is_root
@@ -348,6 +354,9 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     buffer = StepBuffer(params, world)   # the gradient leaves are views of one flat array
     grads, rows = buffer.grads, world.rows(tcfg.batch_size)
     tokens_per_step = tcfg.batch_size * cfg.seq_len
+    # The compiled step (tape.compile) gives the eager step's values; on CuPy it has not been
+    # checked yet, so GPU runs use the eager step.
+    train_step = TrainStep(cfg, compiled=compile_step and xp is np)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -374,17 +383,8 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
                 # other values, a conflict the model could not resolve.
                 state = model.init_state(cfg, rows.stop - rows.start, xp)
             make_zero_(grads)
-            box = []
-
-            def objective(p, t):
-                value, new_state, ce = model.training_loss(p, t, state, cfg)
-                box.append((new_state, ce))
-                return value
-
-            _, total = autodiff(ReverseWithPrimal, objective, Active,
-                                Duplicated(params, grads), Const(tokens))
             # The cross-entropy is what is reported; a non-finite gate term still stops.
-            value, total = float(primal(box[-1][1])), float(total)
+            value, total, new_state = train_step(params, grads, tokens, state)
             # The mean over the ranks (one allreduce); the clip sees the global gradient.
             value, total, timed = buffer.reduce(value, total, stop, ckpt)
             norm = clip_by_global_norm(grads, tcfg.clip)
@@ -396,7 +396,7 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
                                             f"training stopped; {kept}"))
             lr = warmup_cosine(step, tcfg.lr, tcfg.warmup, tcfg.steps, tcfg.min_lr_ratio)
             opt.step(params, grads, lr)
-            state = _plain(box[-1][0])
+            state = new_state
             step += 1
             losses.append(value)
             tps = tokens_per_step / (time.perf_counter() - t0)

@@ -26,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, nondiff_value, primal
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
@@ -308,7 +308,7 @@ where = defprimitive("where", lambda x, y, condition: np.where(condition, x, y),
 def _where(condition, x=None, y=None):
     if x is None and y is None:
         return np.nonzero(primal(condition))
-    return where(x, y, condition=primal(condition))
+    return where(x, y, condition=nondiff_value(condition))
 
 
 register_function(np.where, _where)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import Tracer, nondiff_value, peek, primal
 from tape.errors import NonDifferentiableError
 from tape.rules import register_function, register_method
 
@@ -26,10 +26,18 @@ from .shape import _along, _no_out, moveaxis, normalize_axis, ravel
 
 
 def plain_index(index):
-    """Indices carry no derivative: replace traced index arrays by their values."""
+    """Indices carry no derivative: replace traced index arrays by their values. Integer
+    arrays go through `nondiff_value` (a compiled program reads them at each call); boolean
+    masks decide the result's shape, so their values are read (and guarded) here."""
     if isinstance(index, tuple):
-        return tuple(primal(i) for i in index)
-    return primal(index)
+        return tuple(_index_item(i) for i in index)
+    return _index_item(index)
+
+
+def _index_item(i):
+    if isinstance(i, Tracer) and np.issubdtype(peek(i).dtype, np.integer):
+        return nondiff_value(i)
+    return primal(i)
 
 
 def _items(index) -> tuple:
@@ -261,7 +269,7 @@ def take(a, indices, axis=None, out=None, mode="raise"):
     if axis is None:
         a, axis = ravel(a), 0
     axis = normalize_axis(axis, np.ndim(a))
-    indices = primal(indices)
+    indices = _index_item(indices)
     n = shape_of(a)[axis]
     if mode == "wrap":
         indices = np.mod(indices, n)
@@ -281,7 +289,7 @@ def take_along_axis(arr, indices, axis=-1):
     """np.take_along_axis: a gather along `axis` (of the flattened array when None)."""
     if axis is None:
         arr, axis = ravel(arr), 0
-    indices = primal(indices)
+    indices = _index_item(indices)
     axis = normalize_axis(axis, np.ndim(arr))
     if np.ndim(indices) != np.ndim(arr):
         raise ValueError("`indices` and `arr` must have the same number of dimensions")
@@ -295,7 +303,7 @@ def put_along_axis(arr, indices, values, axis):
     if axis is None:
         raise NotImplementedError("np.put_along_axis with axis=None on a traced array")
     axis = normalize_axis(axis, np.ndim(arr))
-    arr[_along_axis_index(shape_of(arr), primal(indices), axis, array_module(arr))] = values
+    arr[_along_axis_index(shape_of(arr), _index_item(indices), axis, array_module(arr))] = values
 
 
 # -- diagonals -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import Tracer, nondiff_value, peek
 
 from ._util import (add_tangents, as_float, broadcast_tangent, defprimitive, shape_of,
                     unbroadcast)
@@ -235,8 +235,16 @@ def _ce_reduce(per_position, mask, reduction):
     return total if reduction == "sum" else total / int(mask.sum())
 
 
+def _check_targets(targets, mask, n, ignore_index):
+    # Inside the primitive, so a compiled program checks each call's targets.
+    if bool(((targets < 0) | (targets >= n))[mask].any()):
+        raise IndexError(f"cross_entropy targets must lie in [0, {n}) or equal "
+                         f"ignore_index={ignore_index}")
+
+
 def _ce_core(x, targets, axis, ignore_index, reduction):
     mask, safe = _ce_targets(targets, ignore_index)
+    _check_targets(targets, mask, shape_of(x)[axis], ignore_index)
     lse = _logsumexp(x, axis=(axis,), keepdims=True)
     per = np.reshape(lse - _pick(x, safe, axis), shape_of(targets))
     return _ce_reduce(np.where(mask, per, 0.0), mask, reduction), lse
@@ -303,16 +311,15 @@ def cross_entropy(logits, targets, axis=-1, ignore_index=-100, reduction="mean")
         logits = as_float(logits)
     shape = shape_of(logits)
     ax, = _axes(axis, len(shape))
-    t = array_module(logits).asarray(primal(targets))
-    if not np.issubdtype(t.dtype, np.integer):
-        raise TypeError(f"cross_entropy targets must be integer class indices, got {t.dtype}")
-    if tuple(t.shape) != _dropped(shape, (ax,)):
-        raise ValueError(f"targets of shape {tuple(t.shape)} do not match logits of shape "
+    t = nondiff_value(targets)   # a compiled program passes each call's targets
+    if not isinstance(t, Tracer):
+        t = array_module(logits).asarray(t)
+    dtype, t_shape = peek(t).dtype, tuple(peek(t).shape)
+    if not np.issubdtype(dtype, np.integer):
+        raise TypeError(f"cross_entropy targets must be integer class indices, got {dtype}")
+    if t_shape != _dropped(shape, (ax,)):
+        raise ValueError(f"targets of shape {t_shape} do not match logits of shape "
                          f"{shape} without axis {ax}")
-    counted = t != ignore_index
-    if bool(((t < 0) | (t >= shape[ax]))[counted].any()):
-        raise IndexError(f"cross_entropy targets must lie in [0, {shape[ax]}) or equal "
-                         f"ignore_index={ignore_index}")
     return _cross_entropy(logits, targets=t, axis=ax, ignore_index=ignore_index,
                           reduction=reduction)
 

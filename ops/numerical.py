@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
 from ._util import shape_of
@@ -249,7 +249,7 @@ def _as_3d(v):
     """A 2-vector (x, y) as the 3-vector (x, y, 0); a 3-vector unchanged."""
     if shape_of(v)[-1] == 3:
         return v
-    return np.concatenate([v, np.zeros(shape_of(v)[:-1] + (1,), dtype=primal(v).dtype)], axis=-1)
+    return np.concatenate([v, np.zeros(shape_of(v)[:-1] + (1,), dtype=peek(v).dtype)], axis=-1)
 
 
 # -- real_if_close --------------------------------------------------------------------------------

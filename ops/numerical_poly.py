@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek
 from tape.rules import register_function
 
 from ._util import add_tangents, defprimitive, shape_of
@@ -121,7 +121,7 @@ def polyval(p, x):
         p = np.asarray(p) if not isinstance(p, (list, tuple)) else p
     if not isinstance(x, Tracer):
         x = np.asarray(x)
-    y = np.zeros_like(primal(x))
+    y = np.zeros_like(peek(x))
     for k in range(len(p)):
         y = y * x + p[k]
     return y
@@ -131,7 +131,7 @@ def polyval(p, x):
 def _vandermonde(x, order):
     """The columns x**(order-1), ..., x, 1, built by repeated products (so the derivative at
     x = 0 has no 0 * inf)."""
-    columns = [np.ones_like(primal(x))]
+    columns = [np.ones_like(peek(x))]
     for _ in range(order - 1):
         columns.append(columns[-1] * x)
     return np.stack(columns[::-1], axis=1)
@@ -171,7 +171,7 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     y = y + 0.0 if isinstance(y, Tracer) else np.asarray(y) + 0.0
     _check_polyfit(x, y, int(deg), w)
     if rcond is None:
-        rcond = shape_of(x)[0] * np.finfo(primal(x).dtype).eps
+        rcond = shape_of(x)[0] * np.finfo(peek(x).dtype).eps
     lhs, rhs = _vandermonde(x, order), y
     if w is not None:
         w = w + 0.0 if isinstance(w, Tracer) else np.asarray(w) + 0.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
 from ._util import shape_of
@@ -88,8 +88,8 @@ def insert(arr, obj, values, axis=None):
     placed = np.insert(_positions(arr), primal(obj), marked_values, axis=axis)
     source = np.where(placed >= 0, placed, n + (-1 - placed))
     both = concatenate([ravel(arr), ravel(values)])
-    dtype = np.result_type(primal(arr))
-    if np.result_type(primal(both)) != dtype:   # NumPy casts the values to arr's dtype
+    dtype = np.result_type(peek(arr))
+    if np.result_type(peek(both)) != dtype:   # NumPy casts the values to arr's dtype
         both = both.astype(dtype)
     return getitem(both, index=source)
 
@@ -129,7 +129,7 @@ def _block_depth(arrays) -> int:
 def _block_ndim(arrays) -> int:
     if isinstance(arrays, list):
         return max(_block_ndim(a) for a in arrays)
-    return np.ndim(primal(arrays))
+    return np.ndim(peek(arrays))
 
 
 def _block(arrays, depth, ndim):
@@ -142,7 +142,7 @@ def _block(arrays, depth, ndim):
 
 def vander(x, N=None, increasing=False):
     """np.vander: powers of x as columns (decreasing unless `increasing`)."""
-    n = len(primal(x)) if N is None else N
+    n = len(peek(x)) if N is None else N
     powers = np.arange(n) if increasing else np.arange(n)[::-1]
     return _as_array(x)[:, None] ** powers
 
@@ -154,7 +154,7 @@ def bincount(x, weights=None, minlength=0):
     if weights is None or not isinstance(weights, Tracer):
         return np.bincount(x, primal(weights) if weights is not None else None, minlength)
     n = max(int(x.max(initial=-1)) + 1, minlength)
-    return scatter_add(weights, index=x, shape=(n,), dtype=np.result_type(primal(weights)))
+    return scatter_add(weights, index=x, shape=(n,), dtype=np.result_type(peek(weights)))
 
 
 def _refuse_out(name, out):
@@ -180,7 +180,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         X = np.concatenate([X, Y], axis=0)
     if dtype is not None:
         X = X.astype(dtype)
-    elif np.result_type(primal(X)).kind not in "fc":
+    elif np.result_type(peek(X)).kind not in "fc":
         X = X.astype(np.float64)
     if ddof is None:
         ddof = 0 if bias else 1
@@ -216,12 +216,12 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
     """np.corrcoef: the covariance scaled by the standard deviations, clipped to [-1, 1] as
     NumPy clips it."""
     c = cov(x, y, rowvar, dtype=dtype)
-    if np.ndim(primal(c)) == 0:
+    if np.ndim(peek(c)) == 0:
         return c / c
     d = np.diagonal(c)
     stddev = np.sqrt(np.real(d))
     c = c / stddev[:, None] / stddev[None, :]
-    if np.iscomplexobj(primal(c)):
+    if np.iscomplexobj(peek(c)):
         return np.clip(np.real(c), -1, 1) + 1j * np.clip(np.imag(c), -1, 1)
     return np.clip(c, -1, 1)
 

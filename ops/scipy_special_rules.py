@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tape.core import primal
+from tape.core import peek
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
                     unbroadcast)
@@ -47,7 +47,7 @@ def integer_argument(name: str) -> no_closed_form:
 
 def _refuse_complex(function: str, args) -> None:
     for i, a in enumerate(args):
-        if np.iscomplexobj(primal(a)):
+        if np.iscomplexobj(peek(a)):
             raise NotImplementedError(
                 f"{function}: complex input (argument {i}) is not supported on traced values; "
                 "its derivative rule holds for real arguments only. Pass real arrays, or "

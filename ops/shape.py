@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import primal
+from tape.core import peek, primal
 from tape.rules import register_function
 from tape.tracer import mark_view
 
@@ -128,7 +128,7 @@ def ravel(a, order="C"):
     """np.ravel. Orders 'A' and 'K' read in Fortran order when the primal is Fortran-contiguous
     (only), as NumPy does for such arrays, and in C order otherwise."""
     if order in ("A", "K"):
-        flags = getattr(primal(a), "flags", None)
+        flags = getattr(peek(a), "flags", None)
         fortran = flags is not None and flags.f_contiguous and not flags.c_contiguous
         order = "F" if fortran else "C"
     return reshape(a, shape=(-1,), order=order)

@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import Tracer, nondiff_value, peek, primal
 from tape.rules import register_function
 
 from ._util import defprimitive, shape_of
@@ -85,9 +85,11 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
         raise NotImplementedError("np.sort with order= (structured arrays) is not differentiable")
     a, axis = _flat_if_none(a, axis)
     xp = array_module(a)
-    # CuPy's sort is always stable and accepts no `kind`.
-    perm = xp.argsort(primal(a), axis=axis, **({"kind": "stable"} if xp is np else {}))
-    return permute(a, perm=perm, axis=axis)
+    # On NumPy, np.argsort of a tracer is a recorded nondiff step: a compiled program sorts
+    # each call's values (CuPy's sort is always stable and accepts no `kind`).
+    perm = np.argsort(a, axis=axis, kind="stable") if xp is np else \
+        xp.argsort(primal(a), axis=axis)
+    return permute(a, perm=nondiff_value(perm), axis=axis)
 
 
 def partition(a, kth, axis=-1, kind="introselect", order=None):
@@ -101,9 +103,9 @@ def partition(a, kth, axis=-1, kind="introselect", order=None):
         raise NotImplementedError("np.partition with order= is not differentiable")
     a, axis = _flat_if_none(a, axis)
     xp = array_module(a)
-    extra = {"kind": kind} if xp is np else {}
-    perm = xp.argpartition(primal(a), primal(kth), axis=axis, **extra)
-    return permute(a, perm=perm, axis=axis)
+    perm = np.argpartition(a, primal(kth), axis=axis, kind=kind) if xp is np else \
+        xp.argpartition(primal(a), primal(kth), axis=axis)
+    return permute(a, perm=nondiff_value(perm), axis=axis)
 
 
 register_function(np.sort, sort)
@@ -172,7 +174,7 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False):
         # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
         s = np.where(nan, 0, s)
     if not isinstance(q, Tracer):
-        q = xp.asarray(q, dtype=np.result_type(primal(a), np.float64))
+        q = xp.asarray(q, dtype=np.result_type(peek(a), np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
     if ignore_nan:
         count = n - nan_count            # valid entries per slice, shape `rest`

@@ -34,6 +34,7 @@ import warnings
 from typing import Callable
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
@@ -327,9 +328,12 @@ class _Compiled:
             if fast is not None:
                 return fast
         groups, leaves = [], []
+        consts, differentiated = [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
-                leaves.extend(_const_leaves(ann.val))
+                const_leaves = _const_leaves(ann.val)
+                leaves.extend(const_leaves)
+                consts.extend(const_leaves)
                 continue
             arg = _reverse_argument(ann, name)
             arg.first_slots = []
@@ -337,8 +341,9 @@ class _Compiled:
                 arg.first_slots.append(True if _is_float(x) else None)
                 if _is_float(x):
                     leaves.append(x)
+                    differentiated.append(x)
             groups.append(arg)
-        if self.writes and _aliased(leaves):
+        if self.writes and _aliased(differentiated, consts):
             raise GuardFailed("arguments share memory")
         slot_iter = iter(self.grad_slots)
         for arg in groups:
@@ -478,10 +483,17 @@ def _const_leaves(value):
     return [x for x in leaves if isinstance(x, np.ndarray)]
 
 
-def _aliased(arrays) -> bool:
-    arrays = [a for a in arrays if isinstance(a, np.ndarray)]
-    for i in range(len(arrays)):
-        for j in range(i + 1, len(arrays)):
-            if np.may_share_memory(arrays[i], arrays[j]):
-                return True
+def _aliased(written, consts) -> bool:
+    """Whether an array the program may write or differentiate shares memory with another
+    argument (Const arrays sharing memory among themselves are harmless). Byte bounds, as
+    `np.may_share_memory`, in one sorted sweep instead of a test per pair."""
+    spans = sorted((*byte_bounds(a), w) for arrays, w in ((written, True), (consts, False))
+                   for a in arrays if isinstance(a, np.ndarray) and a.size)
+    end_any = end_written = 0
+    for lo, hi, w in spans:   # by start: an earlier span reaching past `lo` overlaps
+        if lo < (end_any if w else end_written):
+            return True
+        end_any = max(end_any, hi)
+        if w:
+            end_written = max(end_written, hi)
     return False

@@ -124,6 +124,14 @@ class Tracer:
         """The value, for its shape and dtype (see `peek`)."""
         return self.value
 
+    def parameter_value(self):
+        """The value, for a primitive's nondifferentiable parameter (see `nondiff_value`)."""
+        return self.value
+
+    def primal_value(self):
+        """The value, for Python code that computes with it (see `primal`)."""
+        return self.value
+
 
 def bind(prim: Primitive, args: Sequence, params: dict):
     """Call `prim` on `args`, letting the deepest trace among them record it (the dispatch
@@ -138,9 +146,36 @@ def _escaped(prim):
 
 
 def primal(x: Any) -> Any:
-    """The plain value under any number of tracers."""
+    """The plain value under any number of tracers.
+
+    Code that computes with the result decides on the value: a compiling trace (tape.program)
+    guards it, so a replay never reuses it stale. Read shapes and dtypes with `peek`.
+
+    >>> primal(np.ones(2))
+    array([1., 1.])
+    """
     while isinstance(x, Tracer):
-        x = x.value
+        x = x.primal_value()
+    return x
+
+
+def nondiff_value(x: Any) -> Any:
+    """The value of an argument that carries no derivative and reaches a primitive as a
+    parameter whose contents do not decide any shape: integer indices, class targets, an
+    elementwise mask.
+
+    Like `primal`, except that a compiling trace (tape.program) keeps its own nondiff values
+    traced here, so that each replay passes that call's indices to the primitive instead of
+    guarding the traced ones. Boolean indices decide a shape and must go through `primal`.
+
+    >>> nondiff_value(np.array([2, 0]))
+    array([2, 0])
+    """
+    while isinstance(x, Tracer):
+        v = x.parameter_value()
+        if v is x:
+            return x
+        x = v
     return x
 
 

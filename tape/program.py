@@ -66,6 +66,17 @@ class CompiledTracer(ReverseTracerArray):
     def peek_value(self):
         return self._v
 
+    def primal_value(self):
+        # `tape.primal` of any value of this trace: Python computes with its contents, so the
+        # program checks them at each call (a differentiated value as much as a nondiff one).
+        self.level.guard_value(self)
+        return self._v
+
+    def parameter_value(self):
+        # A nondiff value passed as a primitive's parameter (an index) stays traced: the step
+        # reads it from its slot at each replay instead of guarding it.
+        return self if self.nondiff else self._v
+
     def _rebind(self, new):
         if self.const_argument is not None:
             raise Uncompilable(f"the function writes into {self.const_argument}, a Const "
@@ -157,21 +168,36 @@ class CompileTrace(ReverseTrace):
                 ins.append(None)
                 active.append(False)
         consts = tuple(None if s is not None else self.snapshot(v) for v, s in zip(vals, ins))
-        params = self.snapshot(params) if params else params
+        params, kept = self._parameters(params)
         if any(active):
             if prim.augmented_primal is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
             cfg = _REVERSE_CONFIGS[tuple(active)]
             out, _ = prim.augmented_primal(cfg, *vals, **params)
-            step = (AUGMENTED, prim, cfg, tuple(ins), consts, params)
+            step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
             if getattr(prim, "inline", None) and not params and _inlinable(vals, ins, out):
                 self.inline.add(len(self.steps))
         else:
             out = prim.impl(*vals, **params)
-            step = (PLAIN, prim, None, tuple(ins), consts, params)
+            step = (PLAIN, prim, None, tuple(ins), consts, kept)
         outs = list(out) if prim.multiple_results else [out]
         made = self._add_step(step, outs, not any(active))
         return tuple(made) if prim.multiple_results else made[0]
+
+    def _parameters(self, params):
+        """``(params for this call, params for the step)``. Traced values among the params
+        (indices passed through `core.nondiff_value`) become holes of a `DynamicParams` that
+        each replay fills from its slots."""
+        if not params:
+            return params, params
+        found = []
+        template = _template(params, self, found)
+        if not found:
+            return params, self.snapshot(params)
+        for t in found:
+            t.owned = False
+        return (_fill(template, [t._v for t in found]),
+                DynamicParams(self.snapshot(template), tuple(t.slot for t in found)))
 
     def call_inactive(self, fn, args, kwargs):
         """A `tape.inactive` function on values of this trace: a step whose results carry no
@@ -221,6 +247,25 @@ def _inlinable(vals, ins, out) -> bool:
         elif s is not None or type(v) not in (float, int):
             return False
     return True
+
+
+class DynamicParams:
+    """A step's params with holes where traced values go (`template`), and their slots."""
+    __slots__ = ("template", "slots")
+
+    def __init__(self, template, slots):
+        self.template = template
+        self.slots = slots
+
+    def __eq__(self, other):   # two traces of one call agree (tape.signature)
+        return (type(other) is DynamicParams and other.slots == self.slots
+                and same_value(self.template, other.template))
+
+    __hash__ = None
+
+
+def _param_slots(params) -> tuple:
+    return params.slots if type(params) is DynamicParams else ()
 
 
 class _Hole:
@@ -347,6 +392,7 @@ class Program:
             if useful[i] or any(o in live for o in outs):
                 needed[i] = True
                 live.update(s for s in ins if s is not None)
+                live.update(_param_slots(params))
         return needed
 
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
@@ -400,7 +446,11 @@ class Program:
             else:
                 args = ", ".join(f"v{s}" if s is not None else const(c)
                                  for s, c in zip(ins, consts))
-                kw = f", **{const(params, 'p')}" if params else ""
+                if type(params) is DynamicParams:
+                    holes = "".join(f"v{s}, " for s in params.slots)
+                    kw = f", **_fill({const(params.template, 'p')}, ({holes}))"
+                else:
+                    kw = f", **{const(params, 'p')}" if params else ""
                 if useful[i] and i in self.inline:
                     lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
                 elif useful[i]:
@@ -471,7 +521,7 @@ def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
     value made some other way could not be replayed."""
     defined = {s for s, _ in leaf_slots}
     for kind, fn, cfg, ins, consts, params, outs in steps:
-        missing = [s for s in ins if s is not None and s not in defined]
+        missing = [s for s in ins + _param_slots(params) if s is not None and s not in defined]
         if missing:
             raise Uncompilable(f"`{getattr(fn, 'name', fn)}` reads a value the trace did not "
                                "make")

@@ -48,8 +48,8 @@ if rank != 0:
                 if path == run_dir or path.startswith(run_dir + os.sep):
                     raise PermissionError(f"rank {rank} touched {a} ({event})")
     sys.addaudithook(audit)
-import models.model as m
-loss, calls = m.training_loss, [0]
+from models.train_step import TrainStep
+step, calls = TrainStep.__call__, [0]
 def faulty(*a):
     calls[0] += 1
     if "slow" in faults:
@@ -59,8 +59,8 @@ def faulty(*a):
             raise RuntimeError("injected failure at the third step")
         if "kill" in faults:
             os.kill(os.getpid(), signal.SIGKILL)
-    return loss(*a)
-m.training_loss = faulty
+    return step(*a)
+TrainStep.__call__ = faulty
 if "stop_after_3" in faults:      # end the run after 3 steps as if interrupted (a checkpoint)
     import models.train as t
     train = t.train

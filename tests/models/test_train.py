@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from models import model as model_mod
 from models import train as train_mod
 from models.checkpoint import CheckpointFileError, load_checkpoint
 from models.config import ModelConfig
+from models.train_step import TrainStep
 from models.train import (RunError, TrainConfig, eval_run, load_run, resolve_configs,
                           sample_text, train)
 
@@ -81,16 +81,16 @@ def test_incompatible_and_corrupt_checkpoints(tmp_path):
 
 
 def test_non_finite_loss_stops_naming_the_step(tmp_path, monkeypatch):
-    real = model_mod.training_loss
+    real = TrainStep.__call__
     calls = []
 
-    def poisoned(params, tokens, state, cfg):
-        value, st, ce = real(params, tokens, state, cfg)
+    def poisoned(self, params, grads, tokens, state):
+        ce, value, st = real(self, params, grads, tokens, state)
         calls.append(1)
         if len(calls) == 5:
             value, ce = value * float("nan"), ce * float("nan")
-        return value, st, ce
-    monkeypatch.setattr(train_mod.model, "training_loss", poisoned)
+        return ce, value, st
+    monkeypatch.setattr(TrainStep, "__call__", poisoned)
     with pytest.raises(RunError, match="non-finite loss .* at step 5.*last good checkpoint"):
         train(CFG, _tcfg(eval_every=100), tmp_path, progress=False, out=None, corpus=CORPUS)
     _, header = load_checkpoint(tmp_path / "checkpoints" / "last.npz")
@@ -149,16 +149,16 @@ def test_sigterm_stops_at_a_step_boundary_and_restores_the_handlers(tmp_path, mo
     import os
     import signal
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    real, calls = model_mod.training_loss, []
+    real, calls = TrainStep.__call__, []
 
     def signalled(*args):
         calls.append(1)
         if len(calls) == 3:   # mid-step: the step still completes
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args)
-    monkeypatch.setattr(train_mod.model, "training_loss", signalled)
+    monkeypatch.setattr(TrainStep, "__call__", signalled)
     stopped = train(CFG, _tcfg(), tmp_path / "b", progress=False, out=None, corpus=CORPUS)
-    monkeypatch.setattr(train_mod.model, "training_loss", real)
+    monkeypatch.setattr(TrainStep, "__call__", real)
     assert stopped.stopped_by == signal.SIGTERM and stopped.exit_code == 143
     assert stopped.step == 3 and load_checkpoint(tmp_path / "b" / "checkpoints" /
                                                  "last.npz")[1]["step"] == 3

@@ -95,6 +95,44 @@ def test_const_values_decide_loops_and_indices():
     assert g.stats.eager_calls == 0
 
 
+def test_integer_indices_targets_and_where_masks_are_read_at_each_call():
+    """Indices whose contents decide no shape (integer gathers and scatters, class targets,
+    an elementwise mask) are inputs of the program: new values replay without a new trace."""
+    from ops.nn import cross_entropy
+
+    def f(emb, tokens, targets, w):
+        h = emb[tokens]                              # an embedding gather
+        h = np.where(h > 0.1, h, 0.5 * h)            # a mask from the data
+        h = h + np.take(emb, tokens[:, ::-1], axis=0)
+        logits = h @ w
+        return cross_entropy(logits, targets) + np.sum(np.take_along_axis(
+            logits, targets[..., None], axis=-1) ** 2)
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated, Const, Const, Duplicated)
+    rng = np.random.default_rng(0)
+    emb, w = rng.standard_normal((7, 4)), rng.standard_normal((4, 5))
+    for _ in range(5):
+        tokens, targets = rng.integers(0, 7, (2, 3)), rng.integers(0, 5, (2, 3))
+        check(g, ReverseWithPrimal, f, Active,
+              lambda: [Duplicated(emb.copy(), np.zeros_like(emb)), Const(tokens),
+                       Const(targets), Duplicated(w.copy(), np.zeros_like(w))])
+    assert g.stats.traces == 1 and g.stats.guard_failures == 0 and g.stats.eager_calls == 0
+    bad = rng.integers(0, 7, (2, 3))
+    with pytest.raises(IndexError, match="targets must lie in"):
+        g(Duplicated(emb.copy(), np.zeros_like(emb)), Const(bad), Const(bad + 5),
+          Duplicated(w.copy(), np.zeros_like(w)))
+
+
+def test_boolean_masks_decide_shapes_and_stay_guarded():
+    def f(x, keep):
+        return np.sum(x[keep] ** 2) * x[keep].shape[0]
+    g = tape.compile(Reverse, f, Active, Duplicated, Const)
+    x = np.array([1.0, 2.0, 3.0])
+    for keep in ([True, False, True], [True, True, True], [False, True, False]):
+        check(g, Reverse, f, Active, lambda: [Duplicated(x.copy(), np.zeros(3)),
+                                               Const(np.array(keep))])
+    assert g.stats.traces == 3
+
+
 def test_masks_and_argmax_of_active_values_are_recomputed():
     def f(x):
         return np.sum(x[x > 0] ** 3) + x[np.argmax(x)] * x.max()

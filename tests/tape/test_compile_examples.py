@@ -258,3 +258,39 @@ def test_printed_program_shows_the_generated_function():
     g(Duplicated(np.ones(3), np.zeros(3)))
     text = str(g)
     assert "def run" in text and "# adjoint" in text
+
+
+def test_primal_of_a_differentiated_value_is_checked_at_each_call():
+    """`tape.primal(x)` used in a computation was baked in as the traced value; a replay with
+    another x returned the old product."""
+    def f(x):
+        return np.sum(x * tape.primal(x))
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    for v in ([1.0, 2.0], [3.0, 4.0], [1.0, 2.0]):
+        _compare_simple(g, f, ReverseWithPrimal, Active,
+                        lambda: [Duplicated(np.array(v), np.zeros(2))])
+
+
+def test_aliasing_between_written_and_other_arguments_runs_eagerly():
+    """A written buffer overlapping another argument (a view of it passed Const) runs
+    eagerly, which refuses the write as eager autodiff does; Const arguments sharing memory
+    among themselves replay."""
+    def f_(y, x, c, d):
+        y[...] = x * c + d
+        return np.sum(y * x)
+    g = tape.compile(Reverse, f_, Active, Duplicated, Duplicated, tape.Const, tape.Const)
+    shared = np.ones(3)
+
+    def args(y, c):
+        return [Duplicated(y, np.zeros_like(y)), Duplicated(np.ones(3), np.zeros(3)),
+                tape.Const(c), tape.Const(shared)]
+    for _ in range(2):
+        _compare_simple(g, f_, Reverse, Active, lambda: args(np.zeros(3), shared))
+    assert g.stats.eager_calls == 0
+    for view in (lambda b: b[1:4], lambda b: b[::2]):
+        for call in (g, functools.partial(tape.autodiff, Reverse, f_, Active)):
+            base = np.arange(6.0)
+            with pytest.raises(tape.ActivityError, match="shares memory"):
+                call(*args(base[:3], view(base)))
+            np.testing.assert_array_equal(base, np.arange(6.0))
+    assert g.stats.eager_calls == 2
