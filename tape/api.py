@@ -14,7 +14,11 @@ from .errors import ActivityError
 from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
                         user_cotangents)
 from .pytree import flatten, is_inactive, set_at, unflatten
-from . import tracer as _surface  # noqa: F401  (installs the ndarray surface on tracers)
+# Modules that install themselves into the layers below: the ndarray surface on tracers, the
+# vectorised functions of batch mode, and the per-direction and NaN-check hooks of the traces.
+from . import tracer as _surface  # noqa: F401
+from . import batched_numpy as _vectorised  # noqa: F401
+from . import modifiers as _modifiers  # noqa: F401
 # Re-exported for tape.split and tape.convenience:
 from .arguments import (_argument_names, _check_shadow, _describe,  # noqa: F401
                         _forward_argument, _is_float, _is_mutable_leaf, _reverse_argument,

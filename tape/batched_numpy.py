@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from .backend import array_module
-from .batching import (Batched, _aligned, _batched_in, _broadcast_call, _logical_ndim,
+from .batching import (VECTORISED, Batched, _aligned, _batched_in, _broadcast_call, _logical_ndim,
                        _width_of)
 
 
@@ -264,3 +264,7 @@ for _func in (np.sum, np.mean, np.prod, np.max, np.min, np.amax, np.amin, np.any
     HANDLERS[_func] = _reducer(_func)
 HANDLERS[np.clip] = lambda a, a_min=None, a_max=None, **kw: _broadcast_call(
     np.clip, (a, a_min, a_max), kw)
+
+
+VECTORISED.handlers, VECTORISED.reduce_as, VECTORISED.in_place = HANDLERS, REDUCE_AS, IN_PLACE
+VECTORISED.matmul, VECTORISED.reduction = staticmethod(matmul), staticmethod(reduction)

@@ -29,7 +29,19 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .backend import array_module
+from .core import Trace
 from .errors import BatchingFallback
+
+
+class VECTORISED:
+    """The vectorised NumPy functions, installed by tape.batched_numpy (written in terms of
+    `Batched`, it sits above this module). Until then every function runs once per direction,
+    which is always correct."""
+    handlers: dict = {}                  # NumPy function -> its vectorised version
+    reduce_as: dict = {}                 # ufunc -> the reduction its .reduce is (np.add: np.sum)
+    in_place: frozenset = frozenset()    # functions that write into their first argument
+    matmul = staticmethod(lambda a, b, **kwargs: NotImplemented)
+    reduction = None                     # reduction(func, args, kwargs), for reduce_as
 
 
 class Batched:
@@ -104,19 +116,19 @@ class Batched:
             if ufunc.signature is None:
                 return _broadcast_call(ufunc, inputs, kwargs)
             if ufunc is np.matmul and len(inputs) == 2:   # a gufunc: core axes are not broadcast
-                result = _rules.matmul(*inputs, **kwargs)
+                result = VECTORISED.matmul(*inputs, **kwargs)
                 if result is not NotImplemented:
                     return result
-        if method == "reduce" and ufunc in _rules.REDUCE_AS and len(inputs) == 1:
-            return _rules.reduction(_rules.REDUCE_AS[ufunc], (inputs[0],), kwargs)
+        if method == "reduce" and ufunc in VECTORISED.reduce_as and len(inputs) == 1:
+            return VECTORISED.reduction(VECTORISED.reduce_as[ufunc], (inputs[0],), kwargs)
         return _per_direction(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func in _rules.IN_PLACE and not isinstance(args[0] if args else None, Batched):
+        if func in VECTORISED.in_place and not isinstance(args[0] if args else None, Batched):
             raise BatchingFallback(f"{func.__name__} writes into a plain array")
         if not isinstance(kwargs.get("out", self), Batched):
             raise BatchingFallback(f"{func.__name__} writes into a plain array")
-        handler = _rules.HANDLERS.get(func)
+        handler = VECTORISED.handlers.get(func)
         if handler is not None:
             result = handler(*args, **kwargs)
             if result is not NotImplemented:
@@ -358,5 +370,5 @@ def reverse_per_direction(reverse: Callable, cfg, saved, g):
     return _restack(cts, width)
 
 
-# The vectorised NumPy functions (imported last: they are written in terms of Batched).
-from . import batched_numpy as _rules  # noqa: E402
+Trace.hooks.update(forward_per_direction=forward_per_direction,
+                   reverse_per_direction=reverse_per_direction)

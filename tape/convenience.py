@@ -20,6 +20,7 @@ from .backend import array_module
 from .core import Tracer
 from .errors import ActivityError
 from .pytree import flatten, unflatten
+from .split import autodiff_thunk
 
 GradientResult = namedtuple("GradientResult", ["derivs", "val"])
 
@@ -202,7 +203,6 @@ def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> t
 
 def _reverse_rows(f, args, i, chunk):
     """One recorded forward pass, reversed once per chunk of output rows (batch mode)."""
-    from .split import autodiff_thunk
     x = args[i]
     call = [Const(a.val if isinstance(a, Const) else a) for a in args]
     primal = f(*[c.val for c in call])
@@ -231,7 +231,6 @@ def _reverse_rows(f, args, i, chunk):
 
 def _reverse_rows_of_scalar(f, call, i, x, primal, seeds):
     """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
-    from .split import autodiff_thunk
     call[i] = Active(x)
     fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
     tape, _, _ = fwd(*call)

@@ -202,6 +202,10 @@ class Trace:
     nan_check = False
     # Whether calls of `tape.inactive` functions go to `call_inactive` (a compiling trace).
     records_inactive = False
+    # Installed by the layers above (core imports neither): tape.batching reruns a rule once
+    # per direction when it cannot take a batched cotangent or tangent, and tape.modifiers
+    # wraps the sweep or the forward `process` with NaN checks in NaN-check mode.
+    hooks: dict = {}
 
     def __init__(self, *, strong_zero: bool = False, nan_check: bool = False):
         self.depth = len(_TRACE_STACK.get()) + 1
@@ -365,8 +369,7 @@ class ReverseTrace(Trace):
         else:
             sweep = reversed(self.records)
         if self.nan_check:   # a wrapper, so that the ordinary sweep pays nothing for it
-            from .modifiers import nan_checked
-            sweep = nan_checked(sweep, n_records)
+            sweep = Trace.hooks["nan_checked_sweep"](sweep, n_records)
         for prim, cfg, saved, in_slots, out_slot in sweep:
             if type(out_slot) is int:
                 g = ct[out_slot]
@@ -386,8 +389,7 @@ class ReverseTrace(Trace):
             except (TypeError, ValueError):
                 # A rule that cannot take a batched cotangent runs once per direction (NumPy
                 # turns some BatchingFallbacks into ValueErrors); a real error happens again.
-                from .batching import reverse_per_direction
-                cts = reverse_per_direction(prim.reverse, cfg, saved, g)
+                cts = Trace.hooks["reverse_per_direction"](prim.reverse, cfg, saved, g)
             if len(in_slots) == 1:   # speed-up: most records have one input
                 s, c = in_slots[0], cts[0]
                 if c is not None:
@@ -448,8 +450,7 @@ class ForwardTrace(Trace):
         super().__init__(**modifiers)
         if self.nan_check:
             # An instance attribute shadows the method, so unchecked traces pay nothing.
-            from .modifiers import nan_checked_process
-            self.process = nan_checked_process(self, self.process)
+            self.process = Trace.hooks["nan_checked_process"](self, self.process)
 
     def new_leaf(self, value, tangent) -> DualTracer:
         return self.tracer_class(value, self, tangent)
@@ -492,8 +493,8 @@ class ForwardTrace(Trace):
         except (TypeError, ValueError):
             # A rule that cannot take batched tangents runs once per direction (NumPy turns
             # some BatchingFallbacks into ValueErrors); a real error happens again there.
-            from .batching import forward_per_direction
-            out, tangent = forward_per_direction(prim.forward, cfg, vals, tans, params)
+            out, tangent = Trace.hooks["forward_per_direction"](prim.forward, cfg, vals, tans,
+                                                                params)
         if prim.multiple_results:
             return tuple(self.tracer_class(o, self, _complex_like(o, t))
                          for o, t in zip(out, tangent))

@@ -26,7 +26,7 @@ import numpy as np
 
 from .backend import add_or_none, array_module
 from .batching import Batched
-from .core import STRONG_ZERO, Tracer, is_complex, primal
+from .core import STRONG_ZERO, Trace, Tracer, is_complex, primal
 from .errors import ActivityError, NaNError
 
 __all__ = ["STRONG_ZERO", "strong_zero_enabled", "strong_zero_scope", "nan_checked",
@@ -205,3 +205,6 @@ def _conj_half(g1, gi):
     g1 = 0 if g1 is None else g1
     gi = 0 if gi is None else gi
     return np.conjugate((g1 + 1j * gi) * 0.5)
+
+
+Trace.hooks.update(nan_checked_sweep=nan_checked, nan_checked_process=nan_checked_process)

@@ -80,15 +80,7 @@ class SplitTape:
             lines.append(f"  return {_slot_names(self._out, self._trace)}")
         return "\n".join(lines)
 
-    def show(self) -> str:
-        """A table of the records: shapes, dtypes, saved bytes (`tape.visualize.show`)."""
-        from .visualize import show
-        return show(self)
-
-    def to_dot(self, path=None) -> str:
-        """Graphviz DOT text; renders a .svg/.png `path` (`tape.visualize.to_dot`)."""
-        from .visualize import to_dot
-        return to_dot(self, path)
+    # `show()` and `to_dot(path=None)` are installed by tape.visualize, which sits above.
 
     def check_unchanged(self) -> None:
         """Raise `TapeMutatedError` if an array the tape saved was modified since `forward`."""

@@ -297,3 +297,8 @@ def to_dot(tape: SplitTape, path: str | os.PathLike | None = None) -> str:
     subprocess.run([exe, f"-T{ext[1:].lower()}", dot_path, "-o", path], check=True,
                    capture_output=True)
     return text
+
+
+# A tape's own methods: `tape_.show()` and `tape_.to_dot(path)` (tape.split sits below).
+SplitTape.show = show
+SplitTape.to_dot = to_dot
