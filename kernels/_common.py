@@ -55,3 +55,17 @@ def seq_from_time_major(xp, a, lead: tuple):
 def gate_from_time_major(xp, a, lead: tuple):
     """[s, B] -> [..., s]."""
     return xp.reshape(a.T, lead + (a.shape[0],))
+
+
+def round_bf16(xp, a):
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32: the
+    reference's emulation of bf16 storage, bit for bit what the CUDA conversion does.
+
+    >>> import numpy as np
+    >>> round_bf16(np, np.array([1 + 2.0 ** -9, 1 + 3 * 2.0 ** -9], dtype=np.float32)).tolist()
+    [1.0, 1.0078125]
+    """
+    bits = xp.ascontiguousarray(a, dtype=xp.float32).view(xp.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+    # NaN payloads must stay NaN after rounding (a carry could turn them into inf).
+    return xp.where(xp.isnan(a), a, rounded.view(xp.float32))

@@ -24,19 +24,11 @@ import numpy as np
 from tape.backend import array_module
 from tape.rules import custom_rule
 
-from ._common import batch_size, check_same, dtype, shape
+from . import cuda_attention   # CuPy is imported only when a kernel is launched
+from ._common import batch_size, check_same, dtype, round_bf16, shape
 from .dispatch import backend_for
 
 _BLOCK = 128   # query rows per block: large enough that NumPy's per-call cost is amortised
-
-
-def round_bf16(xp, a):
-    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32: the
-    reference's emulation of bf16 storage, bit for bit what the CUDA conversion does."""
-    bits = xp.ascontiguousarray(a, dtype=xp.float32).view(xp.uint32)
-    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
-    # NaN payloads must stay NaN after rounding (a carry could turn them into inf).
-    return xp.where(xp.isnan(a), a, rounded.view(xp.float32))
 
 
 def _blocks(xp, s: int, window: int):
@@ -137,10 +129,7 @@ def _stored(q, k, v, storage):
 
 
 def _engine(backend):
-    if backend == "cuda":
-        from . import cuda_attention
-        return cuda_attention
-    return None
+    return cuda_attention if backend == "cuda" else None
 
 
 def _swa_impl(q, k, v, *, window, storage="f32", backend="reference"):

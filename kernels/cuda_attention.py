@@ -10,7 +10,7 @@ import math
 
 from tape.backend import array_module
 
-from .attention import round_bf16
+from ._common import round_bf16
 from .cuda_loader import f32, i32, launch
 
 ROWS = 8            # warps per block, one row each (must match swa.cu)

@@ -312,5 +312,3 @@ def _where(condition, x=None, y=None):
 
 
 register_function(np.where, _where)
-
-from . import elementwise_more  # noqa: E402,F401  (registers the rest of the elementwise ops)

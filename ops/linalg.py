@@ -340,9 +340,3 @@ def _cross(x1, x2, /, *, axis=-1):
 register_function(np.linalg.cross, _cross)
 register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.reduce(
     np.dot, arrays))
-
-
-from . import linalg_factor  # noqa: E402,F401  (cholesky, eigh, eigvalsh, qr)
-from . import linalg_svd  # noqa: E402,F401  (svd, svdvals)
-from . import linalg_eig  # noqa: E402,F401  (eig, eigvals)
-from . import linalg_norms  # noqa: E402,F401  (np.linalg.norm and friends)

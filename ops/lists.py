@@ -32,6 +32,7 @@ import numpy as np
 
 from tape.core import ON_FIRST_TRACE, ON_LAST_TRACE, Tracer, primal
 from tape.errors import NonDifferentiableError, TracerConversionError
+from tape import tracer
 from tape.tracer import FUNCTION_RULES
 
 from .creation import astype, filled, full_like, has_tracer
@@ -419,7 +420,6 @@ class _Patch:
 def _looked_up() -> set:
     """The names that tape.tracer's code reads (np.sum in ``x.sum()``), found in its code
     objects, so that a method added there is covered without a list to keep."""
-    import tape.tracer as tracer
     names, todo = set(), []
     for value in vars(tracer).values():
         todo.extend(vars(value).values() if isinstance(value, type) else [value])

@@ -522,6 +522,3 @@ for _fn, _rule in [(np.sum, _sum), (np.mean, _mean), (np.prod, _prod), (np.max, 
 if hasattr(np, "cumulative_sum"):   # NumPy >= 2.1
     register_function(np.cumulative_sum, _cumulative("cumulative_sum", _cumsum))
     register_function(np.cumulative_prod, _cumulative("cumulative_prod", _cumprod))
-
-# NaN-ignoring max/min/var/std and scans, in their own module.
-from . import reductions_nan  # noqa: E402,F401

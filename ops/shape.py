@@ -342,7 +342,7 @@ def diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
     before = [] if prepend is np._NoValue else [_edge(prepend, edge_shape)]
     after = [] if append is np._NoValue else [_edge(append, edge_shape)]
     if before or after:
-        a = concatenate(before + [a] + after, axis=axis)
+        a = np.concatenate(before + [a] + after, axis=axis)   # traced a: ops.joining
     later, earlier = _along(axis, slice(1, None)), _along(axis, slice(None, -1))
     for _ in range(n):
         a = a[later] - a[earlier]
@@ -365,7 +365,3 @@ for _np_fn, _rule in [
     register_function(_np_fn, _rule)
 if hasattr(np, "matrix_transpose"):   # not in every NumPy version
     register_function(np.matrix_transpose, matrix_transpose)
-
-
-# Joining and splitting live in their own module; it uses the maps above.
-from .joining import concatenate  # noqa: E402,F401  (concatenate, stack, split, ...)

@@ -3,6 +3,22 @@
 >>> from tape import autodiff, Reverse, Active
 >>> autodiff(Reverse, lambda x: x**2, Active, Active(3.0))
 ((6.0,),)
+
+The modules, in layers; each imports only from the layers before it (tests/test_layers.py
+checks that there is no cycle):
+
+1. ``activities``, ``errors``, ``config``: the annotations, the errors, the rule configs;
+2. ``core``: tracers, primitives and the traces (record, then sweep); ``backend``,
+   ``pytree``, ``aliasing``, ``constbuffer``;
+3. what a traced value can do: ``tracer`` (ndarray methods, NumPy protocols), ``batching``
+   and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
+   ``rules`` / ``easy_rule`` (how the ops register theirs);
+4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
+   (`autodiff_thunk`), ``checkpoint``, ``convenience``, ``visualize``, ``testing``;
+5. trace -> program -> replay: ``program`` (the compiling trace and the generated program),
+   ``signature`` (what a replay depends on), ``compiled`` (`tape.compile`);
+6. this facade, which also loads the standard rules (the ``ops`` package, a layer above the
+   engine) and ``tape.scipy`` (built on them).
 """
 from .activities import (Active, Annotation, BatchDuplicated, BatchDuplicatedNoNeed, Const,
                          Duplicated, DuplicatedNoNeed, Forward, ForwardWithPrimal,
