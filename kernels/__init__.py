@@ -17,9 +17,11 @@ from .attention import swa_attention
 from .dispatch import (CUDA_MAX_DIM, GpuInfo, detect_gpu, force_reference, info,
                        is_reference_forced, select_backend)
 from .memory import delta_rule, hebbian_rule, memory_read, titans_rule
+from .memory_periodic import delta_rule_periodic, hebbian_rule_periodic, titans_rule_periodic
 
 __all__ = [
     "swa_attention", "delta_rule", "titans_rule", "hebbian_rule", "memory_read",
+    "delta_rule_periodic", "titans_rule_periodic", "hebbian_rule_periodic",
     "detect_gpu", "select_backend", "force_reference", "is_reference_forced", "info",
     "GpuInfo", "CUDA_MAX_DIM",
 ]

@@ -49,7 +49,10 @@ the per-token rule ``y_t = M_{t+1} q_t``: one rule-kernel call over the whole ch
 ``p > 1`` the chunk is cut into segments ending at the firing tokens (one rule call per
 segment); tokens of a segment that started in an earlier chunk wait in a pending buffer of the
 level's state, as plain arrays, so they advance the memory but receive no gradient. The
-memory itself carries across chunks without gradient too.
+memory itself carries across chunks without gradient too. On NumPy arrays a level with
+``p > 1`` runs as one call of a periodic kernel (`kernels.delta_rule_periodic`, ...) over the
+pending and the chunk's tokens: the same memory trajectory and reads, computed in chunks of p
+tokens that end at the firing tokens; `kernels.force_reference` keeps the per-segment calls.
 """
 from __future__ import annotations
 
@@ -356,6 +359,9 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
                                                  pend=st.pend), excess
 
     cur = (k, v, q, decay, theta, eta)
+    if period >= PERIODIC_KERNEL_MIN_PERIOD and _periodic_kernel_applies(x):
+        y, new = _level_periodic(rule, cur, st, period, pos)
+        return merge_heads(y, heads), new, excess
     outs = []
     pend = tuple(_tokens(a, i, slice(0, pos % period)) for i, a in enumerate(st.pend))
     start = 0
@@ -378,6 +384,50 @@ def level_forward(level: Level, x, st: LevelState, period: int, pos: int, rule: 
                      pend=tuple(_pad_pending(_state_value(a), period, i < 3)
                                 for i, a in enumerate(pend)))
     return merge_heads(y, heads), new, excess
+
+
+# Levels of at least this period run as one periodic kernel call per chunk
+# (`kernels.delta_rule_periodic`, ...) rather than one rule call per firing; a very large value
+# keeps the per-firing path, which `kernels.force_reference` also selects.
+PERIODIC_KERNEL_MIN_PERIOD = 2
+
+
+def _periodic_kernel_applies(x) -> bool:
+    """Whether the periodic kernels run a level: NumPy arrays (their chunked form is measured
+    there) and no `kernels.force_reference`."""
+    return array_module(x) is np and not kernels.is_reference_forced()
+
+
+def _run_periodic(rule: str, k, v, q, decay, theta, eta, m, s, period: int) -> tuple:
+    """One periodic-kernel call; returns ``(y, m_final, s_final or None)``."""
+    if rule == "delta":
+        y, m = kernels.delta_rule_periodic(k, v, q, decay, theta, m, period=period)
+        return y, m, None
+    if rule == "titans":
+        return kernels.titans_rule_periodic(k, v, q, decay, theta, eta, m, s, period=period)
+    y, m = kernels.hebbian_rule_periodic(k, v, q, decay, m, period=period)
+    return y, m, None
+
+
+def _level_periodic(rule: str, cur: tuple, st: LevelState, period: int, pos: int) -> tuple:
+    """The CMS semantics of `level_forward` for ``period > 1`` as one periodic kernel call: the
+    pending tokens go first, so that the kernel's chunks of `period` tokens end exactly at the
+    firing tokens, and their reads are dropped. Returns ``(y [B, (H,) T, dh], LevelState)``."""
+    held = pos % period
+    T = peek(cur[0]).shape[-2]
+    full = cur
+    if held:
+        full = tuple(_join(i, _tokens(p, i, slice(0, held)), a)
+                     for i, (p, a) in enumerate(zip(st.pend, cur)))
+    y, m, s = _run_periodic(rule, *full, st.m, st.s, period)
+    if held:
+        y = y[..., held:, :]
+    waiting = (held + T) % period               # tokens after the last firing
+    pend = tuple(_tokens(a, i, slice(held + T - waiting, held + T)) for i, a in enumerate(full))
+    new = LevelState(m=_state_value(m), s=_state_value(s),
+                     pend=tuple(_pad_pending(_state_value(a), period, i < 3)
+                                for i, a in enumerate(pend)))
+    return y, new
 
 
 def _pad_pending(a, period: int, is_vector: bool):
