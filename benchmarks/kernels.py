@@ -20,7 +20,11 @@ and a table of the chunked memories on the GPU (cuBLAS and memory_chunked.cu, th
 dispatch for long sequences) against the per-token CUDA kernels at d = 64 and s = 256, 1024,
 4096, 16384 (``--quick``: s = 512): the crossover sets `cuda_memory_chunked.MIN_TOKENS`.
 A second CPU table times the chunked form against the sequential loop at d = 64 and
-s = 1024, 4096 (``--quick``: s = 512) and gives the speed-up.
+s = 1024, 4096 (``--quick``: s = 512) and gives the speed-up. A third times a CMS level of
+period p > 1 as one periodic kernel call (`kernels.delta_rule_periodic`, ...) against the
+per-firing composition it replaces in `models.layers.level_forward` (per firing: a frozen
+read of the segment, then one rule call over it), at the training step's shapes (batch 8,
+s = 128, d = 64 and 4 heads of 16) and on one long sequence (s = 4096, d = 64).
 Run ``python benchmarks/kernels.py [--quick] [--json PATH] [--gpu]``.
 """
 from __future__ import annotations
@@ -258,6 +262,77 @@ def print_chunked(rows):
               f"{r['speedup']:.1f}x | {'ok' if r['grad_check'] else 'MISMATCH'} |")
 
 
+PERIODIC = {"delta": kernels.delta_rule_periodic, "titans": kernels.titans_rule_periodic,
+            "hebbian": kernels.hebbian_rule_periodic}
+# (lead axes, s, d, period): the training step's level shapes (batch 8, one head of 64 or
+# 4 heads of 16), then one long sequence.
+PERIODIC_CASES = [((8,), 128, 64, 8), ((8, 4), 128, 16, 8), ((8,), 128, 64, 64),
+                  ((), 4096, 64, 8), ((), 4096, 64, 64)]
+
+
+def per_firing_fn(pair, period):
+    """A level of period `period` as `models.layers.level_forward` ran it before the periodic
+    kernels: per firing, the segment's tokens but the last read the frozen memory, then one
+    rule call (default dispatch) over the segment. `s` must be a multiple of `period`."""
+    rule = hecate_fn(pair)
+    n_gates = N_GATES[pair]
+
+    def fn(k, v, q, *rest):
+        gates, states = rest[:n_gates], rest[n_gates:]
+        outs = []
+        for t0 in range(0, k.shape[-2], period):
+            seg = slice(t0, t0 + period)
+            if period > 1:
+                outs.append(kernels.memory_read(q[..., t0:t0 + period - 1, :], states[0]))
+            y, *states = rule(k[..., seg, :], v[..., seg, :], q[..., seg, :],
+                              *(g[..., seg] for g in gates), *states)
+            outs.append(y[..., -1:, :])
+        return (np.concatenate(outs, axis=-2),) + tuple(states)
+    return fn
+
+
+def loss_step(fn, args, weights):
+    def loss(*a):
+        total = 0.0
+        for o, w in zip(fn(*a), weights):
+            total = total + (o * w).sum()
+        return total
+
+    def step():
+        derivs, = autodiff(Reverse, loss, Active, *[Active(a) for a in args])
+        return derivs
+    return step
+
+
+def run_periodic(cases, repeat):
+    """The periodic kernel against the per-firing composition, float32, forward + backward;
+    `speedup` is per-firing time / periodic time."""
+    rows = []
+    for pair in CHUNKED:
+        for lead, s, d, period in cases:
+            args, weights = make_inputs(pair, s, d, lead), output_weights(pair, s, d, lead)
+            per_firing = loss_step(per_firing_fn(pair, period), args, weights)
+            periodic = loss_step(lambda *a: PERIODIC[pair](*a, period=period), args, weights)
+            row = {"pair": pair, "lead": list(lead), "d": d, "s": s, "period": period,
+                   "grad_check": grads_agree(periodic(), per_firing()),
+                   "per_firing_s": best_time(per_firing, repeat),
+                   "periodic_s": best_time(periodic, repeat)}
+            row["speedup"] = row["per_firing_s"] / row["periodic_s"]
+            rows.append(row)
+    return rows
+
+
+def print_periodic(rows):
+    print("\n| pair | batch x heads | d | s | period | per-firing (ms) | periodic (ms) | "
+          "speed-up | grad check |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        lead = " x ".join(map(str, r["lead"])) or "1"
+        print(f"| {r['pair']} | {lead} | {r['d']} | {r['s']} | {r['period']} | "
+              f"{1e3 * r['per_firing_s']:.1f} | {1e3 * r['periodic_s']:.1f} | "
+              f"{r['speedup']:.1f}x | {'ok' if r['grad_check'] else 'MISMATCH'} |")
+
+
 # --------------------------------------------------------------------------------------------
 # GPU: CUDA backend vs the reference on CuPy arrays vs PyTorch on CUDA
 
@@ -445,6 +520,9 @@ def main(argv=None):
         print_cpu(out["cpu"])
         out["cpu_chunked"] = run_chunked([512] if args.quick else [1024, 4096], repeat)
         print_chunked(out["cpu_chunked"])
+        out["cpu_periodic"] = run_periodic(PERIODIC_CASES[:1] if args.quick else PERIODIC_CASES,
+                                           repeat)
+        print_periodic(out["cpu_periodic"])
     if args.gpu:
         print(f"\n{kernels.info()}")
         rows, peak_flops, peak_bw = run_gpu(sizes, repeat, 1 if args.quick else args.gpu_batch)

@@ -13,14 +13,13 @@ log retentions, ``gC = exp(l_{C-1})``, ``D_j = exp(l_{C-1} - l_j)``):
 - Titans: the joint state ``X = [M S]`` as in `kernels.memory_chunked_titans`,
   ``X_C = X0 Lam + U^T [DWK DeK]`` with ``U = U0 - [WM WS] X0^T``.
 
-Each is ``X_C = X0 Lam + adds - (X0 P) Q`` with a per-chunk scaling ``Lam`` and a rank-C
-correction (``P [w, C]``, ``Q [C, w]``, w the state width). The state crosses chunks in a
-Python loop, either through those two thin products (when ``2 C < w``) or through the dense
-``[w, w]`` map ``Lam - P Q`` formed for all chunks at once (`NumpyOps.carry`). The reverse
-sweep carries the state cotangent back the same way, adding at each boundary the cotangent of
-the reads of that state, and then differentiates every chunk's transition in one batch. Gate
-gradients are summed from span terms (`memory_chunked._log_gradient`), which keeps them
-accurate for small retentions.
+Each is ``X_C = X0 Lam + U^T Q`` with ``U = U0 - P^T X0^T``: a per-chunk scaling ``Lam`` and a
+rank-C update (``P [w, C]``, ``Q [C, w]``, w the state width; Hebbian: ``U = V``). The state
+crosses chunks in a Python loop of those two thin products per chunk; the reverse sweep carries
+the state cotangent back the same way, adding at each boundary the cotangent of the reads of
+that state, and then differentiates every chunk's transition in one batch. Gate gradients are
+summed from span terms (`memory_chunked._log_gradient`), which keeps them accurate for small
+retentions.
 """
 from __future__ import annotations
 
@@ -71,10 +70,9 @@ class _DeltaHebbian:
         with np.errstate(under="ignore"):
             self.gC = xp.exp(l[..., -1])                                   # [B, N]
             self.D = xp.exp(l[..., -1:] - l)
-        self.DK = self.D[..., None] * b.k
+        self.DK = self.Q = self.D[..., None] * b.k
         if rule == "hebbian":
-            self.adds = _tr(b.v) @ self.DK
-            self.P = self.Q = None
+            self.U0, self.P = b.v, None
             return
         lp = _shift(l, 0.0)
         with np.errstate(under="ignore"):
@@ -85,17 +83,17 @@ class _DeltaHebbian:
         self.thgp = b.th * self.gp
         self.U0 = self.T @ (b.th[..., None] * b.v)
         self.W = self.T @ (self.thgp[..., None] * b.k)
-        self.adds = _tr(self.U0) @ self.DK
-        self.P, self.Q = _tr(self.W), self.DK
+        self.P = _tr(self.W)
 
     def mix(self, X, c, reverse: bool = False):
         """``X Lam`` (``X Lam^T`` if `reverse`) for chunk `c` (a slice or an index)."""
         gC = self.gC[:, c]
         return X * gC[..., None, None]
 
-    def grads(self, M0, GC):
+    def grads(self, M0, GC, U=None, dU=None):
         """Gradients of every chunk's transition given the states entering the chunks `M0`
-        and the cotangents of the states leaving them `GC` (both ``[B, N, d, d]``)."""
+        and the cotangents of the states leaving them `GC` (both ``[B, N, d, d]``), and the
+        updates ``U`` and their cotangents ``dU = DK GC^T`` where the carry made them."""
         xp = array_module(M0)
         K, D = self.K, self.D
         C = K.shape[-2]
@@ -103,15 +101,16 @@ class _DeltaHebbian:
         from0 = xp.zeros(K.shape[:-1], K.dtype)
         from0[..., -1] = self.gC * xp.einsum("bnij,bnij->bn", GC, M0)
         g = {}
+        dU = self.DK @ _tr(GC) if dU is None else dU
         if self.rule == "hebbian":
             VG = self.V @ GC
-            g["v"] = self.DK @ _tr(GC)
+            g["v"] = dU
             g["k"] = D[..., None] * VG
             pairs[..., -1, :] = D * xp.sum(VG * K, axis=-1)
         else:
-            U = self.U0 - self.W @ _tr(M0)
+            U = self.U0 - self.W @ _tr(M0) if U is None else U
             UG = U @ GC
-            dR = _tr(self.T) @ (self.DK @ _tr(GC))          # U = T R, dU = DK GC^T
+            dR = _tr(self.T) @ dU                          # U = T R
             dRM = dR @ M0
             dRX = xp.sum(dRM * K, axis=-1)                 # dR_i . (M0 k_i)
             dL = -xp.where(self.strict, dR @ _tr(U), 0.0)
@@ -153,7 +152,6 @@ class _Titans:
         self.P = _tr(xp.concatenate([WM, WS], -1))                      # [B, N, 2d, C]
         self.Q = xp.concatenate([self.W[..., -1, :, None] * b.k,
                                  self.Ee[..., -1, :, None] * b.k], -1)   # [DWK DeK]
-        self.adds = _tr(self.U0) @ self.Q
         self.coefs = tuple(a[..., -1] for a in (self.gr, self.c, self.ge))   # grC, cC, geC
 
     def mix(self, X, c, reverse: bool = False):
@@ -165,16 +163,17 @@ class _Titans:
             return xp.concatenate([grC * M, cC * M + geC * S], -1)
         return xp.concatenate([grC * M + cC * S, geC * S], -1)
 
-    def grads(self, X0, G):
+    def grads(self, X0, G, U=None, dU=None):
         """Gradients of every chunk's transition given the joint states entering the chunks
-        `X0` and the cotangents of those leaving them `G` (``[B, N, d, 2d]``); the Titans
-        backward of `kernels.memory_chunked_titans` without the reads inside a chunk."""
+        `X0` and the cotangents of those leaving them `G` (``[B, N, d, 2d]``), and the updates
+        ``U`` and ``dU = [DWK DeK] G^T`` where the carry made them; the Titans backward of
+        `kernels.memory_chunked_titans` without the reads inside a chunk."""
         xp = array_module(X0)
         d, K = self.d, self.K
         M0, S0, GM, GS = X0[..., :d], X0[..., d:], G[..., :d], G[..., d:]
-        U = self.U0 - _tr(self.P) @ _tr(X0)
+        U = self.U0 - _tr(self.P) @ _tr(X0) if U is None else U
         UGM, UGS = U @ GM, U @ GS
-        dR = _tr(self.T) @ (self.Q @ _tr(G))                 # dU = DWK GM^T + DeK GS^T
+        dR = _tr(self.T) @ (self.Q @ _tr(G) if dU is None else dU)
         dL = -xp.where(self.strict, dR @ _tr(U), 0.0)
         dA = self.th[..., None] * dL
         dKK = dA * self.Wp
@@ -209,38 +208,55 @@ class _Titans:
                 "v": self.th[..., None] * dR}
 
 
-def _thin(ch) -> bool:
-    """Whether the state crosses a chunk faster through the two thin products ``(X P) Q``
-    (``2 w C`` multiply-adds per state row) than through the dense map (``w^2``)."""
-    return ch.P is not None and 2 * ch.P.shape[-1] < ch.P.shape[-2]
+def _carry(ch, init, states):
+    """Fill ``states [B, N + 1, d, w]`` with the state entering each chunk and the last one:
+    ``X_{c+1} = X_c Lam_c + U_c^T Q_c`` with the updates ``U_c = U0_c - P_c^T X_c^T`` (two thin
+    products per chunk; measured no slower than the dense ``[w, w]`` map even at ``C = w``,
+    and they leave ``U`` for the backward). Returns ``U``, or None for the Hebbian rule, whose
+    updates do not depend on the state."""
+    xp = array_module(states)
+    N = states.shape[1] - 1
+    states[:, 0] = init
+    if ch.P is None:
+        adds = _tr(ch.U0) @ ch.Q
+        for c in range(N):
+            states[:, c + 1] = ch.mix(states[:, c], c) + adds[:, c]
+        return None
+    U, Pt = xp.empty_like(ch.U0), _tr(ch.P)
+    for c in range(N):
+        X = states[:, c]
+        xp.subtract(ch.U0[:, c], Pt[:, c] @ _tr(X), out=U[:, c])
+        states[:, c + 1] = ch.mix(X, c) + _tr(U[:, c]) @ ch.Q[:, c]
+    return U
 
 
-def _carry(ch, init, adds, ops, reverse: bool = False):
-    """The state (the cotangent, if `reverse`) across chunks: for each chunk c in turn
-    (descending if `reverse`) ``records[:, c] = X``, then ``X = X Lam_c + adds_c - (X P_c) Q_c``
-    (``X Lam_c^T + adds_c - (X Q_c^T) P_c^T`` if `reverse`). Returns ``(records, final)``."""
-    xp = array_module(adds)
-    N = adds.shape[1]
-    if ch.P is None:                                         # Hebbian: a scaling only
-        return ops.carry(init, adds, scale=ch.gC, reverse=reverse)
-    if not _thin(ch):
-        w = ch.P.shape[-2]
-        Phi = ch.mix(xp.eye(w, dtype=adds.dtype), slice(None)) - ch.P @ ch.Q
-        return ops.carry(init, adds, P=Phi, transpose=reverse, reverse=reverse)
-    left, right = (_tr(ch.Q), _tr(ch.P)) if reverse else (ch.P, ch.Q)
-    records = xp.empty(adds.shape, adds.dtype)
-    X = init
-    for c in (range(N - 1, -1, -1) if reverse else range(N)):
-        records[:, c] = X
-        X = ch.mix(X, c, reverse) + adds[:, c] - (X @ left[:, c]) @ right[:, c]
-    return records, X
+def _carry_back(ch, G, inject, ends):
+    """The reverse sweep: from `G`, the cotangent of the last state, fill ``ends[:, c]`` with
+    that of the state leaving chunk c, adding at each boundary the cotangent `inject` of the
+    reads of its M: ``G_c = G_{c+1} Lam_c^T - dU_c^T P_c^T + inject_c`` with
+    ``dU_c = Q_c G_{c+1}^T``. Returns ``(G_0, dU)`` (dU None for the Hebbian rule)."""
+    xp = array_module(G)
+    N, d = ends.shape[1], inject.shape[-1]
+    dU = None if ch.P is None else xp.empty_like(ch.U0)
+    Pt = None if ch.P is None else _tr(ch.P)
+    for c in range(N - 1, -1, -1):
+        ends[:, c] = G
+        if dU is None:
+            G = ch.mix(G, c, reverse=True)
+        else:
+            xp.matmul(ch.Q[:, c], _tr(G), out=dU[:, c])
+            G = ch.mix(G, c, reverse=True) - _tr(dU[:, c]) @ Pt[:, c]
+        G[..., :d] += inject[:, c]
+    return G, dU
 
 
 class Saved(NamedTuple):
-    """Residuals of a chunked run: the chunk quantities and the states at every boundary."""
+    """Residuals of a chunked run: the chunk quantities, the states at every boundary and the
+    updates (None where the carry did not make them)."""
 
     ch: object
     states: object        # [B, N + 1, d, w]: the joint state entering chunk 0..N-1, and the last
+    U: object
 
 
 def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps):
@@ -248,32 +264,30 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps):
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
     (N: the final state)."""
     xp = array_module(b.k)
-    d = b.k.shape[-1]
+    B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
-    records, final = _carry(ch, X0, ch.adds, ops)
-    states = xp.concatenate([records, final[:, None]], 1)
+    states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
+    U = _carry(ch, X0, states)
     split = (states[..., :d], states[..., d:]) if rule == "titans" else (states,)
-    return split, Saved(ch, states)
+    return split, Saved(ch, states, U)
 
 
-def backward(saved: Saved, inject, final_s=None, ops=NumpyOps) -> dict:
+def backward(saved: Saved, inject, final_s=None) -> dict:
     """Gradients of the chunk transitions, in block layout, given `inject` ``[B, N + 1, d, d]``:
     the cotangent arriving at each boundary state M from outside the recurrence (its reads,
     and at N the final state's cotangent), plus `final_s`, that of Titans' final S (or None).
     Returns ``{"k", "v", "alpha", "theta", "eta" (where the rule has them), "init": tuple}``."""
     xp = array_module(inject)
-    ch, states = saved
+    ch, states, U = saved
     d = inject.shape[-1]
     N = inject.shape[1] - 1
+    G = inject[:, N]
     if isinstance(ch, _Titans):
-        zero = xp.zeros_like(inject[:, :N])
-        adds = xp.concatenate([inject[:, :N], zero], -1)
-        last_s = xp.zeros_like(inject[:, N]) if final_s is None else final_s
-        G = xp.concatenate([inject[:, N], xp.asarray(last_s, inject.dtype)], -1)
-    else:
-        adds, G = inject[:, :N], inject[:, N]
-    ends, G = _carry(ch, G, adds, ops, reverse=True)
-    g = ch.grads(states[:, :N], ends)
+        last_s = xp.zeros_like(G) if final_s is None else xp.asarray(final_s, G.dtype)
+        G = xp.concatenate([G, last_s], -1)
+    ends = xp.empty(states[:, :N].shape, states.dtype)
+    G, dU = _carry_back(ch, xp.array(G, copy=True), inject, ends)
+    g = ch.grads(states[:, :N], ends, U, dU)
     g["init"] = (G[..., :d], G[..., d:]) if isinstance(ch, _Titans) else (G,)
     return g

@@ -1,10 +1,11 @@
 """The periodic memories (`kernels.memory_periodic`, a CMS level of period p as one kernel
 call): outputs and hand-written gradients equal a token-by-token NumPy program differentiated by
 the tape, for both backends, periods that do and do not divide the sequence, sequences shorter
-than a period, batch and head axes, the thin and the dense carry, small and zero retentions,
-finite differences (reverse and forward mode) and float32; and `models.layers.level_forward`
-with the periodic kernel equals its per-firing path (`force_reference`) over consecutive chunks
-that start at stream positions off the period, pending tokens and state carried."""
+than a period, chunks longer and shorter than the memory width, batch and head axes, small and
+zero retentions, finite differences (reverse and forward mode) and float32; and
+`models.layers.level_forward` with the periodic kernel equals its per-firing path
+(`force_reference`) over consecutive chunks that start at stream positions off the period,
+pending tokens and state carried."""
 import dataclasses
 
 import numpy as np
@@ -93,11 +94,11 @@ def kernel(rule, period, backend=None):
 @pytest.mark.parametrize("rule", KERNELS)
 @pytest.mark.parametrize("backend", ["chunked", "reference"])
 @pytest.mark.parametrize("s,period,d,lead", [
-    (13, 4, 4, ()),          # a tail of 1 token, dense carry
-    (12, 3, 8, (2,)),        # whole chunks only, thin carry (2 C < d)
+    (13, 4, 4, ()),          # a tail of 1 token, a chunk as long as the memory is wide
+    (12, 3, 8, (2,)),        # whole chunks only, chunks shorter than d
     (3, 5, 4, (2,)),         # shorter than a period: no write
     (11, 1, 4, ()),          # period 1: the per-token rule
-    (17, 2, 8, (2, 3)),      # batch and head axes, thin carry
+    (17, 2, 8, (2, 3)),      # batch and head axes
 ])
 def test_periodic_equals_tokenwise_program(rule, backend, s, period, d, lead):
     args = tokenwise.memory_args(rule, s, d, lead=lead, seed=s + period)
@@ -258,3 +259,15 @@ def test_level_runs_the_periodic_kernel_by_default(monkeypatch):
     assert calls == [4]
     run_level("delta", 4, 1, 6, 1, forced=True, chunks=1)       # force_reference: per firing
     assert calls == [4]
+
+
+def test_benchmark_section_runs_and_gradients_agree():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels.py"
+    spec = importlib.util.spec_from_file_location("kernel_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run_periodic([((2,), 12, 4, 3)], 1)
+    assert {r["pair"] for r in rows} == {"delta", "hebbian", "titans"}
+    assert all(r["grad_check"] and r["speedup"] > 0 for r in rows)
