@@ -125,6 +125,7 @@ def self_adjoint(ufunc):
                         lambda cfg, x: (ufunc(x), None),
                         lambda cfg, saved, g: (ufunc(g),),
                         lambda cfg, primals, tangents: (ufunc(primals[0]), ufunc(tangents[0])))
+    prim.inline = ("map", ufunc)   # for compiled programs: the cotangent is ufunc(g)
     return route_ufunc(ufunc, prim)
 
 
@@ -190,8 +191,11 @@ def binary(ufunc, d_first, d_second, uses_ans=False):
                          None if ty is None else times_partial(ty, d_second(x, y, ans)))
         return ans, broadcast_tangent(t, shape_of(ans))
 
-    return route_ufunc(ufunc, defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse,
-                                           forward))
+    prim = defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse, forward)
+    # For compiled programs, when nothing broadcasts: the cotangents are g * d_first(x, y, ans)
+    # and g * d_second(x, y, ans), ans passed only when the rule saves it.
+    prim.inline = ("binary", d_first, d_second, uses_ans)
+    return route_ufunc(ufunc, prim)
 
 
 def _linear_binary(ufunc, sign_second):

@@ -75,6 +75,8 @@ def _getitem_forward(cfg, primals, tangents, index):
 
 getitem = defprimitive("getitem", lambda x, index: x[index], _getitem_augmented,
                        _getitem_reverse, _getitem_forward)
+# For compiled programs: with a basic index the reverse is written into x's cotangent buffer.
+getitem.inline = ("scatter",)
 
 
 # -- zeros(shape) with g added at index: the transpose of getitem ----------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 from .config import _REVERSE_CONFIGS
 from .backend import add_or_none
 from .core import ReverseTrace, Tracer, peek
+from .program_adjoint import AdjointWriter, INLINE_KINDS, basic_index, iadd, inline_terms
 from .tracer import ReverseTracerArray, _refuse, _KEEP_ARRAY
 
 
@@ -130,11 +131,13 @@ class CompileTrace(ReverseTrace):
         self.snapshot = snapshot                # baked constants: copied, unless watched
         self.inline: set[int] = set()           # steps whose rule is written out inline
         self.saw_nested = False                 # a differentiation opened inside the function
+        self.values: dict[int, tuple] = {}      # slot -> (type, shape, dtype) of its value
 
     # -- leaves ------------------------------------------------------------------------------
     def new_leaf(self, value, nondiff=False) -> CompiledTracer:
         slot = self.n_slots
         self.n_slots = slot + 1
+        self.values[slot] = _describe(value)
         return CompiledTracer(value, self, slot, nondiff)
 
     def constant(self, value) -> CompiledTracer:
@@ -150,6 +153,8 @@ class CompileTrace(ReverseTrace):
         self.n_slots = first + len(outs)
         slots = tuple(range(first, first + len(outs)))
         self.steps.append(step + (slots,))
+        for o, s in zip(outs, slots):
+            self.values[s] = _describe(o)
         return [CompiledTracer(o, self, s, nondiff) for o, s in zip(outs, slots)]
 
     def process(self, prim, args, params):
@@ -175,7 +180,8 @@ class CompileTrace(ReverseTrace):
             cfg = _REVERSE_CONFIGS[tuple(active)]
             out, _ = prim.augmented_primal(cfg, *vals, **params)
             step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
-            if getattr(prim, "inline", None) and not params and _inlinable(vals, ins, out):
+            if (getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
+                    and _inlinable(vals, ins, out)):
                 self.inline.add(len(self.steps))
         else:
             out = prim.impl(*vals, **params)
@@ -234,14 +240,21 @@ class CompileTrace(ReverseTrace):
 _SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.isrealobj}
 
 
+def _describe(value) -> tuple:
+    return (type(value), getattr(value, "shape", None), getattr(value, "dtype", None))
+
+
+_FLOAT_SCALARS = (np.float64, np.float32, np.float16)
+
+
 def _inlinable(vals, ins, out) -> bool:
-    """Whether an elementwise rule may be written out inline: real floating arrays of the
-    result's shape (nothing broadcast, so no cotangent needs summing down to an input's
-    shape), or Python numbers that are constants of the program."""
-    if type(out) is not np.ndarray or out.dtype.kind != "f":
+    """Whether an elementwise rule may be written out inline: real floating arrays (or NumPy
+    float scalars) of the result's shape (nothing broadcast, so no cotangent needs summing
+    down to an input's shape), or Python numbers that are constants of the program."""
+    if (type(out) is not np.ndarray and type(out) not in _FLOAT_SCALARS) or out.dtype.kind != "f":
         return False
     for v, s in zip(vals, ins):
-        if type(v) is np.ndarray:
+        if type(v) is np.ndarray or type(v) in _FLOAT_SCALARS:
             if v.shape != out.shape or v.dtype.kind != "f":
                 return False
         elif s is not None or type(v) not in (float, int):
@@ -348,7 +361,11 @@ class Program:
         self.steps = trace.steps
         self.guards = trace.guards
         self.inline = trace.inline
+        self.values = trace.values
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
+        self.inplace = _all_float64(self.values, self.steps)
+        self.scalar_slots = {s for s, (t, _, _) in self.values.items() if t is not np.ndarray}
+        self.scatters = self._scatters() if self.inplace else {}
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
         needed = self._needed(result_slots, useful)
@@ -360,6 +377,26 @@ class Program:
         exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
         self.run = namespace["run"]
         self.steps = None   # what replay needs is in the generated function
+
+    def _scatters(self) -> dict:
+        """Steps whose reverse is written out by `AdjointWriter` rather than called: gathers
+        with a fixed basic index (``x[0]``, ``x[1:3]``) from an array ("scatter": written into
+        the array's cotangent) and sums in their own dtype whose cotangent only broadcasts
+        back ("sum")."""
+        found = {}
+        for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
+            rule = getattr(fn, "inline", None)
+            if kind != AUGMENTED or type(params) is not dict or ins[0] is None:
+                continue
+            if (rule == ("scatter",) and params.keys() == {"index"}
+                    and basic_index(params["index"]) and ins[0] not in self.scalar_slots):
+                found[i] = "scatter"
+            elif (rule == ("sum",) and params.get("dtype") is None
+                  and type(params.get("axis")) is tuple and ins[0] not in self.scalar_slots
+                  and (params.get("keepdims") is True or params["axis"] == tuple(
+                      range(len(params["axis"]))))):
+                found[i] = "sum"
+        return found
 
     def _nondiff(self, trace, leaf_slots):
         """Slots that carry no derivative (the leaves' own flags, then forward through the
@@ -398,7 +435,8 @@ class Program:
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
                   useful, needed):
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
-              "_fill": _fill}
+              "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
+              "_full": np.full, "_broadcast_to": np.broadcast_to}
         lines = ["def run(leaves, seeds):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
@@ -453,7 +491,7 @@ class Program:
                     kw = f", **{const(params, 'p')}" if params else ""
                 if useful[i] and i in self.inline:
                     lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
-                elif useful[i]:
+                elif useful[i] and i not in self.scatters:
                     out = f"({lhs})" if fn.multiple_results else lhs
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
                                  f"({const(cfg, 'cfg')}, {args}{kw})")
@@ -464,45 +502,54 @@ class Program:
                     guard(o)
         lines.append("    # adjoint")
         adjoint_start = len(lines)
-        cts = set()
-
-        def accumulate(s, term, indent="    "):
-            # The first contribution in program order is assigned, later ones added.
-            lines.append(f"{indent}ct{s} = _add(ct{s}, {term})" if s in cts
-                         else f"{indent}ct{s} = {term}")
-            cts.add(s)
-
+        writer = AdjointWriter(lines, self.inplace, self.scalar_slots)
         for k, s in enumerate(seed_slots):
             if s not in nondiff:
-                accumulate(s, f"seeds[{k}]")
+                writer.add(s, f"seeds[{k}]", "    ", may_be_none=False, fresh=False)
         for i in range(len(self.steps) - 1, -1, -1):
             if not useful[i]:
                 continue
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]
-            live_outs = [o for o in outs if o in cts]
+            live_outs = [o for o in outs if writer.assigned(o)]
             if not live_outs:
                 continue
             if fn.multiple_results:
-                g = "(" + ", ".join(f"ct{o}" if o in cts else "None" for o in outs) + ",)"
+                g = "(" + ", ".join(f"ct{o}" if writer.assigned(o) else "None"
+                                    for o in outs) + ",)"
                 test = " or ".join(f"ct{o} is not None" for o in live_outs)
             else:
                 g, test = f"ct{outs[0]}", f"ct{outs[0]} is not None"
-            lines.append(f"    if {test}:")
+            conditional = not writer.certain(live_outs)
+            indent = "        " if conditional else "    "
+            if conditional:
+                lines.append(f"    if {test}:")
+            writer.open_block(conditional)
             if i in self.inline:
                 operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
-                for k, term in _inline_terms(fn.inline, k_active=cfg.active, g=g,
-                                             operands=operand, out=f"v{outs[0]}", const=const):
-                    accumulate(ins[k], term, "        ")
-                continue
-            lines.append(f"        g = {const(fn.reverse, fn.name + '_rev')}({const(cfg, 'cfg')}, "
-                         f"s{i}, {g})")
-            for k, (s, a) in enumerate(zip(ins, cfg.active)):
-                if a:
-                    accumulate(s, f"g[{k}]", "        ")
-            lines.append(f"    s{i} = None")
+                for k, term, fresh in inline_terms(fn.inline, cfg.active, g, operand,
+                                                   f"v{outs[0]}", const):
+                    writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
+            elif self.scatters.get(i) == "scatter":
+                writer.scatter(ins[0], g, const(params["index"], "index"),
+                               self.values[ins[0]][1], indent)
+            elif i in self.scatters:   # a sum: its cotangent broadcast back (full: a new array)
+                shape = self.values[ins[0]][1]
+                if len(params["axis"]) == len(shape) and not params["keepdims"]:
+                    writer.add(ins[0], f"_full({shape!r}, {g})", indent, False, True)
+                else:
+                    writer.add(ins[0], f"_broadcast_to({g}, {shape!r})", indent, False, False)
+            else:
+                lines.append(f"{indent}g = {const(fn.reverse, fn.name + '_rev')}"
+                             f"({const(cfg, 'cfg')}, s{i}, {g})")
+                for k, (s, a) in enumerate(zip(ins, cfg.active)):
+                    if a:
+                        writer.add(s, f"g[{k}]", indent, may_be_none=True, fresh=False)
+                lines.append(f"    s{i} = None")
+            writer.close_block()
             for o in outs:
-                if o not in grad_slots and o in cts:
+                if o not in grad_slots and writer.assigned(o):
                     lines.append(f"    ct{o} = None")
+        cts = writer.states
         if cts:   # a cotangent no rule reached stays None
             lines.insert(adjoint_start, "    " + " = ".join(f"ct{s}" for s in sorted(cts))
                          + " = None")
@@ -514,6 +561,24 @@ class Program:
 
     def __repr__(self):
         return self.source
+
+
+def _all_float64(values, steps) -> bool:
+    """Whether every inexact value of the program (slots, constant arrays and numbers) is
+    float64: then every cotangent is float64 and may be summed in place (tape/program_adjoint)."""
+    for t, _, dtype in values.values():
+        if dtype is not None and dtype.kind in "fcV" and dtype != np.float64:
+            return False
+        if dtype is None and t not in (bool, int, float):
+            return False
+    for step in steps:
+        for c in step[4]:
+            dtype = getattr(c, "dtype", None)
+            if dtype is not None and dtype.kind in "fcV" and dtype != np.float64:
+                return False
+            if dtype is None and isinstance(c, complex):
+                return False
+    return True
 
 
 def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
@@ -552,19 +617,6 @@ def _release_dead_values(lines: list[str]) -> list[str]:
             out.append(indent + " = ".join(f"v{k}" for k in sorted(after[n], key=int))
                        + " = None")
     return out
-
-
-def _inline_terms(inline, k_active, g, operands, out, const):
-    """(argument index, cotangent expression) of an inlined rule (see `Primitive.inline`)."""
-    kind = inline[0]
-    if kind == "unary":
-        _, derivative, use_ans = inline
-        yield 0, f"{g} * {const(derivative, 'derivative')}({out if use_ans else operands[0]})"
-    elif kind == "linear":
-        yield from ((k, g if k == 0 or inline[1] > 0 else f"-{g}")
-                    for k in range(2) if k_active[k])
-    elif kind == "product":
-        yield from ((k, f"{g} * {operands[1 - k]}") for k in range(2) if k_active[k])
 
 
 def _multiple(fn) -> bool:
