@@ -1,0 +1,119 @@
+"""The adjoint of a compiled program sums cotangents in place only into arrays it owns
+(tape/program_adjoint.py). Each example here is a way a cotangent can be shared: a rule that
+returns its cotangent argument itself (to two arguments), one that returns a saved array (the
+user's own), the cotangent of ``x + y`` passed to both sides unchanged, a read-only broadcast
+view from a sum, a rule that returns None (a symbolic zero), gathers that scatter into a
+cotangent someone else holds, and a float32 program (where ``ct += term`` would round).
+Every call is compared with eager `tape.autodiff` on fresh arguments, twice (a replay that
+corrupted a value would show on the second call)."""
+from __future__ import annotations
+
+import numpy as np
+
+import tape
+from tape import Active, Duplicated, Primitive, Reverse
+
+RTOL, ATOL = 1e-12, 1e-14
+
+
+def _check(f, *make, calls=2, rtol=RTOL):
+    """Compile `f` for Reverse with Duplicated arguments; each call equals eager autodiff."""
+    g = tape.compile(Reverse, f, Active, *([Duplicated] * len(make)))
+    for call in range(calls):
+        xs = [m(call) for m in make]
+        got = [np.zeros_like(x) for x in xs]
+        want = [np.zeros_like(x) for x in xs]
+        g(*[Duplicated(x.copy(), d) for x, d in zip(xs, got)])
+        tape.autodiff(Reverse, f, Active, *[Duplicated(x.copy(), d) for x, d in zip(xs, want)])
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=ATOL)
+    assert g.stats.hits == calls - 1 and g.stats.eager_calls == 0, g.stats
+    return str(g)
+
+
+def _x(call):
+    return np.linspace(-1.0, 1.0, 12).reshape(3, 4) * (1.0 + call)
+
+
+# A rule that hands its cotangent argument, unchanged, to both of its arguments.
+both = Primitive("both", lambda x, y: x + y, lambda cfg, x, y: (x + y, None),
+                 lambda cfg, saved, g: (g, g))
+
+
+def test_a_cotangent_a_rule_returns_twice_is_not_summed_into():
+    def f(x):
+        y = x * 3.0
+        a, b = np.sin(x), np.cos(y)
+        return np.sum(a * b * both(x, y))
+    source = _check(f, _x)
+    assert " = ct" in source and "+ g[" not in source
+
+
+def test_the_cotangent_of_a_sum_passed_to_both_sides_is_not_summed_into():
+    def f(x):
+        u, v = 2.0 * x, 3.0 * x
+        a, b = np.sin(u), np.cos(v)
+        return np.sum((u + v) * a * b)
+    source = _check(f, _x)
+    assert "+=" in source   # the program does sum in place elsewhere
+
+
+def test_a_saved_array_a_rule_returns_is_left_untouched():
+    c = np.arange(12.0).reshape(3, 4) / 7.0
+    original = c.copy()
+    # d(x * c)/dx: the rule returns the saved c itself when the cotangent is all ones.
+    scale = Primitive("scale", lambda x: x * c, lambda cfg, x: (x * c, c),
+                      lambda cfg, saved, g: (saved if np.all(g == 1.0) else g * saved,))
+
+    def f(x):
+        return np.sum(np.sin(x)) + np.sum(scale(x))
+    _check(f, _x, calls=3)
+    np.testing.assert_array_equal(c, original)
+
+
+def test_a_broadcast_sum_cotangent_is_not_written():
+    def f(x):
+        y = np.sin(x)
+        s = np.sum(x, axis=1, keepdims=True)
+        return np.sum(y * s)
+    source = _check(f, _x)
+    assert "_broadcast_to(" in source
+
+
+# A rule whose cotangent is a symbolic zero (None).
+flat = Primitive("flat", np.floor, lambda cfg, x: (np.floor(x), None),
+                 lambda cfg, saved, g: (None,))
+
+
+def test_a_cotangent_that_may_be_none_is_assigned_not_summed():
+    def f(x):
+        a = np.cos(x)
+        c = flat(x * 2.0)
+        return np.sum(a + np.sin(c))
+    source = _check(f, _x)
+    assert "is None:" in source
+
+
+def test_gathers_scatter_into_owned_and_shared_cotangents():
+    def f(x):
+        y = 2.0 * x
+        rows = x[0] * x[1] + np.sum(x[1:3], axis=0) + y[2] * x[:, 1][2]
+        return np.sum(rows * both(x, y)[0])
+    source = _check(f, _x)
+    assert "] += " in source and "_zeros(" in source
+
+
+def test_gathers_of_one_row_twice_accumulate():
+    def f(x):
+        return np.sum(x[1] * x[1] + np.tanh(x[1:, 2:]).sum() * x[0])
+    _check(f, _x)
+
+
+def test_float32_programs_sum_out_of_place():
+    c = np.linspace(0.5, 2.0, 12).reshape(3, 4)   # float64: some cotangents are float64
+
+    def f(x):
+        return np.sum(np.sin(x) * np.float32(2.0)) + np.sum(x * c) + np.sum(np.exp(x) * x)
+    source = _check(f, lambda call: _x(call).astype(np.float32), rtol=1e-6)
+    assert "+=" not in source
