@@ -13,7 +13,8 @@ The state at chunk boundaries is computed in the chunked form of
 instead of per token), with a hand-written backward. ``backend="reference"`` (or
 `kernels.force_reference`) runs the sequential loop of `kernels.memory_ref` over each chunk
 instead; so do calls whose retention (or Titans' momentum gate) is not positive and finite.
-The code runs on the arrays' own module (NumPy, or CuPy arrays through the same operations).
+The code is written against the arrays' own module, but `models.layers` calls it on NumPy
+arrays only, and on CuPy arrays it is untested (there is no CUDA version).
 
 Shapes as `kernels.delta_rule`: ``k, v, q [..., s, d]``, gates ``[..., s]``, states
 ``[..., d, d]``; the leading axes (batch, heads) run together.
