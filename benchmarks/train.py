@@ -36,31 +36,27 @@ from models import model  # noqa: E402
 from models.config import TEXT_MODEL, ModelConfig  # noqa: E402
 from models.layers import conductor  # noqa: E402
 from models.optim import AdamW, clip_by_global_norm  # noqa: E402
-from tape import (Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_zero,  # noqa
-                  make_zero_, primal, tree_map)
+from models.train_step import TrainStep  # noqa: E402
+from tape import make_zero, make_zero_, primal, tree_map  # noqa: E402
 from tape.pytree import flatten  # noqa: E402
 
 
-def hecate_step_fn(cfg: ModelConfig, batch: int):
+def hecate_step_fn(cfg: ModelConfig, batch: int, compiled: bool = False):
+    """Hecate's training step (`models.train_step.TrainStep`, as `hecate train` runs it):
+    eager `autodiff`, or the `tape.compile`d program (`hecate train`'s default)."""
     params = model.init_params(cfg, 0)
     grads = make_zero(params)
     opt = AdamW(params, lr=1e-3)
+    train_step = TrainStep(cfg, compiled=compiled)
     box = {"state": model.init_state(cfg, batch)}
 
     def step(tokens):
         make_zero_(grads)
-        out = []
-
-        def f(p, t):
-            value, st, _ = model.training_loss(p, t, box["state"], cfg)
-            out.append(st)
-            return value
-        _, value = autodiff(ReverseWithPrimal, f, Active, Duplicated(params, grads),
-                            Const(tokens))
+        _, value, box["state"] = train_step(params, grads, tokens, box["state"])
         clip_by_global_norm(grads, 1.0)
         opt.step(params, grads)
-        box["state"] = tree_map(primal, out[-1])
-        return float(value)
+        return value
+    step.stats = lambda: train_step.stats
     return step, params
 
 
@@ -238,13 +234,26 @@ def main(argv=None) -> int:
         result["loss_check"] = {"hecate": h_val, "torch": t_val}
         print(f"same function: hecate loss {h_val:.6f}, torch loss {t_val:.6f}")
     result["hecate_tokens_per_s"] = measure(h_step, batches, args.repeat)
-    print(f"hecate  : {result['hecate_tokens_per_s']:10,.0f} tokens/s")
+    print(f"hecate  : {result['hecate_tokens_per_s']:10,.0f} tokens/s (eager autodiff)")
+    c_step, _ = hecate_step_fn(cfg, args.batch, compiled=True)
+    t0 = time.perf_counter()
+    c_step(batches[0])   # the first call traces and compiles
+    result["compile_s"] = time.perf_counter() - t0
+    result["hecate_compiled_tokens_per_s"] = measure(c_step, batches, args.repeat)
+    result["compiled_over_eager"] = (result["hecate_compiled_tokens_per_s"]
+                                     / result["hecate_tokens_per_s"])
+    print(f"compiled: {result['hecate_compiled_tokens_per_s']:10,.0f} tokens/s "
+          f"(tape.compile, hecate train's default; {result['compiled_over_eager']:.2f}x eager; "
+          f"first call {result['compile_s']:.2f} s; {c_step.stats()})")
     if torch is not None:
         t_step, _ = torch_step_fn(cfg, args.batch, params, torch)
         result["torch_tokens_per_s"] = measure(t_step, batches, args.repeat)
         result["ratio"] = result["hecate_tokens_per_s"] / result["torch_tokens_per_s"]
+        result["compiled_ratio"] = (result["hecate_compiled_tokens_per_s"]
+                                    / result["torch_tokens_per_s"])
         print(f"pytorch : {result['torch_tokens_per_s']:10,.0f} tokens/s")
-        print(f"hecate / pytorch: {result['ratio']:.2f}x")
+        print(f"hecate / pytorch: {result['ratio']:.2f}x eager, "
+              f"{result['compiled_ratio']:.2f}x compiled")
     else:
         print("pytorch : not installed (skipped)")
     if args.json:

@@ -68,3 +68,30 @@ def test_the_step_moves_with_the_parameters():
         params.embed -= 0.5 * g.embed          # in place: the same arrays, new values
         params.unembed = params.unembed * 0.9  # rebound: a new array
     assert step.stats.eager_calls == 0
+
+
+def test_hecate_train_compiled_and_eager_give_the_same_run(tmp_path, monkeypatch):
+    """`hecate train` (compiled step) and `hecate train --no-compile` (eager): the same losses,
+    objectives, gradient norms and validation losses, through the optimizer and the carried
+    memory, and the CLI flag reaches `train`."""
+    from models import train as train_module
+    from models.cli import main
+    from models.train import TrainConfig, train
+    corpus = b"def f(x):\n    return x + 1\n\nclass A:\n    pass\n" * 40
+    cfg = ModelConfig(d_model=8, layers=1, window=4, seq_len=8, levels=2, dtype="float64")
+    tcfg = TrainConfig(steps=6, batch_size=2, lr=1e-2, warmup=2, eval_every=3, eval_batches=1,
+                       final_eval_batches=2, ckpt_every=6, sample_bytes=0)
+    runs = [train(cfg, tcfg, tmp_path / str(c), progress=False, out=None, corpus=corpus,
+                  compile_step=c) for c in (True, False)]
+    np.testing.assert_allclose(runs[0].losses, runs[1].losses, rtol=1e-12)
+    assert np.isclose(runs[0].val_loss, runs[1].val_loss, rtol=1e-12)
+    data = tmp_path / "corpus.txt"
+    data.write_bytes(corpus)
+    flags = ["train", "--data", str(data), "--steps", "2", "--batch-size", "2", "--d-model", "8",
+             "--layers", "1", "--window", "4", "--seq-len", "8", "--no-progress"]
+    seen = []
+    monkeypatch.setattr(train_module, "train", lambda *a, **k: (
+        seen.append(k["compile_step"]), train(*a, **k))[1])
+    assert main(flags + ["--run-dir", str(tmp_path / "cli"), "--no-compile"]) == 0
+    assert main(flags + ["--run-dir", str(tmp_path / "cli2")]) == 0
+    assert seen == [False, True]
