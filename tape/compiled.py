@@ -34,19 +34,20 @@ import warnings
 from typing import Callable
 
 import numpy as np
-from numpy.lib.array_utils import byte_bounds
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
 from .api import (_argument_names, _is_float, _python_scalar, _reverse_argument, autodiff,
-                  _cast_like, derivatives, guess_return, _seed_return)
+                  _cast_like, derivatives)
 from .backend import array_module
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError
 from .modifiers import is_complex, to_user, user_cotangents
-from .program import CompileTrace, GuardFailed, Program, Uncompilable, same_value
+from .compiled_trace import aliased, const_leaves, trace_once
+from .program import GuardFailed, Uncompilable, same_value
+from .program_code import Program
 from .signature import (_changed, _first_difference, _is_scalar, _leaves, _rng_key,
-                        _signature, _snapshotter, _watch, generator_state,
+                        _signature, _watch, generator_state,
                         set_generator_state)
 from .pytree import flatten, is_inactive, unflatten
 from .split import autodiff_thunk
@@ -112,6 +113,7 @@ class CompiledFunction:
         self._counts = dict(traces=0, hits=0, guard_failures=0, eager_calls=0)
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
+        self._fast = None   # (argument kinds, key, compiled) of the last plain replay
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
 
@@ -134,6 +136,11 @@ class CompiledFunction:
     __repr__ = __str__
 
     def __call__(self, *args):
+        fast = self._fast
+        if fast is not None and not _TRACE_STACK.get():
+            result = self._call_fast(fast, args)
+            if result is not None:
+                return result
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
         self._check_types(annotated)
@@ -158,6 +165,7 @@ class CompiledFunction:
                     continue
                 self._counts["hits"] += 1
                 self._last = compiled.program
+                self._remember_fast(key, compiled, annotated)
                 return result
             if len(entry) >= self.max_traces:
                 return self._eager(annotated, f"more than {self.max_traces} traces for one "
@@ -165,6 +173,51 @@ class CompiledFunction:
         return self._trace_and_call(key, annotated, names)
 
     # -- internals ---------------------------------------------------------------------------
+    def _call_fast(self, fast, args):
+        """The replay of a call whose arguments are annotated arrays (or Active floats) of the
+        kinds, shapes and dtypes of the last plain replay: what the general path would do for
+        them, without its checks (they passed for these kinds). None: take the general path."""
+        kinds, key, compiled = fast
+        if len(args) != len(kinds):
+            return None
+        for a, (t, shape, dtype) in zip(args, kinds):
+            if type(a) is not t:
+                return None
+            v = a.val
+            if shape is None:
+                if type(v) is not float:
+                    return None
+            elif type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return None
+        if compiled.watched and _changed(compiled.watched) is not None:
+            return None
+        try:
+            result = compiled._call_plain(args)
+        except GuardFailed:
+            return None
+        if result is not None:
+            self._counts["hits"] += 1
+            self._last = compiled.program
+            self._cache.move_to_end(key)
+        return result
+
+    def _remember_fast(self, key, compiled, annotated):
+        if (not compiled.plain or compiled not in self._cache.get(key, ())
+                or any(type(a) not in _FAST_TYPES for a in annotated)):
+            self._fast = None
+            return
+        kinds = []
+        for a in annotated:
+            v = a.val
+            if type(v) is np.ndarray:
+                kinds.append((type(a), v.shape, v.dtype))
+            elif type(a) is Active and type(v) is float:
+                kinds.append((Active, None, None))
+            else:
+                self._fast = None
+                return
+        self._fast = (tuple(kinds), key, compiled)
+
     def _check_types(self, annotated):
         if not self.arg_types:
             return
@@ -219,7 +272,9 @@ class CompiledFunction:
         self._evict()
         self._last = compiled.program
         try:
-            return compiled.call(annotated, names)
+            result = compiled.call(annotated, names)
+            self._remember_fast(key, compiled, annotated)
+            return result
         except GuardFailed:   # the traced values decide the same way: this cannot happen
             entry.remove(compiled)
             return self._eager(annotated, "a fresh trace failed its own guards")
@@ -231,11 +286,16 @@ class CompiledFunction:
     def _evict(self):
         while sum(len(v) if isinstance(v, list) else 1
                   for v in self._cache.values()) > self.max_programs:
-            self._cache.popitem(last=False)
+            key, _ = self._cache.popitem(last=False)
+            if self._fast is not None and self._fast[1] == key:
+                self._fast = None
 
 
 class _Random(Exception):
     pass
+
+
+_FAST_TYPES = (Active, Duplicated, DuplicatedNoNeed, Const)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,9 +322,9 @@ class _Compiled:
         states = [generator_state(g) for g in generators]
         state = np.random.get_state(legacy=False)
         try:
-            first = _trace_once(owner, annotated, names, watched)
+            first = trace_once(owner, annotated, names, watched)
             moved = [not same_value(generator_state(g), s) for g, s in zip(generators, states)]
-            second = _trace_once(owner, annotated, names, watched)
+            second = trace_once(owner, annotated, names, watched)
             after = np.random.get_state(legacy=False)
         finally:   # tracing draws nothing: a call that then runs eagerly draws as eager does
             np.random.set_state(state)
@@ -331,9 +391,9 @@ class _Compiled:
         consts, differentiated = [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
-                const_leaves = _const_leaves(ann.val)
-                leaves.extend(const_leaves)
-                consts.extend(const_leaves)
+                arrays = const_leaves(ann.val)
+                leaves.extend(arrays)
+                consts.extend(arrays)
                 continue
             arg = _reverse_argument(ann, name)
             arg.first_slots = []
@@ -343,7 +403,7 @@ class _Compiled:
                     leaves.append(x)
                     differentiated.append(x)
             groups.append(arg)
-        if self.writes and _aliased(differentiated, consts):
+        if self.writes and aliased(differentiated, consts):
             raise GuardFailed("arguments share memory")
         slot_iter = iter(self.grad_slots)
         for arg in groups:
@@ -423,77 +483,3 @@ class _Compiled:
         leaves = [_python_scalar(next(it)) if s is not None else c
                   for s, c in zip(self.out_slots, consts)]
         return unflatten(td, leaves)
-
-
-def _trace_once(owner, annotated, names, watched):
-    with CompileTrace(_snapshotter(watched)) as trace:
-        call_args, groups, leaf_slots = [], [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                call_args.append(_const_argument(ann.val, trace, leaf_slots, name))
-                continue
-            arg = _reverse_argument(ann, name)
-            for x in arg.leaves:
-                if _is_float(x):
-                    t = trace.new_leaf(x)
-                    leaf_slots.append((t.slot, False))
-                    arg.tracers.append(t)
-                    arg.first_slots.append(t.slot)
-                else:
-                    arg.tracers.append(x)
-                    arg.first_slots.append(None)
-            groups.append(arg)
-            call_args.append(unflatten(arg.treedef, arg.tracers))
-        out = owner.f(*call_args)
-        ret_active = guess_return(owner.ret_activity, out) is Active
-        if ret_active:
-            if isinstance(out, Tracer) and is_complex(out._v):
-                raise Uncompilable("a complex result runs eagerly")
-            _seed_return(out, trace, {}, None, owner.mode)
-    return trace, leaf_slots, out, groups, ret_active
-
-
-def _const_argument(value, trace, leaf_slots, name):
-    """A Const argument as the function sees it while traced: its arrays are nondiff values of
-    the trace (so that each replay reads the new ones), its other leaves are as they are."""
-    if type(value) is np.ndarray:
-        t = trace.new_leaf(value, nondiff=True)
-        t.const_argument = str(name)
-        leaf_slots.append((t.slot, True))
-        return t
-    leaves, td = flatten(value)
-    if td is None or not any(isinstance(x, np.ndarray) for x in leaves):
-        return value
-    made = []
-    for x in leaves:
-        if isinstance(x, np.ndarray):
-            t = trace.new_leaf(x, nondiff=True)
-            t.const_argument = str(name)
-            leaf_slots.append((t.slot, True))
-            made.append(t)
-        else:
-            made.append(x)
-    return unflatten(td, made)
-
-
-def _const_leaves(value):
-    if type(value) is np.ndarray:
-        return [value]
-    leaves, td = flatten(value)
-    return [x for x in leaves if isinstance(x, np.ndarray)]
-
-
-def _aliased(written, consts) -> bool:
-    """Whether an array the program may write or differentiate shares memory with another
-    argument (Const arrays sharing memory among themselves are harmless). Byte bounds, as
-    `np.may_share_memory`, in one sorted sweep instead of a test per pair."""
-    spans = sorted((*byte_bounds(a), w) for arrays, w in ((written, True), (consts, False))
-                   for a in arrays if isinstance(a, np.ndarray) and a.size)
-    end_any = end_written = 0
-    for lo, hi, w in spans:   # by start: an earlier span reaching past `lo` overlaps
-        if lo < (end_any if w else end_written):
-            return True
-        end_any = max(end_any, hi)
-        if w:
-            end_written = max(end_written, hi)
-    return False

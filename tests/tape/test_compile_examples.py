@@ -294,3 +294,50 @@ def test_aliasing_between_written_and_other_arguments_runs_eagerly():
                 call(*args(base[:3], view(base)))
             np.testing.assert_array_equal(base, np.arange(6.0))
     assert g.stats.eager_calls == 2
+
+
+def test_repeated_plain_calls_check_what_the_general_path_checks():
+    """After a replay with plain array arguments, later calls of the same kinds skip the
+    general path's checks; a new shape, a shadow of another dtype, a failed guard, an
+    evicted program and a nested differentiation still go the general way."""
+    def f(x):
+        if x.sum() > 0:
+            return np.sum(np.sin(x) * x)
+        return np.sum(x ** 3)
+    g = tape.compile(Reverse, f, Active, Duplicated, max_programs=1)
+    for x in ([0.5, 1.0, 0.25], [0.5, 1.0, 0.25], [-0.5, 1.0, -0.75], [-0.5, 1.0, -0.75],
+              [0.5, 1.0], [0.5, 1.0, 0.25], [-0.5, -1.0], [-0.5, -1.0]):
+        x = np.array(x)
+        _compare_simple(g, f, Reverse, Active, lambda: [Duplicated(x.copy(), np.zeros_like(x))])
+    assert (g.stats.traces, g.stats.programs) == (6, 1), g.stats
+    x = np.array([-0.5, -1.0])
+    for shadow in (np.zeros(2, dtype=np.float32), np.zeros(3)):
+        try:
+            want = tape.autodiff(Reverse, f, Active, Duplicated(x, shadow.copy()))
+        except Exception as e:   # noqa: BLE001  (whatever eager mode does, compiled does)
+            with pytest.raises(type(e)):
+                g(Duplicated(x, shadow.copy()))
+        else:
+            assert_same(g(Duplicated(x, shadow.copy())), want)
+    inner = np.zeros(2)
+
+    def outer(y):
+        g(Duplicated(x, inner))
+        return np.sum(y * y)
+    tape.autodiff(Reverse, outer, Active, Active(x))
+    assert g.stats.eager_reasons[-1] == "called inside another differentiation"
+    np.testing.assert_allclose(inner, 3 * x ** 2, rtol=RTOL, atol=ATOL)
+
+
+def test_a_signature_that_runs_eagerly_can_evict_the_last_replayed_one():
+    def f(x):
+        if x.size == 2:   # draws: this signature runs eagerly
+            return np.sum(x * np.random.default_rng().uniform())
+        return np.sum(np.tanh(x))
+    g = tape.compile(Reverse, f, Active, Duplicated, max_programs=1)
+    x3, x2 = np.array([0.5, 1.0, 0.25]), np.array([0.5, 1.0])
+    for x in (x3, x3, x2, x3, x3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tape.CompileWarning)
+            g(Duplicated(x, np.zeros_like(x)))
+    assert (g.stats.traces, g.stats.programs) == (2, 1), g.stats

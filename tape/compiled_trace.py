@@ -1,0 +1,88 @@
+"""One trace of a function for `tape.compile` (tape/compiled.py): its arguments as the traced
+function sees them, and the memory check of a call's arguments."""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+from .activities import Active, Const
+from .api import _is_float, _reverse_argument, _seed_return, guess_return
+from .core import Tracer
+from .modifiers import is_complex
+from .program import CompileTrace, Uncompilable
+from .pytree import flatten, unflatten
+from .signature import _snapshotter
+
+
+def trace_once(owner, annotated, names, watched):
+    with CompileTrace(_snapshotter(watched)) as trace:
+        call_args, groups, leaf_slots = [], [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                call_args.append(_const_argument(ann.val, trace, leaf_slots, name))
+                continue
+            arg = _reverse_argument(ann, name)
+            for x in arg.leaves:
+                if _is_float(x):
+                    t = trace.new_leaf(x)
+                    leaf_slots.append((t.slot, False))
+                    arg.tracers.append(t)
+                    arg.first_slots.append(t.slot)
+                else:
+                    arg.tracers.append(x)
+                    arg.first_slots.append(None)
+            groups.append(arg)
+            call_args.append(unflatten(arg.treedef, arg.tracers))
+        out = owner.f(*call_args)
+        ret_active = guess_return(owner.ret_activity, out) is Active
+        if ret_active:
+            if isinstance(out, Tracer) and is_complex(out._v):
+                raise Uncompilable("a complex result runs eagerly")
+            _seed_return(out, trace, {}, None, owner.mode)
+    return trace, leaf_slots, out, groups, ret_active
+
+
+def _const_argument(value, trace, leaf_slots, name):
+    """A Const argument as the function sees it while traced: its arrays are nondiff values of
+    the trace (so that each replay reads the new ones), its other leaves are as they are."""
+    if type(value) is np.ndarray:
+        t = trace.new_leaf(value, nondiff=True)
+        t.const_argument = str(name)
+        leaf_slots.append((t.slot, True))
+        return t
+    leaves, td = flatten(value)
+    if td is None or not any(isinstance(x, np.ndarray) for x in leaves):
+        return value
+    made = []
+    for x in leaves:
+        if isinstance(x, np.ndarray):
+            t = trace.new_leaf(x, nondiff=True)
+            t.const_argument = str(name)
+            leaf_slots.append((t.slot, True))
+            made.append(t)
+        else:
+            made.append(x)
+    return unflatten(td, made)
+
+
+def const_leaves(value):
+    if type(value) is np.ndarray:
+        return [value]
+    leaves, td = flatten(value)
+    return [x for x in leaves if isinstance(x, np.ndarray)]
+
+
+def aliased(written, consts) -> bool:
+    """Whether an array the program may write or differentiate shares memory with another
+    argument (Const arrays sharing memory among themselves are harmless). Byte bounds, as
+    `np.may_share_memory`, in one sorted sweep instead of a test per pair."""
+    spans = sorted((*byte_bounds(a), w) for arrays, w in ((written, True), (consts, False))
+                   for a in arrays if isinstance(a, np.ndarray) and a.size)
+    end_any = end_written = 0
+    for lo, hi, w in spans:   # by start: an earlier span reaching past `lo` overlaps
+        if lo < (end_any if w else end_written):
+            return True
+        end_any = max(end_any, hi)
+        if w:
+            end_written = max(end_written, hi)
+    return False

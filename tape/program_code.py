@@ -1,0 +1,297 @@
+"""The generated program of a compiling trace (tape/program.py): its steps written as one Python
+function ``run(leaves, seeds)``, the primal then the adjoint (tape/program_adjoint.py), with
+dead code removed and each value released after its last use."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .backend import add_or_none
+from .program import (AUGMENTED, FRESH, INACTIVE, CompileTrace, DynamicParams, GuardFailed,
+                      Uncompilable, _fill, _param_slots, same_value)
+from .program_adjoint import AdjointWriter, basic_index, iadd, inline_terms
+
+
+class Program:
+    """The steps of one trace as one generated function ``run(leaves, seeds)``.
+
+    - `leaf_slots`: the slots of the arguments' leaves, in order;
+    - `result_slots`: the slots the caller reads back (the return value, buffers written);
+    - `seed_slots`: slots that get a cotangent seed (an Active return, written buffers);
+    - `grad_slots`: the leaves whose cotangents are returned.
+    The function returns ``(values of result_slots, cotangents of grad_slots)``.
+    """
+
+    def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots):
+        if trace.saw_nested:
+            raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
+                               "autodiff) runs eagerly")
+        self.steps = trace.steps
+        self.guards = trace.guards
+        self.inline = trace.inline
+        self.values = trace.values
+        _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
+        self.inplace = _all_float64(self.values, self.steps)
+        self.scalar_slots = {s for s, (t, _, _) in self.values.items() if t is not np.ndarray}
+        self.scatters = self._scatters() if self.inplace else {}
+        nondiff = self._nondiff(trace, leaf_slots)
+        useful = self._useful(seed_slots, nondiff)
+        needed = self._needed(result_slots, useful)
+        self.source, namespace = self._generate(trace, leaf_slots, result_slots, seed_slots,
+                                                grad_slots, nondiff, useful, needed)
+        self.n_steps = len(self.steps)
+        self.n_kept = sum(needed)
+        self.n_adjoint = sum(useful)
+        exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
+        self.run = namespace["run"]
+        self.steps = None   # what replay needs is in the generated function
+
+    def _scatters(self) -> dict:
+        """Steps whose reverse is written out by `AdjointWriter` rather than called: gathers
+        with a fixed basic index (``x[0]``, ``x[1:3]``) from an array ("scatter": written into
+        the array's cotangent) and sums in their own dtype whose cotangent only broadcasts
+        back ("sum")."""
+        found = {}
+        for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
+            rule = getattr(fn, "inline", None)
+            if kind != AUGMENTED or type(params) is not dict or ins[0] is None:
+                continue
+            if (rule == ("scatter",) and params.keys() == {"index"}
+                    and basic_index(params["index"]) and ins[0] not in self.scalar_slots):
+                found[i] = "scatter"
+            elif (rule == ("sum",) and params.get("dtype") is None
+                  and type(params.get("axis")) is tuple and ins[0] not in self.scalar_slots
+                  and (params.get("keepdims") is True or params["axis"] == tuple(
+                      range(len(params["axis"]))))):
+                found[i] = "sum"
+        return found
+
+    def _nondiff(self, trace, leaf_slots):
+        """Slots that carry no derivative (the leaves' own flags, then forward through the
+        steps: a step with no differentiated input gives nondiff results)."""
+        nondiff = set(s for s, flag in leaf_slots if flag)
+        for kind, fn, cfg, ins, consts, params, outs in self.steps:
+            if kind != AUGMENTED:
+                nondiff.update(outs)
+        return nondiff
+
+    def _useful(self, seed_slots, nondiff):
+        """Per step: whether its reverse rule runs (a differentiated step whose result reaches
+        a seed)."""
+        reach = {s for s in seed_slots if s not in nondiff}
+        useful = [False] * len(self.steps)
+        for i in range(len(self.steps) - 1, -1, -1):
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            if kind == AUGMENTED and any(o in reach for o in outs):
+                useful[i] = True
+                reach.update(s for s, a in zip(ins, cfg.active) if a)
+        return useful
+
+    def _needed(self, result_slots, useful):
+        """Per step: whether the primal part must run (its results are read, guarded, or
+        needed by a reverse rule)."""
+        live = set(result_slots) | set(self.guards)
+        needed = [False] * len(self.steps)
+        for i in range(len(self.steps) - 1, -1, -1):
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            if useful[i] or any(o in live for o in outs):
+                needed[i] = True
+                live.update(s for s in ins if s is not None)
+                live.update(_param_slots(params))
+        return needed
+
+    def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
+                  useful, needed):
+        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
+              "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
+              "_full": np.full, "_broadcast_to": np.broadcast_to}
+        lines = ["def run(leaves, seeds):"]
+        names = ", ".join(f"v{s}" for s, _ in leaf_slots)
+        lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
+
+        names: dict[int, str] = {}
+        counts: dict[str, int] = {}
+
+        def const(value, hint="k"):
+            name = names.get(id(value))
+            if name is not None:
+                return name
+            hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
+            n = counts.get(hint, 0) + 1
+            counts[hint] = n
+            name = hint if n == 1 else f"{hint}{n}"
+            while name in ns:
+                name += "_"
+            ns[name] = value
+            names[id(value)] = name
+            return name
+
+        def guard(s):
+            kind, value = self.guards[s]
+            if kind == "truth":
+                lines.append(f"    if bool(v{s}) is not {value}: raise GuardFailed({s})")
+            else:
+                lines.append(f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})")
+
+        for s, _ in leaf_slots:
+            if s in self.guards:
+                guard(s)
+        lines.append("    # primal")
+        for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
+            if not needed[i]:
+                continue
+            lhs = ", ".join(f"v{o}" for o in outs) + ("," if len(outs) == 1 and kind != FRESH
+                                                      and _multiple(fn) else "")
+            if kind == FRESH:
+                lines.append(f"    v{outs[0]} = {const(consts[0], 'buffer')}.copy()")
+            elif kind == INACTIVE:
+                args = ", ".join(f"v{s}" for s in ins)
+                name = getattr(fn, "__name__", "inactive")
+                lines.append(f"    {lhs} = _call({const(fn, name)}, _fill({const(consts[0], 'a')}, "
+                             f"({args},)))")
+            else:
+                args = ", ".join(f"v{s}" if s is not None else const(c)
+                                 for s, c in zip(ins, consts))
+                if type(params) is DynamicParams:
+                    holes = "".join(f"v{s}, " for s in params.slots)
+                    kw = f", **_fill({const(params.template, 'p')}, ({holes}))"
+                else:
+                    kw = f", **{const(params, 'p')}" if params else ""
+                if useful[i] and i in self.inline:
+                    lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
+                elif useful[i] and i not in self.scatters:
+                    out = f"({lhs})" if fn.multiple_results else lhs
+                    lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
+                                 f"({const(cfg, 'cfg')}, {args}{kw})")
+                else:
+                    lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args}{kw})")
+            for o in outs:
+                if o in self.guards:
+                    guard(o)
+        lines.append("    # adjoint")
+        adjoint_start = len(lines)
+        writer = AdjointWriter(lines, self.inplace, self.scalar_slots)
+        for k, s in enumerate(seed_slots):
+            if s not in nondiff:
+                writer.add(s, f"seeds[{k}]", "    ", may_be_none=False, fresh=False)
+        for i in range(len(self.steps) - 1, -1, -1):
+            if not useful[i]:
+                continue
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            live_outs = [o for o in outs if writer.assigned(o)]
+            if not live_outs:
+                continue
+            if fn.multiple_results:
+                g = "(" + ", ".join(f"ct{o}" if writer.assigned(o) else "None"
+                                    for o in outs) + ",)"
+                test = " or ".join(f"ct{o} is not None" for o in live_outs)
+            else:
+                g, test = f"ct{outs[0]}", f"ct{outs[0]} is not None"
+            conditional = not writer.certain(live_outs)
+            indent = "        " if conditional else "    "
+            if conditional:
+                lines.append(f"    if {test}:")
+            writer.open_block(conditional)
+            if i in self.inline:
+                operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
+                for k, term, fresh in inline_terms(fn.inline, cfg.active, g, operand,
+                                                   f"v{outs[0]}", const):
+                    writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
+            elif self.scatters.get(i) == "scatter":
+                writer.scatter(ins[0], g, const(params["index"], "index"),
+                               self.values[ins[0]][1], indent)
+            elif i in self.scatters:   # a sum: its cotangent broadcast back (full: a new array)
+                shape = self.values[ins[0]][1]
+                if len(params["axis"]) == len(shape) and not params["keepdims"]:
+                    writer.add(ins[0], f"_full({shape!r}, {g})", indent, False, True)
+                else:
+                    writer.add(ins[0], f"_broadcast_to({g}, {shape!r})", indent, False, False)
+            else:
+                lines.append(f"{indent}g = {const(fn.reverse, fn.name + '_rev')}"
+                             f"({const(cfg, 'cfg')}, s{i}, {g})")
+                for k, (s, a) in enumerate(zip(ins, cfg.active)):
+                    if a:
+                        writer.add(s, f"g[{k}]", indent, may_be_none=True, fresh=False)
+                lines.append(f"    s{i} = None")
+            writer.close_block()
+            for o in outs:
+                if o not in grad_slots and writer.assigned(o):
+                    lines.append(f"    ct{o} = None")
+        cts = writer.states
+        if cts:   # a cotangent no rule reached stays None
+            lines.insert(adjoint_start, "    " + " = ".join(f"ct{s}" for s in sorted(cts))
+                         + " = None")
+        results = ", ".join(f"v{s}" for s in result_slots)
+        grads = ", ".join(f"ct{s}" if s in cts else "None" for s in grad_slots)
+        lines.append(f"    return ({results}{',' if result_slots else ''}), "
+                     f"({grads}{',' if grad_slots else ''})")
+        return "\n".join(_release_dead_values(lines)) + "\n", ns
+
+    def __repr__(self):
+        return self.source
+
+
+def _all_float64(values, steps) -> bool:
+    """Whether every inexact value of the program (slots, constant arrays and numbers) is
+    float64: then every cotangent is float64 and may be summed in place (tape/program_adjoint)."""
+    for t, _, dtype in values.values():
+        if dtype is not None and dtype.kind in "fcV" and dtype != np.float64:
+            return False
+        if dtype is None and t not in (bool, int, float):
+            return False
+    for step in steps:
+        for c in step[4]:
+            dtype = getattr(c, "dtype", None)
+            if dtype is not None and dtype.kind in "fcV" and dtype != np.float64:
+                return False
+            if dtype is None and isinstance(c, complex):
+                return False
+    return True
+
+
+def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
+    """Every value a step reads, or the caller reads back, is a leaf or a step's result; a
+    value made some other way could not be replayed."""
+    defined = {s for s, _ in leaf_slots}
+    for kind, fn, cfg, ins, consts, params, outs in steps:
+        missing = [s for s in ins + _param_slots(params) if s is not None and s not in defined]
+        if missing:
+            raise Uncompilable(f"`{getattr(fn, 'name', fn)}` reads a value the trace did not "
+                               "make")
+        defined.update(outs)
+    if any(s not in defined for s in list(result_slots) + list(grad_slots)):
+        raise Uncompilable("the result holds a value the trace did not make")
+
+
+_VALUE = re.compile(r"\bv(\d+)\b")
+
+
+def _release_dead_values(lines: list[str]) -> list[str]:
+    """Drop each value right after the line that uses it last, as the eager sweep frees
+    residuals as it goes: memory is reused rather than freshly mapped."""
+    last = {}
+    for n, line in enumerate(lines):
+        for name in _VALUE.findall(line.split("#")[0]):
+            last[name] = n
+    after: dict[int, list[str]] = {}
+    for name, n in last.items():
+        if n > 1 and not lines[n].lstrip().startswith("return"):
+            after.setdefault(n, []).append(name)
+    out = []
+    for n, line in enumerate(lines):
+        out.append(line)
+        if n in after:
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(indent + " = ".join(f"v{k}" for k in sorted(after[n], key=int))
+                       + " = None")
+    return out
+
+
+def _multiple(fn) -> bool:
+    return bool(getattr(fn, "multiple_results", False))
+
+
+def _call(fn, filled):
+    args, kwargs = filled
+    return fn(*args, **kwargs)
