@@ -99,6 +99,7 @@ def _matmul_forward(cfg, primals, tangents):
 
 
 matmul = defprimitive("matmul", np.matmul, _matmul_augmented, _matmul_reverse, _matmul_forward)
+matmul.reverse_results = "fresh"   # never None for an active argument; new arrays (or views)
 
 
 def _matmul(x1, x2, /, **kwargs):

@@ -195,6 +195,7 @@ def binary(ufunc, d_first, d_second, uses_ans=False):
     # For compiled programs, when nothing broadcasts: the cotangents are g * d_first(x, y, ans)
     # and g * d_second(x, y, ans), ans passed only when the rule saves it.
     prim.inline = ("binary", d_first, d_second, uses_ans)
+    prim.reverse_results = "fresh"   # never None for an active argument; new arrays
     return route_ufunc(ufunc, prim)
 
 
@@ -225,6 +226,7 @@ def _linear_binary(ufunc, sign_second):
 
     prim = defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse, forward)
     prim.inline = ("linear", sign_second)   # for compiled programs, when nothing broadcasts
+    prim.reverse_results = "set"   # never None for an active argument; may be g itself
     return route_ufunc(ufunc, prim)
 
 
@@ -259,6 +261,7 @@ def _mul_forward(cfg, primals, tangents):
 multiply = route_ufunc(np.multiply, defprimitive("multiply", np.multiply, _mul_augmented,
                                                  _mul_reverse, _mul_forward))
 multiply.inline = ("product",)   # for compiled programs, when nothing broadcasts
+multiply.reverse_results = "fresh"   # never None for an active argument; new arrays
 
 true_divide = binary(np.true_divide, lambda x, y, ans: 1.0 / y, lambda x, y, ans: -ans / y,
                      uses_ans=True)
@@ -307,6 +310,7 @@ def _where_forward(cfg, primals, tangents, condition):
 
 where = defprimitive("where", lambda x, y, condition: np.where(condition, x, y),
                      _where_augmented, _where_reverse, _where_forward)
+where.reverse_results = "fresh"   # never None for an active argument; new arrays
 
 
 def _where(condition, x=None, y=None):

@@ -109,6 +109,7 @@ def _sum_forward(cfg, primals, tangents, axis=None, dtype=None, keepdims=False):
 
 sum_ = defprimitive("sum", np.sum, _sum_augmented, _sum_reverse, _sum_forward)
 sum_.inline = ("sum",)   # compiled programs broadcast the cotangent back themselves
+sum_.reverse_results = "set"   # never None for an active argument; a broadcast view of g
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):

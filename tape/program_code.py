@@ -210,9 +210,13 @@ class Program:
             else:
                 lines.append(f"{indent}g = {const(fn.reverse, fn.name + '_rev')}"
                              f"({const(cfg, 'cfg')}, s{i}, {g})")
+                # A rule that says so (`reverse_results`) returns a cotangent for each active
+                # argument ("set"), each a new array nothing else holds ("fresh").
+                results = getattr(fn, "reverse_results", None)
                 for k, (s, a) in enumerate(zip(ins, cfg.active)):
                     if a:
-                        writer.add(s, f"g[{k}]", indent, may_be_none=True, fresh=False)
+                        writer.add(s, f"g[{k}]", indent, may_be_none=results is None,
+                                   fresh=results == "fresh")
                 lines.append(f"    s{i} = None")
             writer.close_block()
             for o in outs:

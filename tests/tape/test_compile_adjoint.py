@@ -117,3 +117,16 @@ def test_float32_programs_sum_out_of_place():
         return np.sum(np.sin(x) * np.float32(2.0)) + np.sum(x * c) + np.sum(np.exp(x) * x)
     source = _check(f, lambda call: _x(call).astype(np.float32), rtol=1e-6)
     assert "+=" not in source
+
+
+def test_a_broadcast_add_passes_a_shared_cotangent_that_is_not_summed_into():
+    # z + c hands one cotangent G to z and c; the rule of x + w (w broadcast) hands G on to
+    # x; x's next contribution (from q) must not be added into G, which c's step still reads.
+    def f(x, w):
+        a = np.cos(x)
+        c = np.sin(x) * 2.0
+        q = x * 5.0
+        z = x + w
+        return np.sum((z + c) * 3.0 + a + q)
+    source = _check(f, _x, lambda call: np.array([[0.5, -1.0, 2.0, 0.25]]) * (call + 1))
+    assert "add_rev" in source
