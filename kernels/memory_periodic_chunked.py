@@ -49,8 +49,9 @@ def usable(b: Blocks) -> bool:
     """Whether the chunked form applies: the retention (and Titans' momentum gate) positive
     and finite, so that its logarithm exists.
 
-    >>> one = np.ones((1, 1, 2))
-    >>> usable(Blocks(None, None, None, one, None, None)), usable(Blocks(None, None, None, 0 * one, None, None))
+    >>> def gates(ret):
+    ...     return Blocks(None, None, None, ret, None, None)
+    >>> usable(gates(np.ones((1, 1, 2)))), usable(gates(np.zeros((1, 1, 2))))
     (True, False)
     """
     xp = array_module(b.ret)
