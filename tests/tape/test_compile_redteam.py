@@ -1,0 +1,280 @@
+"""`tape.compile` against eager `autodiff` on user-style functions called with changing values.
+
+Each test calls the compiled function several times and compares every call (result, shadows,
+arguments written) with eager `autodiff` on fresh copies of the same arguments. The known
+differences are `xfail(strict=True)`: fixing one makes its test pass, which flips it to a failure
+until the marker is removed.
+"""
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+import tape
+from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff
+
+RP = ReverseWithPrimal
+
+
+def _same(a, b, path="result"):
+    if isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{k}]")
+    elif a is None or b is None:
+        assert a is None and b is None, path
+    else:
+        assert type(a) is type(b), (path, type(a), type(b))
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=path)
+
+
+def _call(f, make_args, calls, between=None, ret=Active):
+    """Compiled and eager on fresh argument copies for each of `calls`; `between(k)` runs after
+    call k (to change what f reads)."""
+    g = tape.compile(RP, f, ret, *[type(a) for a in make_args(calls[0])])
+    for k, c in enumerate(calls):
+        mine, theirs = make_args(c), make_args(c)
+        _same(g(*mine), autodiff(RP, f, ret, *theirs))
+        for a, b in zip(mine, theirs):
+            _same(a.val, b.val, "argument")
+            if isinstance(a, Duplicated):
+                _same(a.dval, b.dval, "shadow")
+        if between is not None:
+            between(k)
+    return g
+
+
+def _dup(x):
+    return Duplicated(np.array(x, dtype=float), np.zeros(np.shape(x)))
+
+
+SIGNS = [np.array([1., -1, 1, -1, 1, -1]), np.array([-1., 1, -1, -1, -1, -1]),
+         np.array([1., 1, -1, -1, 1, 1])]
+
+
+# -- held: guarded or recomputed decisions -----------------------------------------------------
+
+def test_boolean_masks_argmax_and_sort_follow_the_values():
+    def f(x, c):
+        y = x[c > 0]
+        k = np.argmax(c)
+        return np.sum(y ** 2) + x[k] * 3 + np.sum(np.sort(x)[:2])
+    _call(f, lambda c: [_dup(np.linspace(-1, 2, 6)), Const(SIGNS[c])], [0, 1, 2, 0])
+
+
+def test_const_index_arrays_gather_and_scatter():
+    idx = [np.array([0, 2, 2, 5]), np.array([5, 4, 1, 1]), np.array([3, 3, 3, 3])]
+
+    def f(x, i):
+        y = x.copy()
+        y[i] = x[:4] * 2
+        return np.sum(np.take(y, i) ** 2) + np.sum(x[i])
+    _call(f, lambda c: [_dup(np.linspace(-1, 2, 6)), Const(idx[c])], [0, 1, 2, 1])
+
+
+def test_in_place_function_with_view_writes():
+    def f(y, x):
+        y[1:] = x[:-1] ** 2
+        v = y[:2]
+        v += x[1:3]
+        return np.sum(y * x)
+
+    def args(c):
+        return [Duplicated(np.linspace(0, 1, 6) + c, np.full(6, 0.5)),
+                _dup(np.linspace(-1, 1, 6) * (c + 1))]
+    _call(f, args, [0, 1, 2])
+
+
+def test_closure_attribute_and_partial_changes_are_seen():
+    @dataclasses.dataclass
+    class Model:
+        w: np.ndarray
+        scale: float
+
+    model = Model(np.ones(6), 1.0)
+
+    def f(x):
+        return np.sum(x * model.w) * model.scale
+
+    def change(k):
+        model.w *= 2.0
+        model.scale = float(k + 2)
+    _call(f, lambda c: [_dup(np.linspace(-1, 1, 6))], [0, 1, 2], between=change)
+
+
+def test_singular_matrix_error_is_the_eager_one():
+    def f(a):
+        return np.sum(np.linalg.inv(a))
+    g = tape.compile(RP, f, Active, Duplicated)
+    g(_dup(np.eye(3)))
+    with pytest.raises(np.linalg.LinAlgError):
+        g(_dup(np.zeros((3, 3))))
+    with pytest.raises(np.linalg.LinAlgError):
+        autodiff(RP, f, Active, _dup(np.zeros((3, 3))))
+
+
+# -- known differences --------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="S1: a 1-D np.nonzero result replays as a 1-tuple "
+                   "(program_code._generate writes no trailing comma for an inactive tuple)")
+def test_nonzero_index_used_as_an_array_on_the_first_call():
+    def f(x, c):
+        idx = np.nonzero(c > 0)[0]
+        return np.sum(x[idx[-1]]) + np.sum(x[idx + 0])
+    _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0])
+
+
+@pytest.mark.xfail(strict=True, reason="S2: the shape of an inactive result (nonzero) is not "
+                   "guarded; len(idx) is baked in")
+def test_len_of_nonzero_indices_follows_the_values():
+    def f(x, c):
+        idx = np.flatnonzero(c > 0)
+        return np.sum(x) * len(idx)
+    _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0, 1, 2])
+
+
+@pytest.mark.xfail(strict=True, reason="C3: a nonzero index of another length than traced "
+                   "crashes the replay's reverse rules")
+def test_gather_through_nonzero_indices_of_changing_length():
+    def f(x, c):
+        return np.mean(x[np.nonzero(c > 0)[0]] ** 2)
+    _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0, 1, 2])
+
+
+@pytest.mark.xfail(strict=True, reason="S3: a constant array in the result is returned by "
+                   "reference from the out template, so a caller's write changes later calls")
+def test_a_returned_constant_array_is_fresh_at_each_call():
+    g = tape.compile(RP, lambda x: np.ones(3), Const, Duplicated)
+    g(_dup(np.zeros(2)))[1][0] = 99.0
+    np.testing.assert_array_equal(g(_dup(np.zeros(2)))[1], np.ones(3))
+
+
+@pytest.mark.xfail(strict=True, reason="S4: the traces write through np.asarray(c) into the "
+                   "caller's Const array (three times on the first call)")
+def test_writes_through_asarray_of_a_const_happen_once():
+    def f(x, c):
+        y = np.asarray(c)
+        y[0] += 1.0
+        return np.sum(x * y)
+    _call(f, lambda c: [_dup(np.arange(1., 6.)), Const(np.zeros(5))], [0])
+
+
+@pytest.mark.xfail(strict=True, reason="S5: contiguity is not in the signature; reshape is a "
+                   "view of a C-ordered argument and a copy of a transposed one")
+def test_reshape_write_through_depends_on_the_layout():
+    def f(a):
+        v = a.reshape(-1)
+        v[0] = 100.0
+        return np.sum(a ** 2)
+
+    def args(c):
+        a = np.arange(6.).reshape(2, 3) if c == 0 else np.arange(6.).reshape(3, 2).T
+        return [Duplicated(a.copy(order="K") if c == 0 else a, np.ones((2, 3)))]
+    _call(f, args, [0, 1])
+
+
+@pytest.mark.xfail(strict=True, reason="S6: watched containers compare items by id(); a new "
+                   "bound method at a freed address looks unchanged")
+def test_a_replaced_bound_method_is_seen():
+    class Lin:
+        def __init__(self, w):
+            self.w = w
+
+        def loss(self, x):
+            return np.sum((x * self.w) ** 2)
+
+    models = [Lin(np.full(3, float(k))) for k in range(1, 5)]
+    holder = {"m": models[0].loss}
+
+    def f(x):
+        return holder["m"](x)
+
+    def change(k):
+        del holder["m"]
+        holder["m"] = models[k + 1].loss
+    _call(f, lambda c: [_dup(np.ones(3))], [0, 0, 0], between=change)
+
+
+class _Scaled:
+    scale = 1.0
+
+    def loss(self, x):
+        return np.sum(x) * self.scale
+
+
+@pytest.mark.xfail(strict=True, reason="S7: class attributes are not watched")
+def test_a_class_attribute_change_is_seen():
+    obj = _Scaled()
+    try:
+        _call(obj.loss, lambda c: [_dup(np.ones(3))], [0, 0],
+              between=lambda k: setattr(_Scaled, "scale", 3.0))
+    finally:
+        _Scaled.scale = 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="S7: attributes of __slots__ objects are not watched")
+def test_a_slots_attribute_change_is_seen():
+    class Slotted:
+        __slots__ = ("w",)
+
+        def __init__(self):
+            self.w = np.ones(3)
+
+        def loss(self, x):
+            return np.sum(x * self.w)
+    obj = Slotted()
+    _call(obj.loss, lambda c: [_dup(np.ones(3))], [0, 0], between=lambda k: obj.w.__imul__(2.0))
+
+
+@pytest.mark.xfail(strict=True, reason="S7: keyword-only defaults are not watched")
+def test_a_keyword_only_default_changed_in_place_is_seen():
+    def f(x, *, w=np.ones(3)):
+        return np.sum(x * w)
+    _call(f, lambda c: [_dup(np.ones(3))], [0, 0],
+          between=lambda k: f.__kwdefaults__["w"].__imul__(2.0))
+
+
+@pytest.mark.xfail(strict=True, reason="S8: Python's random module is neither detected nor "
+                   "restored after tracing")
+def test_stdlib_random_draws_as_eager():
+    def f(x):
+        return np.sum(x) * random.random()
+    g = tape.compile(RP, f, Active, Duplicated)
+    state = random.getstate()
+    try:
+        random.seed(0)
+        got = g(_dup(np.ones(3)))
+        random.seed(0)
+        _same(got, autodiff(RP, f, Active, _dup(np.ones(3))))
+    finally:
+        random.setstate(state)
+
+
+@pytest.mark.xfail(strict=True, reason="C1: a Const that is not a pytree raises PytreeError in "
+                   "compiled __call__ (eager accepts it)")
+def test_a_const_generator_argument_runs_as_eager():
+    def f(x, r):
+        return np.sum(x * r.normal(size=3))
+    g = tape.compile(RP, f, Active, Duplicated, Const)
+    got = g(_dup(np.ones(3)), Const(np.random.default_rng(0)))
+    _same(got, autodiff(RP, f, Active, _dup(np.ones(3)), Const(np.random.default_rng(0))))
+
+
+@pytest.mark.xfail(strict=True, reason="C2: an exception the function catches itself escapes "
+                   "the replayed program")
+def test_an_exception_caught_inside_f_is_caught_in_the_replay():
+    def f(a):
+        try:
+            return np.sum(np.linalg.inv(a))
+        except np.linalg.LinAlgError:
+            return np.sum(a) * 0.0
+    _call(f, lambda c: [_dup(np.eye(3) * c)], [1, 0])
+
+
+@pytest.mark.xfail(strict=True, reason="E1: a Duplicated return activity raises in eager mode "
+                   "but is returned by the compiled function")
+def test_a_duplicated_return_raises_as_eager():
+    g = tape.compile(RP, lambda x: x * 2, Duplicated, Duplicated)
+    with pytest.raises(tape.ActivityError):
+        g(_dup(np.ones(3)))
