@@ -6,6 +6,7 @@ differences are `xfail(strict=True)`: fixing one makes its test pass, which flip
 until the marker is removed.
 """
 import dataclasses
+import math
 import random
 
 import numpy as np
@@ -123,6 +124,14 @@ def test_nonzero_index_used_as_an_array_on_the_first_call():
         idx = np.nonzero(c > 0)[0]
         return np.sum(x[idx[-1]]) + np.sum(x[idx + 0])
     _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0])
+
+
+@pytest.mark.xfail(strict=True, reason="S1: x[np.nonzero(mask)] indexes with ((array,),) in "
+                   "the replay: an array primal instead of a float")
+def test_indexing_with_the_nonzero_tuple():
+    def f(x, c):
+        return np.sum(x[np.nonzero(c > 0)] * 2.0)
+    _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0, 2])
 
 
 @pytest.mark.xfail(strict=True, reason="S2: the shape of an inactive result (nonzero) is not "
@@ -249,6 +258,14 @@ def test_stdlib_random_draws_as_eager():
         _same(got, autodiff(RP, f, Active, _dup(np.ones(3))))
     finally:
         random.setstate(state)
+
+
+@pytest.mark.xfail(strict=True, reason="S9: guards compare with ==, so -0.0 passes a guard "
+                   "taken on 0.0")
+def test_a_guard_sees_the_sign_of_zero():
+    def f(x, c):
+        return np.sum(x) * math.copysign(1.0, float(c[0]))
+    _call(f, lambda c: [_dup(np.ones(3)), Const(np.array([c]))], [0.0, -0.0])
 
 
 @pytest.mark.xfail(strict=True, reason="C1: a Const that is not a pytree raises PytreeError in "
