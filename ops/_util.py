@@ -50,7 +50,8 @@ def _sum_axes(g, axes: tuple):
     first, last = axes[0], axes[-1]
     if (type(g) is not np.ndarray or g.dtype not in _BLAS_FLOATS or last - first + 1 != len(axes)
             or len(axes) == g.ndim or not g.flags.c_contiguous):
-        return np.sum(g, axis=axes)
+        # ndarray.sum is np.sum's own path for an ndarray, without its Python dispatch
+        return g.sum(axis=axes) if type(g) is np.ndarray else np.sum(g, axis=axes)
     outer, inner = g.shape[:first], g.shape[last + 1:]
     n = math.prod(g.shape[first:last + 1])
     ones = np.ones(n, dtype=g.dtype)

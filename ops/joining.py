@@ -84,6 +84,7 @@ def _stack_forward(cfg, primals, tangents, axis, dtype=None):
 
 stack_p = defprimitive("stack", _stack_impl, _stack_augmented, _stack_reverse, _stack_forward)
 stack_p.reverse_results = "set"   # never None for an active argument; views of g
+stack_p.inline = ("stack",)   # compiled programs write a stack along axis 0 as np.array
 
 
 def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):

@@ -50,8 +50,9 @@ class Program:
     def _scatters(self) -> dict:
         """Steps whose reverse is written out by `AdjointWriter` rather than called: gathers
         with a fixed basic index (``x[0]``, ``x[1:3]``) from an array ("scatter": written into
-        the array's cotangent) and sums in their own dtype whose cotangent only broadcasts
-        back ("sum")."""
+        the array's cotangent), stacks of float64 arrays along a new first axis ("stack":
+        slice k of the cotangent to argument k) and sums in their own dtype whose cotangent
+        only broadcasts back ("sum")."""
         found = {}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
             rule = getattr(fn, "inline", None)
@@ -60,12 +61,34 @@ class Program:
             if (rule == ("scatter",) and params.keys() == {"index"}
                     and basic_index(params["index"]) and ins[0] not in self.scalar_slots):
                 found[i] = "scatter"
+            elif rule == ("stack",) and self._direct(fn, ins, params, "", str) is not None:
+                found[i] = "stack"
             elif (rule == ("sum",) and params.get("dtype") is None
                   and type(params.get("axis")) is tuple and ins[0] not in self.scalar_slots
                   and (params.get("keepdims") is True or params["axis"] == tuple(
                       range(len(params["axis"]))))):
                 found[i] = "sum"
         return found
+
+    def _direct(self, fn, ins, params, args, const):
+        """The NumPy expression a primitive's impl amounts to on these operands, written
+        directly (no call of the impl, no keyword dict): a gather with a fixed index, a sum of
+        an array, a stack of float64 arrays along a new first axis. None: call the impl."""
+        rule = getattr(fn, "inline", None)
+        if type(params) is not dict or not ins or ins[0] is None:
+            return None
+        kind, shape, dtype = self.values[ins[0]]
+        if kind is not np.ndarray:
+            return None
+        if rule == ("scatter",) and params.keys() == {"index"}:   # impl: x[index]
+            return f"{args}[{const(params['index'], 'index')}]"
+        if rule == ("sum",) and len(shape) > 0:   # np.sum of an ndarray is add.reduce
+            return f"_add_reduce({args}, **{const(params, 'p')})"
+        if (rule == ("stack",) and params == {"axis": 0, "dtype": None}
+                and all(s is not None and self.values[s] == (np.ndarray, shape, dtype)
+                        for s in ins) and dtype == np.float64):
+            return f"_array(({args},))"   # same-shape float64 arrays: np.stack(axis=0)
+        return None
 
     def _nondiff(self, trace, leaf_slots):
         """Slots that carry no derivative (the leaves' own flags, then forward through the
@@ -105,7 +128,8 @@ class Program:
                   useful, needed):
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
               "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
-              "_full": np.full, "_broadcast_to": np.broadcast_to}
+              "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
+              "_array": np.array}
         lines = ["def run(leaves, seeds):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
@@ -165,7 +189,9 @@ class Program:
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
                                  f"({const(cfg, 'cfg')}, {args}{kw})")
                 else:
-                    lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args}{kw})")
+                    direct = self._direct(fn, ins, params, args, const)
+                    lines.append(f"    {lhs} = " + (direct or f"{const(fn.impl, fn.name + '_impl')}"
+                                                            f"({args}{kw})"))
             for o in outs:
                 if o in self.guards:
                     guard(o)
@@ -201,6 +227,10 @@ class Program:
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
                                self.values[ins[0]][1], indent)
+            elif self.scatters.get(i) == "stack":   # slice k of g goes to argument k
+                for k, s in enumerate(ins):
+                    if cfg.active[k]:
+                        writer.add(s, f"{g}[{k}]", indent, may_be_none=False, fresh=False)
             elif i in self.scatters:   # a sum: its cotangent broadcast back (full: a new array)
                 shape = self.values[ins[0]][1]
                 if len(params["axis"]) == len(shape) and not params["keepdims"]:
