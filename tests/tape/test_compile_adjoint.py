@@ -130,3 +130,20 @@ def test_a_broadcast_add_passes_a_shared_cotangent_that_is_not_summed_into():
         return np.sum((z + c) * 3.0 + a + q)
     source = _check(f, _x, lambda call: np.array([[0.5, -1.0, 2.0, 0.25]]) * (call + 1))
     assert "add_rev" in source
+
+
+def test_stacks_hand_each_argument_its_slice():
+    def f(x):
+        a, b = np.sin(x[0]), x[1] * 2.0
+        s = np.stack((a, b, a, x[2]))   # `a` twice: its two slices are summed
+        return np.sum(s * s) + np.sum(np.stack((b, a), axis=1) ** 3)
+    source = _check(f, _x)
+    assert "_array((" in source
+    _check(f, lambda call: _x(call).astype(np.float32), rtol=1e-6)
+
+
+def test_gathers_with_repeated_indices_accumulate():
+    def f(x):
+        picked = x[[0, 2, 0]]
+        return np.sum(np.tanh(picked) * x[[1, 1, 2]]) + np.sum(x[0] ** 2)
+    _check(f, _x)
