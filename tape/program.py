@@ -62,6 +62,10 @@ class CompiledTracer(ReverseTracerArray):
         self._v = v
 
     def peek_value(self):
+        # A shape read of an inactive result (np.nonzero's) keeps its step, whose replay
+        # checks the shape (`_ShapeChecked`).
+        if self.slot in self.level.inactive_slots:
+            self.level.shapes_read.add(self.slot)
         return self._v
 
     def primal_value(self):
@@ -128,6 +132,8 @@ class CompileTrace(ReverseTrace):
         self.snapshot = snapshot                # baked constants: copied, unless watched
         self.inline: set[int] = set()           # steps whose rule is written out inline
         self.saw_nested = False                 # a differentiation opened inside the function
+        self.inactive_slots: set[int] = set()   # results of inactive calls
+        self.shapes_read: set[int] = set()      # ... whose shape Python read
         self.values: dict[int, tuple] = {}      # slot -> (type, shape, dtype) of its value
 
     # -- leaves ------------------------------------------------------------------------------
@@ -213,11 +219,18 @@ class CompileTrace(ReverseTrace):
             return fn(*args, **kwargs)
         plain = _fill(template, [t._v for t in found])
         out = fn(*plain[0], **plain[1])
+        arrays = isinstance(out, tuple) and all(isinstance(o, np.ndarray) for o in out)
+        outs = out if arrays else (out,)
+        if arrays or isinstance(out, (np.ndarray, np.generic)):
+            fn = _ShapeChecked(fn, tuple(np.shape(o) for o in outs), unpack=arrays)
         step = (INACTIVE, fn, None, tuple(t.slot for t in found),
                 (self.snapshot(template),), None)
-        if isinstance(out, tuple) and all(isinstance(o, np.ndarray) for o in out):
-            return tuple(self._add_step(step, list(out), True))
+        if arrays:
+            made = tuple(self._add_step(step, list(out), True))
+            self.inactive_slots.update(t.slot for t in made)
+            return made
         made = self._add_step(step, [out], True)[0]
+        self.inactive_slots.add(made.slot)
         if isinstance(out, (np.ndarray, np.generic)):
             return made
         self.guard_value(made)    # a Python value (a bool from np.allclose, say)
@@ -257,6 +270,32 @@ def _inlinable(vals, ins, out) -> bool:
         elif s is not None or type(v) not in (float, int):
             return False
     return True
+
+
+class _ShapeChecked:
+    """An inactive function whose replayed array results must have the traced shapes: a
+    shape that depends on the data (np.nonzero, np.unique) may have been read by Python
+    (`len(idx)`), which took it as fixed. A tuple of arrays of length one is unpacked into its
+    one slot, like longer tuples."""
+    __slots__ = ("fn", "shapes", "unpack", "__name__")
+
+    def __init__(self, fn, shapes, unpack):
+        self.fn, self.shapes, self.unpack = fn, shapes, unpack
+        self.__name__ = getattr(fn, "__name__", "inactive")
+
+    def __call__(self, *args, **kwargs):
+        out = self.fn(*args, **kwargs)
+        outs = out if self.unpack else (out,)
+        if tuple(np.shape(o) for o in outs) != self.shapes:
+            raise GuardFailed(f"the shape of a result of {self.__name__}")
+        return outs[0] if self.unpack and len(outs) == 1 else out
+
+    def __eq__(self, other):   # two traces of one call agree (tape.signature)
+        return (type(other) is _ShapeChecked and other.fn is self.fn
+                and other.shapes == self.shapes and other.unpack == self.unpack)
+
+    def __hash__(self):
+        return hash((id(self.fn), self.shapes))
 
 
 class DynamicParams:
@@ -320,6 +359,12 @@ def _fill(template, values):
 # The program
 
 
+def _same_signs(a, b) -> bool:
+    """-0.0 == 0.0, but Python code may tell them apart (math.copysign, 1 / x, str)."""
+    parts = (np.real, np.imag) if a.dtype.kind == "c" else (np.asarray,)
+    return all(bool(np.array_equal(np.signbit(p(a)), np.signbit(p(b)))) for p in parts)
+
+
 def same_value(a, b) -> bool:
     """Whether a replayed value equals the traced one, for a guard: same type, dtype, shape
     and contents (NaNs equal)."""
@@ -328,9 +373,14 @@ def same_value(a, b) -> bool:
             return False
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        if not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+            return False
+        return a.dtype.kind not in "fc" or _same_signs(a, b)
     if type(a) is not type(b):
         return False
+    if isinstance(a, (float, complex, np.floating, np.complexfloating)):
+        a, b = np.asarray(a), np.asarray(b)
+        return bool(np.array_equal(a, b, equal_nan=True)) and _same_signs(a, b)
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (tuple, list)):

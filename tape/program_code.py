@@ -29,6 +29,7 @@ class Program:
                                "autodiff) runs eagerly")
         self.steps = trace.steps
         self.guards = trace.guards
+        self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
         self.inline = trace.inline
         self.values = trace.values
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
@@ -114,7 +115,7 @@ class Program:
     def _needed(self, result_slots, useful):
         """Per step: whether the primal part must run (its results are read, guarded, or
         needed by a reverse rule)."""
-        live = set(result_slots) | set(self.guards)
+        live = set(result_slots) | set(self.guards) | self.shapes_read
         needed = [False] * len(self.steps)
         for i in range(len(self.steps) - 1, -1, -1):
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]

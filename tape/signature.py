@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import types
 
 import numpy as np
@@ -38,7 +39,7 @@ def _signature(annotated) -> tuple:
         v = ann.val
         const = type(ann) is Const
         if type(v) is np.ndarray:
-            parts.append((type(ann), v.shape, v.dtype))
+            parts.append((type(ann), _array_key(v)))
             continue
         leaves, td = flatten(v)
         parts.append((type(ann), _treedef_key(td),
@@ -64,13 +65,30 @@ def _is_scalar(x) -> bool:
     return isinstance(x, _SCALARS)
 
 
+def _array_key(x) -> tuple:
+    """Shape, dtype and memory layout: whether `x.reshape(-1)` or `x.ravel()` is a view that
+    writes through, or a copy, depends on the strides, and a replay repeats the traced one."""
+    flags = getattr(x, "flags", None)
+    return (type(x), tuple(x.shape), x.dtype, getattr(x, "strides", None),
+            None if flags is None else bool(flags.writeable))
+
+
+def _number_key(x):
+    """A Python number baked into a program: its value, and the sign of a zero (-0.0 == 0.0,
+    but `math.copysign` and `1 / x` tell them apart)."""
+    if isinstance(x, (float, complex, np.floating, np.complexfloating)):
+        z = complex(x)
+        return (type(x), x, math.copysign(1.0, z.real), math.copysign(1.0, z.imag))
+    return (type(x), x)
+
+
 def _leaf_key(x, const):
     if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic):
-        return (type(x), tuple(x.shape), x.dtype)
+        return _array_key(x)
     if isinstance(x, _SCALARS):
         # Python numbers of Const arguments (and ints of active ones) are baked in.
         if const or not _is_float(x):
-            return (type(x), x)
+            return _number_key(x)
         return (type(x),)
     raise Uncompilable(f"an argument holds a {type(x).__name__}, whose contents a compiled "
                        "replay could not watch")
@@ -115,7 +133,11 @@ def _watch(f) -> tuple:
                     continue
                 watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
                 visit_value(value, depth)
-        for value in getattr(fn, "__defaults__", None) or ():
+        defaults = (lambda fn=fn: _shallow((fn.__defaults__ or ()) + tuple(
+            (fn.__kwdefaults__ or {}).values())) + tuple(fn.__kwdefaults__ or ()))
+        watched.append(("a default argument", defaults, defaults()))
+        for value in (getattr(fn, "__defaults__", None) or ()) + tuple(
+                (getattr(fn, "__kwdefaults__", None) or {}).values()):
             visit_value(value, depth)
         self_ = getattr(fn, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
@@ -127,7 +149,8 @@ def _watch(f) -> tuple:
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
-        if id(value) in seen or depth > 3 or _is_library_module(value):
+        if (isinstance(value, _SCALARS) or id(value) in seen or depth > 3
+                or _is_library_module(value)):
             return
         seen.add(id(value))
         if isinstance(value, np.ndarray):
@@ -147,10 +170,31 @@ def _watch(f) -> tuple:
                 value.args + tuple(value.keywords.values()))))
         elif hasattr(value, "bit_generator") or isinstance(value, np.random.RandomState):
             generators.append(value)
-        elif hasattr(value, "__dict__") and not isinstance(value, type):
-            for name, item in vars(value).items():   # attributes rebound between calls
+        elif isinstance(value, type):
+            if value.__module__.partition(".")[0] not in _LIBRARIES:
+                visit_class(value, depth)
+        else:
+            for name in _attribute_names(value):   # attributes rebound between calls
+                item = getattr(value, name, _GONE)
                 watched.append((f"attribute `{name}`",
-                                (lambda o=value, n=name: vars(o).get(n, _GONE)), _seen(item)))
+                                (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
+                visit_value(item, depth + 1)
+            cls = type(value)
+            if cls.__module__.partition(".")[0] not in _LIBRARIES | {"collections"}:
+                visit_class(cls, depth)
+
+    def visit_class(cls, depth):
+        """Class attributes (read through an instance, or `cls` in a classmethod): the data
+        ones, not methods or descriptors."""
+        for klass in cls.__mro__[:-1]:
+            if id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES:
+                continue
+            seen.add(id(klass))
+            for name, item in vars(klass).items():
+                if name.startswith("__") or callable(item) or hasattr(item, "__get__"):
+                    continue
+                watched.append((f"class attribute `{klass.__name__}.{name}`",
+                                (lambda k=klass, n=name: vars(k).get(n, _GONE)), _seen(item)))
                 visit_value(item, depth + 1)
 
     visit_function(getattr(f, "__func__", f), 0)
@@ -162,7 +206,17 @@ def _watch(f) -> tuple:
     return watched, generators
 
 
-_LIBRARIES = ("numpy", "scipy", "tape", "ops", "builtins", "cupy")
+_LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy"))
+
+
+def _attribute_names(obj) -> list:
+    """The instance attributes of `obj`: its __dict__ and its __slots__."""
+    names = list(vars(obj)) if hasattr(obj, "__dict__") else []
+    for klass in type(obj).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [n for n in ((slots,) if isinstance(slots, str) else slots)
+                  if n not in ("__dict__", "__weakref__") and n not in names]
+    return names
 _GONE = object()
 
 
@@ -197,10 +251,24 @@ def _names(code):
     return names
 
 
+class _Same:
+    """An item of a watched container, compared by identity (and kept alive, so that a new
+    object cannot take its address)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.obj is self.obj
+
+    __hash__ = None
+
+
 def _shallow(container):
     items = container.values() if type(container) is dict else container
-    return tuple(id(v) if not isinstance(v, _SCALARS) else v for v in items) + (
-        tuple(container) if type(container) is dict else ())
+    return tuple(_Same(v) if not isinstance(v, _SCALARS) else _number_key(v)
+                 for v in items) + (tuple(container) if type(container) is dict else ())
 
 
 def _changed(watched) -> str | None:

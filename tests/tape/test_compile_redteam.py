@@ -117,8 +117,6 @@ def test_singular_matrix_error_is_the_eager_one():
 
 # -- known differences --------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="S1: a 1-D np.nonzero result replays as a 1-tuple "
-                   "(program_code._generate writes no trailing comma for an inactive tuple)")
 def test_nonzero_index_used_as_an_array_on_the_first_call():
     def f(x, c):
         idx = np.nonzero(c > 0)[0]
@@ -126,16 +124,12 @@ def test_nonzero_index_used_as_an_array_on_the_first_call():
     _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0])
 
 
-@pytest.mark.xfail(strict=True, reason="S1: x[np.nonzero(mask)] indexes with ((array,),) in "
-                   "the replay: an array primal instead of a float")
 def test_indexing_with_the_nonzero_tuple():
     def f(x, c):
         return np.sum(x[np.nonzero(c > 0)] * 2.0)
     _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0, 2])
 
 
-@pytest.mark.xfail(strict=True, reason="S2: the shape of an inactive result (nonzero) is not "
-                   "guarded; len(idx) is baked in")
 def test_len_of_nonzero_indices_follows_the_values():
     def f(x, c):
         idx = np.flatnonzero(c > 0)
@@ -143,8 +137,6 @@ def test_len_of_nonzero_indices_follows_the_values():
     _call(f, lambda c: [_dup(np.arange(6.)), Const(SIGNS[c])], [0, 1, 2])
 
 
-@pytest.mark.xfail(strict=True, reason="C3: a nonzero index of another length than traced "
-                   "crashes the replay's reverse rules")
 def test_gather_through_nonzero_indices_of_changing_length():
     def f(x, c):
         return np.mean(x[np.nonzero(c > 0)[0]] ** 2)
@@ -169,8 +161,6 @@ def test_writes_through_asarray_of_a_const_happen_once():
     _call(f, lambda c: [_dup(np.arange(1., 6.)), Const(np.zeros(5))], [0])
 
 
-@pytest.mark.xfail(strict=True, reason="S5: contiguity is not in the signature; reshape is a "
-                   "view of a C-ordered argument and a copy of a transposed one")
 def test_reshape_write_through_depends_on_the_layout():
     def f(a):
         v = a.reshape(-1)
@@ -183,8 +173,6 @@ def test_reshape_write_through_depends_on_the_layout():
     _call(f, args, [0, 1])
 
 
-@pytest.mark.xfail(strict=True, reason="S6: watched containers compare items by id(); a new "
-                   "bound method at a freed address looks unchanged")
 def test_a_replaced_bound_method_is_seen():
     class Lin:
         def __init__(self, w):
@@ -212,7 +200,6 @@ class _Scaled:
         return np.sum(x) * self.scale
 
 
-@pytest.mark.xfail(strict=True, reason="S7: class attributes are not watched")
 def test_a_class_attribute_change_is_seen():
     obj = _Scaled()
     try:
@@ -222,7 +209,6 @@ def test_a_class_attribute_change_is_seen():
         _Scaled.scale = 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="S7: attributes of __slots__ objects are not watched")
 def test_a_slots_attribute_change_is_seen():
     class Slotted:
         __slots__ = ("w",)
@@ -236,7 +222,6 @@ def test_a_slots_attribute_change_is_seen():
     _call(obj.loss, lambda c: [_dup(np.ones(3))], [0, 0], between=lambda k: obj.w.__imul__(2.0))
 
 
-@pytest.mark.xfail(strict=True, reason="S7: keyword-only defaults are not watched")
 def test_a_keyword_only_default_changed_in_place_is_seen():
     def f(x, *, w=np.ones(3)):
         return np.sum(x * w)
@@ -260,8 +245,6 @@ def test_stdlib_random_draws_as_eager():
         random.setstate(state)
 
 
-@pytest.mark.xfail(strict=True, reason="S9: guards compare with ==, so -0.0 passes a guard "
-                   "taken on 0.0")
 def test_a_guard_sees_the_sign_of_zero():
     def f(x, c):
         return np.sum(x) * math.copysign(1.0, float(c[0]))
