@@ -113,7 +113,7 @@ class CompiledFunction:
         self._counts = dict(traces=0, hits=0, guard_failures=0, eager_calls=0)
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
-        self._fast = None   # (argument kinds, key, compiled) of the last plain replay
+        self._fast = None   # (signature, compiled) of the last plain replay
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
 
@@ -174,21 +174,18 @@ class CompiledFunction:
 
     # -- internals ---------------------------------------------------------------------------
     def _call_fast(self, fast, args):
-        """The replay of a call whose arguments are annotated arrays (or Active floats) of the
-        kinds, shapes and dtypes of the last plain replay: what the general path would do for
-        them, without its checks (they passed for these kinds). None: take the general path."""
-        kinds, key, compiled = fast
-        if len(args) != len(kinds):
+        """The replay of a call with the signature of the last plain replay, its arguments
+        annotated arrays (or Active floats): what the general path would do for them, without
+        its checks (they passed for this signature). None: take the general path."""
+        key, compiled = fast
+        for a in args:
+            if type(a) not in _FAST_TYPES:
+                return None
+        try:
+            if _signature(args) != key:
+                return None
+        except Uncompilable:
             return None
-        for a, (t, shape, dtype) in zip(args, kinds):
-            if type(a) is not t:
-                return None
-            v = a.val
-            if shape is None:
-                if type(v) is not float:
-                    return None
-            elif type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
-                return None
         if compiled.watched and _changed(compiled.watched) is not None:
             return None
         try:
@@ -202,21 +199,10 @@ class CompiledFunction:
         return result
 
     def _remember_fast(self, key, compiled, annotated):
-        if (not compiled.plain or compiled not in self._cache.get(key, ())
-                or any(type(a) not in _FAST_TYPES for a in annotated)):
-            self._fast = None
-            return
-        kinds = []
-        for a in annotated:
-            v = a.val
-            if type(v) is np.ndarray:
-                kinds.append((type(a), v.shape, v.dtype))
-            elif type(a) is Active and type(v) is float:
-                kinds.append((Active, None, None))
-            else:
-                self._fast = None
-                return
-        self._fast = (tuple(kinds), key, compiled)
+        plain = compiled.plain and compiled in self._cache.get(key, ())
+        self._fast = (key, compiled) if plain and all(
+            type(a) in _FAST_TYPES and (type(a.val) is np.ndarray or type(a.val) is float)
+            for a in annotated) else None
 
     def _check_types(self, annotated):
         if not self.arg_types:
@@ -287,7 +273,7 @@ class CompiledFunction:
         while sum(len(v) if isinstance(v, list) else 1
                   for v in self._cache.values()) > self.max_programs:
             key, _ = self._cache.popitem(last=False)
-            if self._fast is not None and self._fast[1] == key:
+            if self._fast is not None and self._fast[0] == key:
                 self._fast = None
 
 
