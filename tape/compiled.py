@@ -356,7 +356,7 @@ class _Compiled:
         compiled = cls(program, template, out_slots, writes, grad_slots, watched,
                        ret_slot, owner)
         if ret_slot is not None:
-            compiled.seed = (array_module(out._v), out.dtype)
+            compiled.seed = array_module(out._v).ones((), dtype=out.dtype)   # copied per call
         compiled.plain = not writes and all(
             _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
             else type(ann) is Const
@@ -396,8 +396,7 @@ class _Compiled:
             arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
         seeds = []
         if self.ret_slot is not None:
-            xp, dtype = self.seed
-            seeds.append(xp.ones((), dtype=dtype))
+            seeds.append(self.seed.copy())
         zero_after = []
         for g, i, _, seeded in self.writes:
             if seeded:
@@ -438,8 +437,7 @@ class _Compiled:
             leaves.append(x)
         seeds = []
         if self.ret_slot is not None:
-            xp, dtype = self.seed
-            seeds.append(xp.ones((), dtype=dtype))
+            seeds.append(self.seed.copy())
         results, grads = self.program.run(leaves, seeds)
         derivs, k = [], 0
         for ann in annotated:
