@@ -275,9 +275,20 @@ def _changed(watched) -> str | None:
     """What the function reads that changed since it was traced (None: nothing)."""
     for what, get, seen in watched:
         now = get()
-        if now is not seen and not same_value(now, seen):
+        if now is seen or (type(now) is tuple and now == seen and _shallow_items(now)):
+            continue   # a container's items, unchanged: compared without same_value's walk
+        if not same_value(now, seen):
             return what
     return None
+
+
+def _shallow_items(items) -> bool:
+    """Whether a tuple holds only `_shallow`'s identity wrappers and number keys, for which
+    ``==`` is exact (number keys carry their type and the sign of a zero)."""
+    for item in items:
+        if type(item) is not _Same and type(item) is not tuple:
+            return False
+    return True
 
 
 def _snapshotter(watched):

@@ -341,3 +341,24 @@ def test_a_signature_that_runs_eagerly_can_evict_the_last_replayed_one():
             warnings.simplefilter("ignore", tape.CompileWarning)
             g(Duplicated(x, np.zeros_like(x)))
     assert (g.stats.traces, g.stats.programs) == (2, 1), g.stats
+
+
+@pytest.mark.parametrize("change", ["replace array", "negate zero", "dict value"])
+def test_watched_container_items_are_compared_at_each_call(change):
+    params = [np.array([1.0, 2.0, 3.0]), 0.0]
+    named = {"scale": 2.0}
+
+    def f(x):
+        return np.sum(x * params[0] * named["scale"]) + np.sum(np.sin(x) * params[1])
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    make = lambda: [Duplicated(np.array([0.5, -1.0, 2.0]), np.zeros(3))]   # noqa: E731
+    _compare_simple(g, f, ReverseWithPrimal, Active, make)
+    _compare_simple(g, f, ReverseWithPrimal, Active, make)
+    if change == "replace array":
+        params[0] = np.array([3.0, 2.0, 1.0])
+    elif change == "negate zero":
+        params[1] = -0.0
+    else:
+        named["scale"] = 5.0
+    _compare_simple(g, f, ReverseWithPrimal, Active, make)
+    assert g.stats.traces == 2, g.stats   # -0.0 == 0.0, but the program baked the old sign
