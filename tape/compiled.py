@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import collections
+import random
 import time
 import warnings
 from typing import Callable
@@ -41,7 +42,7 @@ from .api import (_argument_names, _is_float, _python_scalar, _reverse_argument,
                   _cast_like, derivatives)
 from .backend import array_module
 from .core import _TRACE_STACK, Tracer
-from .errors import ActivityError
+from .errors import ActivityError, PytreeError
 from .modifiers import is_complex, to_user, user_cotangents
 from .compiled_trace import aliased, const_leaves, trace_once
 from .program import GuardFailed, Uncompilable, same_value
@@ -144,13 +145,13 @@ class CompiledFunction:
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
         self._check_types(annotated)
-        reason = self._eager_reason(annotated)
+        try:
+            reason = self._eager_reason(annotated)
+            key = None if reason is not None else _signature(annotated)
+        except (Uncompilable, PytreeError) as e:   # eager mode gives the genuine behaviour
+            reason = str(e)
         if reason is not None:
             return self._eager(annotated, reason)
-        try:
-            key = _signature(annotated)
-        except Uncompilable as e:
-            return self._eager(annotated, str(e))
         entry = self._cache.get(key)
         if isinstance(entry, str):
             return self._eager(annotated, entry)
@@ -163,6 +164,8 @@ class CompiledFunction:
                 except GuardFailed:
                     self._counts["guard_failures"] += 1
                     continue
+                except _ReplayRaised as e:
+                    return self._eager(annotated, str(e))
                 self._counts["hits"] += 1
                 self._last = compiled.program
                 self._remember_fast(key, compiled, annotated)
@@ -190,7 +193,7 @@ class CompiledFunction:
             return None
         try:
             result = compiled._call_plain(args)
-        except GuardFailed:
+        except (GuardFailed, _ReplayRaised):   # the general path decides
             return None
         if result is not None:
             self._counts["hits"] += 1
@@ -221,6 +224,8 @@ class CompiledFunction:
         mode = self.mode
         if mode.kind != "reverse":
             return "forward mode runs eagerly"
+        if self.ret_activity in (Duplicated, DuplicatedNoNeed):
+            return "a Duplicated return needs a seed (eager mode says how to pass one)"
         if mode.strong_zero or mode.nan_check or mode.holomorphic:
             return "mode modifiers (strong zero, NaN check, holomorphic) run eagerly"
         if any(isinstance(a, (BatchDuplicated, MixedDuplicated)) for a in annotated):
@@ -240,18 +245,19 @@ class CompiledFunction:
 
     def _trace_and_call(self, key, annotated, names):
         start = time.perf_counter()
+        reason = None
         try:
             compiled = _Compiled.trace(self, annotated, names)
         except _Random as e:
             warnings.warn(f"{self.__name__} runs eagerly: {e}", CompileWarning, stacklevel=3)
-            self._remember(key, str(e))
-            return self._eager(annotated, str(e))
+            reason = str(e)
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
             reason = f"tracing failed: {type(e).__name__}: {e}"
-            self._remember(key, reason)
-            return self._eager(annotated, reason)
         finally:
             self._compile_seconds += time.perf_counter() - start
+        if reason is not None:   # outside the handler: the failed trace's frames are freed
+            self._remember(key, reason)
+            return self._eager(annotated, reason)
         self._counts["traces"] += 1
         entry = self._cache.setdefault(key, [])
         entry.append(compiled)
@@ -264,6 +270,8 @@ class CompiledFunction:
         except GuardFailed:   # the traced values decide the same way: this cannot happen
             entry.remove(compiled)
             return self._eager(annotated, "a fresh trace failed its own guards")
+        except _ReplayRaised as e:
+            return self._eager(annotated, str(e))
 
     def _remember(self, key, reason):
         self._cache[key] = reason
@@ -279,6 +287,20 @@ class CompiledFunction:
 
 class _Random(Exception):
     pass
+
+
+class _ReplayRaised(Exception):
+    """A replayed program raised (a singular matrix, say). Nothing outside it was touched yet;
+    the call runs eagerly, which raises the error, or lets the function catch it."""
+
+
+def _replay(program, leaves, seeds):
+    try:
+        return program.run(leaves, seeds)
+    except GuardFailed:
+        raise
+    except Exception as e:   # noqa: BLE001
+        raise _ReplayRaised(f"the replay raised {type(e).__name__}: {e}") from e
 
 
 _FAST_TYPES = (Active, Duplicated, DuplicatedNoNeed, Const)
@@ -307,18 +329,21 @@ class _Compiled:
         watched, generators = _watch(owner.f)
         states = [generator_state(g) for g in generators]
         state = np.random.get_state(legacy=False)
+        python_state = random.getstate()
         try:
             first = trace_once(owner, annotated, names, watched)
             moved = [not same_value(generator_state(g), s) for g, s in zip(generators, states)]
             second = trace_once(owner, annotated, names, watched)
             after = np.random.get_state(legacy=False)
+            python_moved = random.getstate() != python_state
         finally:   # tracing draws nothing: a call that then runs eagerly draws as eager does
             np.random.set_state(state)
+            random.setstate(python_state)
             for g, s in zip(generators, states):
                 set_generator_state(g, s)
-        if not same_value(_rng_key(state), _rng_key(after)) or any(moved):
-            raise _Random("the function draws random numbers (NumPy's global generator or a "
-                          "Generator it reads); a replay would repeat the same draws, so each "
+        if not same_value(_rng_key(state), _rng_key(after)) or any(moved) or python_moved:
+            raise _Random("the function draws random numbers (NumPy's global generator, a "
+                          "Generator it reads, or Python's random module); a replay would repeat the same draws, so each "
                           "call runs eagerly")
         difference = _first_difference(first[0], second[0])
         if difference is not None:
@@ -403,7 +428,7 @@ class _Compiled:
                 shadow = groups[g].shadows[i]
                 seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
                 zero_after.append(shadow)
-        results, grads = self.program.run(leaves, seeds)
+        results, grads = _replay(self.program, leaves, seeds)
         for shadow in zero_after:
             shadow[...] = 0
         n_out = sum(s is not None for s in self.out_slots)
@@ -438,7 +463,7 @@ class _Compiled:
         seeds = []
         if self.ret_slot is not None:
             seeds.append(self.seed.copy())
-        results, grads = self.program.run(leaves, seeds)
+        results, grads = _replay(self.program, leaves, seeds)
         derivs, k = [], 0
         for ann in annotated:
             if type(ann) is Const:
@@ -464,6 +489,8 @@ class _Compiled:
             return None
         td, consts = self.out_template
         it = iter(values)
-        leaves = [_python_scalar(next(it)) if s is not None else c
+        # A constant array of the result is the caller's to write into: a copy per call.
+        leaves = [_python_scalar(next(it)) if s is not None
+                  else c.copy() if isinstance(c, np.ndarray) else c
                   for s, c in zip(self.out_slots, consts)]
         return unflatten(td, leaves)

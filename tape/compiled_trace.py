@@ -15,16 +15,35 @@ from .signature import _snapshotter
 
 
 def trace_once(owner, annotated, names, watched):
+    """Trace `owner.f` once. The argument arrays are read-only while traced: a write the trace
+    would not record (through `np.asarray(c)` or `tape.primal(x)`) raises instead of reaching
+    the caller's array, and the call runs eagerly, which makes it once."""
+    frozen = []
+
+    def read(x):
+        if isinstance(x, np.ndarray) and x.flags.writeable:
+            x.flags.writeable = False
+            frozen.append(x)
+        return x
+
+    try:
+        return _trace_once(owner, annotated, names, watched, read)
+    finally:
+        for x in reversed(frozen):
+            x.flags.writeable = True
+
+
+def _trace_once(owner, annotated, names, watched, read):
     with CompileTrace(_snapshotter(watched)) as trace:
         call_args, groups, leaf_slots = [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
-                call_args.append(_const_argument(ann.val, trace, leaf_slots, name))
+                call_args.append(_const_argument(ann.val, trace, leaf_slots, name, read))
                 continue
             arg = _reverse_argument(ann, name)
             for x in arg.leaves:
                 if _is_float(x):
-                    t = trace.new_leaf(x)
+                    t = trace.new_leaf(read(x))
                     leaf_slots.append((t.slot, False))
                     arg.tracers.append(t)
                     arg.first_slots.append(t.slot)
@@ -42,11 +61,11 @@ def trace_once(owner, annotated, names, watched):
     return trace, leaf_slots, out, groups, ret_active
 
 
-def _const_argument(value, trace, leaf_slots, name):
+def _const_argument(value, trace, leaf_slots, name, read):
     """A Const argument as the function sees it while traced: its arrays are nondiff values of
     the trace (so that each replay reads the new ones), its other leaves are as they are."""
     if type(value) is np.ndarray:
-        t = trace.new_leaf(value, nondiff=True)
+        t = trace.new_leaf(read(value), nondiff=True)
         t.const_argument = str(name)
         leaf_slots.append((t.slot, True))
         return t
@@ -56,7 +75,7 @@ def _const_argument(value, trace, leaf_slots, name):
     made = []
     for x in leaves:
         if isinstance(x, np.ndarray):
-            t = trace.new_leaf(x, nondiff=True)
+            t = trace.new_leaf(read(x), nondiff=True)
             t.const_argument = str(name)
             leaf_slots.append((t.slot, True))
             made.append(t)

@@ -217,10 +217,10 @@ class Trace:
             self.nan_check = True
 
     def __enter__(self):
-        _trace_opened()
         stack = _TRACE_STACK.get()
         if stack and stack[-1].records_inactive:
-            stack[-1].saw_nested = True   # a compiling trace cannot replay what this records
+            stack[-1].nested_opened()   # a compiling trace cannot replay what this records
+        _trace_opened()
         self._token = _TRACE_STACK.set(stack + (self,))
         if self.strong_zero:
             self._strong_zero_token = STRONG_ZERO.set(True)

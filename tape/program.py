@@ -132,9 +132,17 @@ class CompileTrace(ReverseTrace):
         self.snapshot = snapshot                # baked constants: copied, unless watched
         self.inline: set[int] = set()           # steps whose rule is written out inline
         self.saw_nested = False                 # a differentiation opened inside the function
+        self.raised = False                     # an operation raised (and f may catch it)
         self.inactive_slots: set[int] = set()   # results of inactive calls
         self.shapes_read: set[int] = set()      # ... whose shape Python read
         self.values: dict[int, tuple] = {}      # slot -> (type, shape, dtype) of its value
+
+    def nested_opened(self):
+        """A differentiation opens inside the function: stop tracing at once (the call runs
+        eagerly), rather than trace the rest for nothing."""
+        self.saw_nested = self.raised = True
+        raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
+                           "autodiff) runs eagerly")
 
     # -- leaves ------------------------------------------------------------------------------
     def new_leaf(self, value, nondiff=False) -> CompiledTracer:
@@ -161,6 +169,13 @@ class CompileTrace(ReverseTrace):
         return [CompiledTracer(o, self, s, nondiff) for o, s in zip(outs, slots)]
 
     def process(self, prim, args, params):
+        try:
+            return self._process(prim, args, params)
+        except Exception:
+            self.raised = True   # if the function catches it, a replay cannot follow
+            raise
+
+    def _process(self, prim, args, params):
         vals, ins, active = [], [], []
         for a in args:
             if isinstance(a, Tracer):
@@ -218,7 +233,11 @@ class CompileTrace(ReverseTrace):
         if not found:   # no traced value anywhere in the arguments
             return fn(*args, **kwargs)
         plain = _fill(template, [t._v for t in found])
-        out = fn(*plain[0], **plain[1])
+        try:
+            out = fn(*plain[0], **plain[1])
+        except Exception:
+            self.raised = True
+            raise
         arrays = isinstance(out, tuple) and all(isinstance(o, np.ndarray) for o in out)
         outs = out if arrays else (out,)
         if arrays or isinstance(out, (np.ndarray, np.generic)):

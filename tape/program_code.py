@@ -27,6 +27,9 @@ class Program:
         if trace.saw_nested:
             raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
                                "autodiff) runs eagerly")
+        if trace.raised:
+            raise Uncompilable("an operation raised while traced and the function went on (it "
+                               "caught the error): a replay could not take the same branch")
         self.steps = trace.steps
         self.guards = trace.guards
         self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
