@@ -69,3 +69,27 @@ def round_bf16(xp, a):
     rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
     # NaN payloads must stay NaN after rounding (a carry could turn them into inf).
     return xp.where(xp.isnan(a), a, rounded.view(xp.float32))
+
+
+def check_memory_shapes(name: str, named: dict, states: tuple) -> int:
+    """Check a memory rule's arguments (by name): `k`, `v`, `q` of shape ``[..., s, d]``, one
+    gate value per token, the states ``[..., d, d]``; returns d. Errors name the function.
+
+    >>> import numpy as np
+    >>> k = np.zeros((2, 5, 3))
+    >>> check_memory_shapes("delta_rule", {"k": k, "v": k, "q": k, "alpha": np.zeros((2, 5)),
+    ...                                    "m0": np.zeros((2, 3, 3))}, ("m0",))
+    3
+    """
+    k = named["k"]
+    ks = shape(k)
+    if len(ks) < 2:
+        raise ValueError(f"{name}: `k` must have shape [..., s, d]; got {ks}")
+    lead, d = ks[:-2], ks[-1]
+    check_same(name, "k", k, {n: named[n] for n in ("v", "q")}, ks, "the shape of `k`")
+    check_same(name, "k", k, {n: a for n, a in named.items()
+                              if n not in ("k", "v", "q") + tuple(states)},
+               ks[:-1], "one gate value per token, the shape of `k` without its last axis")
+    check_same(name, "k", k, {n: named[n] for n in states}, lead + (d, d),
+               "the leading axes of `k` followed by [d, d]")
+    return d

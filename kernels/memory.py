@@ -26,8 +26,8 @@ from tape.backend import array_module, module_name
 from tape.rules import custom_rule
 
 from . import memory_ref as ref
-from ._common import (batch_size, check_same, gate_from_time_major, gate_to_time_major, shape,
-                      seq_from_time_major, seq_to_time_major)
+from ._common import (batch_size, check_memory_shapes, check_same, gate_from_time_major,
+                      gate_to_time_major, shape, seq_from_time_major, seq_to_time_major)
 from . import cuda_memory_chunked
 from . import memory_chunked as chunked
 from . import memory_chunked_titans as chunked_titans
@@ -47,16 +47,7 @@ def _check(rule: str, args: tuple, checkpoint_every) -> int:
     """Validate a call; returns d."""
     name = _PUBLIC[rule]
     named = dict(zip(_ARGS[rule], args))
-    k = named["k"]
-    ks = shape(k)
-    if len(ks) < 2:
-        raise ValueError(f"{name}: `k` must have shape [..., s, d]; got {ks}")
-    lead, d = ks[:-2], ks[-1]
-    check_same(name, "k", k, {n: named[n] for n in ("v", "q")}, ks, "the shape of `k`")
-    check_same(name, "k", k, {n: a for n, a in named.items() if n not in _SEQS + _STATES[rule]},
-               ks[:-1], "one gate value per token, the shape of `k` without its last axis")
-    check_same(name, "k", k, {n: named[n] for n in _STATES[rule]}, lead + (d, d),
-               "the leading axes of `k` followed by [d, d]")
+    d = check_memory_shapes(name, named, _STATES[rule])
     if checkpoint_every is not None and (not isinstance(checkpoint_every, int)
                                          or checkpoint_every < 1):
         raise ValueError(f"{name}: checkpoint_every must be None or an int >= 1, got "

@@ -28,7 +28,7 @@ from tape.rules import custom_rule
 
 from . import memory_periodic_chunked as chunked
 from . import memory_ref as ref
-from ._common import batch_size, check_same, shape
+from ._common import batch_size, check_memory_shapes
 from .dispatch import is_reference_forced
 from .memory_chunked import _tr
 from .memory_periodic_chunked import Blocks
@@ -291,16 +291,7 @@ _hebbian = _make("hebbian")
 def _check(rule: str, args: tuple, period, backend) -> None:
     name = _PUBLIC[rule]
     named = dict(zip(_ARGS[rule], args))
-    k = named["k"]
-    ks = shape(k)
-    if len(ks) < 2:
-        raise ValueError(f"{name}: `k` must have shape [..., s, d]; got {ks}")
-    lead, d = ks[:-2], ks[-1]
-    check_same(name, "k", k, {n: named[n] for n in ("v", "q")}, ks, "the shape of `k`")
-    check_same(name, "k", k, {n: a for n, a in named.items() if n not in _SEQS + _STATES[rule]},
-               ks[:-1], "one gate value per token, the shape of `k` without its last axis")
-    check_same(name, "k", k, {n: named[n] for n in _STATES[rule]}, lead + (d, d),
-               "the leading axes of `k` followed by [d, d]")
+    check_memory_shapes(name, named, _STATES[rule])
     if isinstance(period, bool) or not isinstance(period, int) or period < 1:
         raise ValueError(f"{name}: period must be an int >= 1, got {period!r}")
     if backend not in (None,) + BACKENDS:
