@@ -29,8 +29,22 @@ def trace_once(owner, annotated, names, watched):
     try:
         return _trace_once(owner, annotated, names, watched, read)
     finally:
-        for x in reversed(frozen):
-            x.flags.writeable = True
+        _thaw(frozen)
+
+
+def _thaw(frozen: list) -> None:
+    """Make the arrays writeable again. A view can be made writeable only once its base is,
+    and the arguments may hold both in any order: repeat until every one is."""
+    while frozen:
+        left = []
+        for x in frozen:
+            try:
+                x.flags.writeable = True
+            except ValueError:
+                left.append(x)
+        if len(left) == len(frozen):
+            raise RuntimeError("tape.compile could not make its arguments writeable again")
+        frozen = left
 
 
 def _trace_once(owner, annotated, names, watched, read):

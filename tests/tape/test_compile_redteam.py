@@ -310,3 +310,21 @@ def test_arguments_keep_their_writeable_flags():
     with pytest.raises(ValueError, match="c too large"):
         g(Duplicated(x, np.zeros(3)), Const(big))
     assert x.flags.writeable and big.flags.writeable
+
+
+@pytest.mark.parametrize("view_first", [False, True])
+def test_an_array_and_its_view_both_passed_stay_writeable(view_first):
+    """Arguments that are an array and a view of it, in either order: both are writeable
+    again after the trace (a view can only be made writeable once its base is)."""
+    base = np.arange(6.0)
+    pair = (base[1:], base) if view_first else (base, base[1:])
+    f = (lambda x, a, b: np.sum(x * a[:3] * b[:3]))
+    g = tape.compile(tape.Reverse, f, Active, Duplicated, Const, Const)
+    dx_compiled, dx_eager = np.zeros(3), np.zeros(3)
+    g(Duplicated(np.ones(3), dx_compiled), Const(pair[0]), Const(pair[1]))
+    tape.autodiff(tape.Reverse, f, Active, Duplicated(np.ones(3), dx_eager), Const(pair[0]),
+                  Const(pair[1]))
+    np.testing.assert_allclose(dx_compiled, dx_eager, rtol=1e-12)
+    np.testing.assert_allclose(dx_eager, [0.0, 2.0, 6.0], rtol=1e-12)
+    assert base.flags.writeable and base[1:].flags.writeable and pair[0].flags.writeable
+    assert g.stats.eager_calls == 0
