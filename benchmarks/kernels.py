@@ -106,17 +106,7 @@ def prim_fn(pair, backend):
 
 def hecate_step(pair, args, weights, prim_backend=None, **kw):
     fn = prim_fn(pair, prim_backend) if prim_backend else hecate_fn(pair, **kw)
-
-    def loss(*a):
-        total = 0.0
-        for o, w in zip(fn(*a), weights):
-            total = total + (o * w).sum()
-        return total
-
-    def step():
-        derivs, = autodiff(Reverse, loss, Active, *[Active(a) for a in args])
-        return derivs
-    return step
+    return loss_step(fn, args, weights)
 
 
 def torch_memory(pair, torch, k, v, q, *rest):

@@ -10,8 +10,8 @@ import pytest
 
 import kernels
 import tokenwise
+from weighted import grads, weights_for
 from kernels import memory_chunked, memory_chunked_titans
-from tape import Active, Reverse, autodiff
 from tape.testing import check_grads
 
 KERNELS = {"delta": kernels.delta_rule, "hebbian": kernels.hebbian_rule,
@@ -28,25 +28,6 @@ def chunk(monkeypatch):
     def set_chunk(c):
         monkeypatch.setattr(memory_chunked, "CHUNK", c)
     return set_chunk
-
-
-def weighted(outs, weights):
-    total = 0.0
-    for o, w in zip(outs, weights):
-        if w is not None:
-            total = total + np.sum(o * w)
-    return total
-
-
-def grads(fn, args, weights):
-    (g,), = [autodiff(Reverse, lambda *a: weighted(fn(*a), weights), Active,
-                      *[Active(a) for a in args])]
-    return g
-
-
-def weights_for(outs, seed=1, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(o.shape).astype(dtype) for o in outs]
 
 
 def reference(rule):

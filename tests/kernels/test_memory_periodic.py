@@ -13,6 +13,7 @@ import pytest
 
 import kernels
 import tokenwise
+from weighted import grads, weights_for
 from kernels import memory_periodic_chunked
 from models import layers
 from tape import Active, Reverse, autodiff, primal
@@ -61,25 +62,6 @@ def per_sequence(fn, lead):
         return tuple(np.reshape(np.stack([o[j] for o in outs]), lead + outs[0][j].shape)
                      for j in range(len(outs[0])))
     return run
-
-
-def weighted(outs, weights):
-    total = 0.0
-    for o, w in zip(outs, weights):
-        if w is not None:
-            total = total + np.sum(o * w)
-    return total
-
-
-def grads(fn, args, weights):
-    (g,), = [autodiff(Reverse, lambda *a: weighted(fn(*a), weights), Active,
-                      *[Active(a) for a in args])]
-    return g
-
-
-def weights_for(outs, seed=1):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(o.shape) for o in outs]
 
 
 def assert_close(got, want, rtol, atol):
