@@ -45,6 +45,7 @@ class TrainStep:
         self.compiled = compiled
         periods = cfg.level_periods if cfg.levels > 0 else (1,)
         self.cycle = math.lcm(*periods)
+        self._shadows = None   # zero seeds for the written state and cross-entropy
         # A function of cfg alone: tape.compile watches what it reads, and this object's
         # counters change at every call.
         self._program = tape.compile(ReverseWithPrimal, _written_step(cfg), Active, Duplicated,
@@ -62,7 +63,7 @@ class TrainStep:
         xp = tape.array_module(tokens)
         new_blocks = tree_map(xp.zeros_like, state.blocks)
         ce = xp.zeros((), dtype=self.cfg.dtype)
-        if not hasattr(self, "_shadows"):   # zero seeds: the autodiff call leaves them zero
+        if self._shadows is None:   # the compiled call leaves them zero again
             self._shadows = (tree_map(xp.zeros_like, state.blocks), xp.zeros_like(ce))
         _, objective = self._program(
             Duplicated((new_blocks, ce), self._shadows), Duplicated(params, grads),

@@ -47,7 +47,7 @@ from .modifiers import is_complex, to_user, user_cotangents
 from .compiled_trace import aliased, const_leaves, trace_once
 from .program import GuardFailed, Uncompilable, same_value
 from .program_code import Program
-from .signature import (_changed, _first_difference, _is_scalar, _leaves, _rng_key,
+from .signature import (_changed, _first_difference, _is_scalar, _rng_key,
                         _signature, _watch, generator_state,
                         set_generator_state)
 from .pytree import flatten, is_inactive, unflatten
@@ -232,8 +232,6 @@ class CompiledFunction:
             return "batched and mixed activities run eagerly"
         if _TRACE_STACK.get():
             return "called inside another differentiation"
-        if any(isinstance(x, Tracer) for a in annotated for x in _leaves(a)):
-            return "arguments are traced values"
         return None
 
     def _eager(self, annotated, reason):

@@ -16,16 +16,13 @@ import numpy as np
 
 from .activities import Const
 from .arguments import _is_float
+from .core import Tracer
 from .program import Uncompilable, same_value
 from .pytree import _aux_key, flatten
 
 
 # --------------------------------------------------------------------------------------------
 # Signatures
-
-
-def _leaves(ann):
-    return flatten(ann.val)[0] if not isinstance(ann.val, np.ndarray) else [ann.val]
 
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic, np.dtype, slice,
@@ -83,6 +80,8 @@ def _number_key(x):
 
 
 def _leaf_key(x, const):
+    if isinstance(x, Tracer):   # the arguments of a call made inside a differentiation
+        raise Uncompilable("arguments are traced values")
     if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic):
         return _array_key(x)
     if isinstance(x, _SCALARS):
