@@ -310,14 +310,18 @@ def gate_excess(za, ze, rule: str, margin: float):
     return one(za) + one(ze) if rule == "titans" else one(za)
 
 
-def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s) -> tuple:
-    """One rule-kernel call; returns ``(y, m_final, s_final or None)``."""
+def _run_rule(rule: str, k, v, q, decay, theta, eta, m, s,
+              period: Optional[int] = None) -> tuple:
+    """One rule-kernel call (the periodic kernel when `period` is given); returns
+    ``(y, m_final, s_final or None)``."""
+    extra = {} if period is None else {"period": period}
+    kernel = getattr(kernels, f"{rule}_rule" if period is None else f"{rule}_rule_periodic")
     if rule == "delta":
-        y, m = kernels.delta_rule(k, v, q, decay, theta, m)
+        y, m = kernel(k, v, q, decay, theta, m, **extra)
         return y, m, None
     if rule == "titans":
-        return kernels.titans_rule(k, v, q, decay, theta, eta, m, s)
-    y, m = kernels.hebbian_rule(k, v, q, decay, m)
+        return kernel(k, v, q, decay, theta, eta, m, s, **extra)
+    y, m = kernel(k, v, q, decay, m, **extra)
     return y, m, None
 
 
@@ -398,17 +402,6 @@ def _periodic_kernel_applies(x) -> bool:
     return array_module(x) is np and not kernels.is_reference_forced()
 
 
-def _run_periodic(rule: str, k, v, q, decay, theta, eta, m, s, period: int) -> tuple:
-    """One periodic-kernel call; returns ``(y, m_final, s_final or None)``."""
-    if rule == "delta":
-        y, m = kernels.delta_rule_periodic(k, v, q, decay, theta, m, period=period)
-        return y, m, None
-    if rule == "titans":
-        return kernels.titans_rule_periodic(k, v, q, decay, theta, eta, m, s, period=period)
-    y, m = kernels.hebbian_rule_periodic(k, v, q, decay, m, period=period)
-    return y, m, None
-
-
 def _level_periodic(rule: str, cur: tuple, st: LevelState, period: int, pos: int) -> tuple:
     """The CMS semantics of `level_forward` for ``period > 1`` as one periodic kernel call: the
     pending tokens go first, so that the kernel's chunks of `period` tokens end exactly at the
@@ -419,7 +412,7 @@ def _level_periodic(rule: str, cur: tuple, st: LevelState, period: int, pos: int
     if held:
         full = tuple(_join(i, _tokens(p, i, slice(0, held)), a)
                      for i, (p, a) in enumerate(zip(st.pend, cur)))
-    y, m, s = _run_periodic(rule, *full, st.m, st.s, period)
+    y, m, s = _run_rule(rule, *full, st.m, st.s, period=period)
     if held:
         y = y[..., held:, :]
     waiting = (held + T) % period               # tokens after the last firing
