@@ -28,14 +28,24 @@ from . import cuda_attention   # CuPy is imported only when a kernel is launched
 from ._common import batch_size, check_same, dtype, round_bf16, shape
 from .dispatch import backend_for
 
-_BLOCK = 128   # query rows per block: large enough that NumPy's per-call cost is amortised
+def block_rows(window: int) -> int:
+    """Query rows per block: a block of B rows computes ``B (B + window - 1)`` scores, of which
+    ``B window`` are inside the window, so small blocks waste less, while large ones amortise
+    NumPy's per-call cost. Half the window, within [32, 128], measured fastest on CPU (e.g.
+    2.2x faster than 128 rows at window 32, head_dim 16, 128 tokens, forward plus backward).
+
+    >>> block_rows(32), block_rows(128), block_rows(1024)
+    (32, 64, 128)
+    """
+    return min(128, max(32, window // 2))
 
 
 def _blocks(xp, s: int, window: int):
     """(i0, i1, j0, mask) for each block of query rows: keys j0..i1-1, `mask` True where
     the key is inside the row's window."""
-    for i0 in range(0, s, _BLOCK):
-        i1 = min(s, i0 + _BLOCK)
+    rows = block_rows(window)
+    for i0 in range(0, s, rows):
+        i1 = min(s, i0 + rows)
         j0 = max(0, i0 - window + 1)
         rel = xp.arange(i0, i1)[:, None] - xp.arange(j0, i1)[None, :]
         yield i0, i1, j0, (rel >= 0) & (rel < window)

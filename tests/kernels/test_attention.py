@@ -73,10 +73,11 @@ def test_full_window_is_causal_softmax_attention():
 
 def test_blocks_cover_long_sequences():
     # Several query blocks, windows smaller and larger than a block.
-    s = 2 * attention._BLOCK + 37
+    s = 2 * attention.block_rows(1024) + 37
     q, k, v = qkv(s=s, hd=3, seed=2)
     weight = np.random.default_rng(3).standard_normal((s, 3))
-    for window in (5, attention._BLOCK + 10):
+    for window in (5, 70, attention.block_rows(1024) + 10):
+        assert attention.block_rows(window) < s / 2
         scores = q @ k.T / np.sqrt(3)
         i, j = np.indices((s, s))
         scores[(j > i) | (j <= i - window)] = -np.inf
