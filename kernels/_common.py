@@ -93,3 +93,59 @@ def check_memory_shapes(name: str, named: dict, states: tuple) -> int:
     check_same(name, "k", k, {n: named[n] for n in states}, lead + (d, d),
                "the leading axes of `k` followed by [d, d]")
     return d
+
+
+# -- when a chunked form may stand in for the sequential loop -------------------------------------
+# The chunked forms compute the same values by other products (triangular inverses, products of
+# decays): equal up to rounding while the numbers stay far from overflow, but near it, or with
+# NaN or inf among the inputs, the two orders of operations overflow, or spread a NaN, in
+# different places. A chunked run is kept only when every input is finite and every quantity it
+# made, scaled by how much the loop's own intermediates may exceed them, stays this many binary
+# orders of magnitude below the largest finite number; otherwise the caller runs the loop.
+OVERFLOW_MARGIN_BITS = 20
+
+
+def max_abs(xp, a) -> float:
+    """``max|a|`` as a float (0 for None or an empty array; NaN if `a` holds one)."""
+    if a is None or a.size == 0:
+        return 0.0
+    return float(xp.max(xp.abs(a)))
+
+
+def input_growth(xp, arrays, span: int, d: int) -> float:
+    """How much larger than the chunked quantities the loop's per-token intermediates may be:
+    ``(span d prod(max(1, max|a|)))^2`` over `arrays` (the tokens' keys, values, queries, gates),
+    or inf when one of them holds a NaN or an inf.
+
+    >>> import numpy as np
+    >>> input_growth(np, [np.full(3, 0.5), np.full(3, 2.0)], 4, 2)
+    256.0
+    >>> input_growth(np, [np.array([1.0, np.nan])], 4, 2)
+    inf
+    """
+    factor = float(span * d)
+    for a in arrays:
+        top = max_abs(xp, a)
+        if not math.isfinite(top):          # NaN (max of a NaN is NaN) or inf
+            return math.inf
+        factor *= max(1.0, top)
+    return factor * factor if math.isfinite(factor) else math.inf
+
+
+def within_range(xp, arrays, growth: float, dtype) -> bool:
+    """Whether every array is finite and ``max|a| * growth`` stays `OVERFLOW_MARGIN_BITS`
+    binary orders below the largest finite number of `dtype`.
+
+    >>> import numpy as np
+    >>> within_range(np, [np.ones(2)], 1e6, np.float32), within_range(np, [np.ones(2)], 1e40, np.float32)
+    (True, False)
+    >>> within_range(np, [np.array([np.inf])], 1.0, np.float64)
+    False
+    """
+    limit = float(xp.finfo(dtype).max) * 2.0 ** -OVERFLOW_MARGIN_BITS
+    if not growth < limit:
+        return False
+    for a in arrays:
+        if not max_abs(xp, a) * growth < limit:        # also False for NaN and inf
+            return False
+    return True

@@ -17,7 +17,10 @@ Notation per chunk (tokens ``i, j = 0..C-1``, rows of ``K, V, Q`` are tokens, ``
 entering the chunk, ``M`` maps k-space to v-space). Log decays ``l_i = sum_{m<=i} log r_m``,
 ``g_i = exp(l_i)``, ``gp_i = exp(l_{i-1})``, ``D_j = exp(l_{C-1} - l_j)`` and the masked ratio
 matrices ``E_ij = exp(l_i - l_j)`` (j <= i), ``Ep_ij = exp(l_{i-1} - l_j)`` (j < i): decays
-are only ever formed as ratios inside a chunk, never as a division by a cumulative product.
+are only ever formed as ratios inside a chunk, never as a division by a cumulative product,
+and a ratio's exponent is summed over its own span (`span_decays`), never taken as a
+difference ``l_i - l_j`` of cumulative sums (which loses ``eps |l_j|`` after small retentions:
+1e-4 relative in float32 after a few retentions of 1e-7).
 
 - Hebbian (gated linear attention): ``M_C = g_C M0 + V^T (D * K)``,
   ``Y = (g * Q) M0^T + (E * Q K^T) V``.
@@ -35,8 +38,14 @@ differences of cumulative sums) keeps ``d r_m = d log r_m / r_m`` accurate when 
 
 Memory: the inputs, one state per chunk and ``O(s C + s d)`` for the chunk matrices (kept
 from the forward run for the backward), i.e.
-``O(s d + (s / C) d^2)`` for ``C ~ d``. Calls whose retention ``r = 1 - alpha`` is not
-positive and finite (no logarithm), or that are empty, run the sequential reference instead.
+``O(s d + (s / C) d^2)`` for ``C ~ d``.
+
+Fallback to the sequential reference (`memory_ref`, with a checkpoint every chunk, so memory
+stays ``O((s / C + C) d^2)``): calls that are empty, whose retention ``r = 1 - alpha`` is not
+positive and finite (no logarithm) or whose inputs hold a NaN or an inf; and runs whose
+results come near overflow (`_common.within_range`): there the two orders of operations
+overflow, or spread a NaN, in different places, and the loop's values are the ones to return.
+The backward falls back in the same way when its gradients do.
 """
 from __future__ import annotations
 
@@ -47,6 +56,7 @@ import numpy as np
 from tape.backend import array_module
 
 from . import memory_ref as ref
+from ._common import input_growth, max_abs, within_range
 
 CHUNK = 64
 RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
@@ -69,6 +79,51 @@ class Saved(NamedTuple):
     chunk: int
     starts: object        # [B, N, d, d]
     blocks: object        # the `_Chunks` of the forward run (O(s d + s C) numbers)
+    init: tuple           # the initial states, to re-run the loop if the backward falls back
+    growth: float         # `_common.input_growth` of the inputs
+
+
+def growth(x: ref.Seq, init: tuple, C: int) -> float:
+    """`_common.input_growth` of a call's tokens (inf when an input or an initial state holds
+    a NaN or an inf)."""
+    xp = array_module(x.k)
+    if not all(bool(xp.all(xp.isfinite(m))) for m in init):
+        return float("inf")
+    return input_growth(xp, [x.k, x.v, x.q, x.th, x.eta], C, x.k.shape[-1])
+
+
+def sequential_forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every, C: int):
+    """The fallback: the reference loop, checkpointed every chunk unless told otherwise."""
+    return ref.forward(spec, x, init, checkpoint_every or max(1, C))
+
+
+def sequential_backward(spec: ref.Rule, saved: Saved, dy, dfinals: tuple, need: frozenset):
+    """The backward's fallback: the reference loop, re-run from the initial states."""
+    run = sequential_forward(spec, saved.x, saved.init, None, saved.chunk)[2]
+    return ref.backward(spec, run, dy, dfinals, need)
+
+
+def span_decays(lr, C: int):
+    """``E_ij = exp(lr_{j+1} + ... + lr_i)`` for ``j <= i`` (0 above the diagonal) from the log
+    retentions ``lr [..., C]``. Every entry sums the logs of its own span only, so its relative
+    precision does not depend on the tokens before ``j`` (``exp(l_i - l_j)`` with cumulative
+    sums ``l`` does: it loses ``eps |l_j|``).
+
+    >>> span_decays(np.log(np.array([0.5, 1e-30, 0.25])), 3).round(3).tolist()
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.25, 1.0]]
+    """
+    xp = array_module(lr)
+    lower, strict = _triangles(xp, C)
+    spans = xp.cumsum(xp.where(strict, lr[..., :, None], 0.0), axis=-2)
+    with np.errstate(under="ignore"):
+        return xp.exp(xp.where(lower, spans, -np.inf))
+
+
+def shift_rows(E):
+    """``E_{i-1, j}`` (row -1 zero): with E from `span_decays`, ``exp(l_{i-1} - l_j)`` for
+    ``j < i`` and 0 elsewhere."""
+    xp = array_module(E)
+    return xp.concatenate([xp.zeros_like(E[..., :1, :]), E[..., :-1, :]], axis=-2)
 
 
 def _blocks(a, s: int, C: int, fill: float = 0.0):
@@ -196,18 +251,17 @@ class _Chunks:
         lr = xp.log(self.r)
         l = xp.cumsum(lr, axis=-1)
         lp = xp.concatenate([xp.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
-        lower, strict = _triangles(xp, C)
-        self.lower, self.strict = lower, strict
+        self.lower, self.strict = _triangles(xp, C)
         with np.errstate(under="ignore"):
             self.g, self.gp = xp.exp(l), xp.exp(lp)
             self.gC = self.g[..., -1]                                       # [B, N]
-            self.D = xp.exp(l[..., -1:] - l)
-            self.E = xp.exp(xp.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
+            self.E = span_decays(lr, C)
+            self.D = self.E[..., -1, :]
             self.Pm = self.E * (self.Q @ _tr(self.K))                     # E * Q K^T
             self.DK = self.D[..., None] * self.K
             if rule == "delta":
                 self.th = _blocks(x.th[..., 0], s, C)
-                self.Ep = xp.exp(xp.where(strict, lp[..., :, None] - l[..., None, :], -np.inf))
+                self.Ep = shift_rows(self.E)
                 self.A = self.Ep * (self.K @ _tr(self.K))
                 self.T = ops.unit_lower_inverse(self.A, self.th)
                 self.U0 = self.T @ (self.th[..., None] * self.V)
@@ -231,24 +285,30 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
             chunk: Optional[int] = None, ops=NumpyOps):
     """Run a rule chunkwise: ``(y [s, B, d], finals, saved)`` like `memory_ref.forward`, in
     chunks of `chunk` tokens (default `CHUNK`). `checkpoint_every` is accepted for the same
-    signature and not needed: the chunk starts are the only states kept."""
-    if spec.name not in ("delta", "hebbian") or not usable(x):
-        return ref.forward(spec, x, init, checkpoint_every)
+    signature and not needed: the chunk starts are the only states kept; a fallback to the
+    sequential loop (module docstring) checkpoints every `checkpoint_every` tokens, or every
+    chunk."""
     xp = array_module(x.k)
     s = x.k.shape[0]
     C = max(1, min(CHUNK if chunk is None else chunk, s))
+    grow = growth(x, init, C) if spec.name in ("delta", "hebbian") and usable(x) else np.inf
+    if not grow < np.inf:
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     ch = _Chunks(spec.name, x, C, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
-    return _unblocks(Y, s), (xp.ascontiguousarray(M),), Saved(x, C, starts, ch)
+    if not within_range(xp, (Y, M, starts, ch.U0, getattr(ch, "W", None)), grow, x.k.dtype):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
+    return (_unblocks(Y, s), (xp.ascontiguousarray(M),),
+            Saved(x, C, starts, ch, tuple(init), grow))
 
 
 def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     """Gradients of a chunked forward run, in the format of `memory_ref.backward`."""
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
-    x, C, starts, ch = saved
+    x, C, starts, ch = saved[:4]
     xp = array_module(x.k)
     s, B, d = x.k.shape
     dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
@@ -293,4 +353,8 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     g["k"], g["v"] = _unblocks(dK, s), _unblocks(dV, s)
     g["q"] = _unblocks(dQ, s) if "q" in need else None
     g["init"] = (G,)
+    if not within_range(xp, (G, ends) + tuple(g[n] for n in ("alpha", "k", "v", "q", "theta")
+                                              if g.get(n) is not None),
+                        saved.growth * max(1.0, max_abs(xp, starts)), x.k.dtype):
+        return sequential_backward(spec, saved, dy, dfinals, need)
     return g

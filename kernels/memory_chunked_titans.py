@@ -12,7 +12,9 @@ The updates solve the unit lower-triangular system ``(I + diag(theta) A) U = R``
 ``A_ij = W_{i-1,j} k_i . k_j`` (j < i) and ``R = theta * (V - gr_{i-1} K M0^T - c_{i-1} K S0^T)``;
 the pair ``[M S]`` crosses a chunk through one ``[2d, 2d]`` linear map. The backward
 differentiates the chunk function by hand; the gate gradients go through ``W = Er Ee`` and
-``c = Er ge`` to terms that each span one range of tokens (see `memory_chunked`).
+``c = Er ge`` to terms that each span one range of tokens (see `memory_chunked`). Decay
+ratios are summed over their own spans (`memory_chunked.span_decays`), and calls fall back to
+the sequential reference as in `memory_chunked` (its module docstring).
 """
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ from tape.backend import array_module
 
 from . import memory_ref as ref
 from . import memory_chunked
+from ._common import max_abs, within_range
 from .memory_chunked import (NumpyOps, Saved, _blocks, _log_gradient, _tr, _triangles,
-                             _unblocks)
+                             _unblocks, growth, sequential_backward, sequential_forward,
+                             span_decays)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -36,11 +40,12 @@ def usable(x: ref.Seq) -> bool:
                                     for a in (x.ret, x.eta))
 
 
-def _decays(lg, lower):
-    """cumulative log decays -> (g, E) with E_ij = exp(l_i - l_j) for j <= i."""
+def _decays(lg):
+    """log decays ``[..., C]`` -> (g, E): ``g_i = exp(l_i)`` with the cumulative sums ``l`` and
+    ``E_ij = exp(l_i - l_j)`` for j <= i, summed over its own span (`span_decays`)."""
     xp = array_module(lg)
-    l = xp.cumsum(lg, axis=-1)
-    return xp.exp(l), xp.exp(xp.where(lower, l[..., :, None] - l[..., None, :], -np.inf))
+    with np.errstate(under="ignore"):
+        return xp.exp(xp.cumsum(lg, axis=-1)), span_decays(lg, lg.shape[-1])
 
 
 def _shift(a, first):
@@ -62,9 +67,8 @@ class _Chunks:
         self.lower = lower
         d = self.K.shape[-1]
         eye = xp.eye(d, dtype=self.K.dtype)
-        with np.errstate(under="ignore"):
-            self.gr, self.Er = _decays(xp.log(self.r), lower)
-            self.ge, self.Ee = _decays(xp.log(self.eta), lower)
+        self.gr, self.Er = _decays(xp.log(self.r))
+        self.ge, self.Ee = _decays(xp.log(self.eta))
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
         self.Wp = xp.where(self.strict, _shift(self.W.swapaxes(-1, -2), 0.0)
@@ -103,12 +107,14 @@ def _slice(x: ref.Seq, t0: int, t1: int) -> ref.Seq:
 
 def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[int] = None,
             chunk: Optional[int] = None, ops=NumpyOps):
-    """Run Titans chunkwise: ``(y, (m_final, s_final), saved)`` like `memory_ref.forward`."""
-    if not usable(x):
-        return ref.forward(spec, x, init, checkpoint_every)
+    """Run Titans chunkwise: ``(y, (m_final, s_final), saved)`` like `memory_ref.forward`, or
+    the sequential loop where `memory_chunked` falls back to it."""
     xp = array_module(x.k)
     s, _, d = x.k.shape
     C = max(1, min(memory_chunked.CHUNK if chunk is None else chunk, s))
+    grow = growth(x, init, C) if usable(x) else np.inf
+    if not grow < np.inf:
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     MS = xp.concatenate(init, -1)
     ys, all_starts, all_chunks = [], [], []
     for t0, t1, c in _parts(s, C):
@@ -119,24 +125,32 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         ys.append(_unblocks(ch.PsiM @ _tr(M0) + ch.PsiS @ _tr(S0) + ch.Pm @ ch.U0, t1 - t0))
         all_starts.append(starts)
         all_chunks.append(ch)
+    y = xp.concatenate(ys, 0)
+    made = [y, MS] + all_starts + [a for ch in all_chunks for a in (ch.U0, ch.WM, ch.WS)]
+    if not within_range(xp, made, grow, x.k.dtype):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     finals = (xp.ascontiguousarray(MS[..., :d]), xp.ascontiguousarray(MS[..., d:]))
-    return xp.concatenate(ys, 0), finals, Saved(x, C, all_starts, all_chunks)
+    return y, finals, Saved(x, C, all_starts, all_chunks, tuple(init), grow)
 
 
 def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     """Gradients of a chunked Titans run, in the format of `memory_ref.backward`."""
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
-    x, C, all_starts, all_chunks = saved
+    x, C, all_starts, all_chunks = saved[:4]
     xp = array_module(x.k)
     s, B, d = x.k.shape
     G = xp.concatenate([xp.zeros((B, d, d), x.k.dtype) if g is None else
                         xp.asarray(g, x.k.dtype) for g in dfinals], -1)
-    parts = []
+    parts, made = [], [G]
     for (t0, t1, _), starts, ch in reversed(list(zip(_parts(s, C), all_starts, all_chunks))):
         dy_part = None if dy is None else dy[t0:t1]
-        g, G = _backward_part(ch, starts, dy_part, G, t1 - t0, d)
+        g, G, ends = _backward_part(ch, starts, dy_part, G, t1 - t0, d)
         parts.insert(0, g)
+        made += [ends, G] + list(g.values())
+    scale = max([1.0] + [max_abs(xp, a) for a in all_starts])
+    if not within_range(xp, made, saved.growth * scale, x.k.dtype):
+        return sequential_backward(spec, saved, dy, dfinals, need)
     g = {n: xp.concatenate([p[n] for p in parts], 0)
          for n in ("alpha", "eta", "theta", "k", "v", "q")}
     g["q"] = g["q"] if "q" in need else None
@@ -196,4 +210,4 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int, d: int):
     dloge = _log_gradient(dEe * ch.Ee, dge * ch.ge)
     g = {"alpha": -dlogr / ch.r, "eta": dloge / ch.eta, "theta": dtheta, "k": dK, "v": dV,
          "q": dQ}
-    return {n: _unblocks(a, s) for n, a in g.items()}, G
+    return {n: _unblocks(a, s) for n, a in g.items()}, G, ends

@@ -12,7 +12,9 @@ The state at chunk boundaries is computed in the chunked form of
 `kernels.memory_periodic_chunked` (a few batched products per call, a Python step per chunk
 instead of per token), with a hand-written backward. ``backend="reference"`` (or
 `kernels.force_reference`) runs the sequential loop of `kernels.memory_ref` over each chunk
-instead; so do calls whose retention (or Titans' momentum gate) is not positive and finite.
+instead; so do calls whose retention (or Titans' momentum gate) is not positive and finite,
+whose inputs hold a NaN or an inf, or whose chunked states or gradients come near overflow
+(`kernels.memory_periodic_chunked`): there the loop's values are the ones returned.
 The code is written against the arrays' own module, but `models.layers` calls it on NumPy
 arrays only, and on CuPy arrays it is untested (there is no CUDA version).
 
@@ -192,10 +194,29 @@ def _reference_backward(saved, inject, final_s=None) -> dict:
     return out
 
 
-def _engine(backend: str):
+def _states(rule: str, lay: _Layout, backend: str):
+    """``(states, saved, backend)``: the boundary states in the chunked form, or with the loop
+    where the chunked form does not apply or comes near overflow (`backend` then
+    ``"reference"``). A chunked `saved` carries the input growth for its backward."""
+    if backend == "chunked" and lay.N and chunked.usable(lay.blocks):
+        grow = chunked.growth(lay.blocks, lay.init)
+        if grow < float("inf"):
+            states, saved = chunked.forward(rule, lay.blocks, lay.init, grow=grow)
+            if states is not None:
+                return states, (saved, grow), "chunked"
+    states, saved = _reference_forward(rule, lay.blocks, lay.init)
+    return states, saved, "reference"
+
+
+def _backward(rule: str, lay: _Layout, saved, backend: str, inject, final_s) -> dict:
+    """The chunk transitions' gradients (block layout), re-run with the loop where the chunked
+    backward comes near overflow."""
     if backend == "chunked":
-        return chunked.forward, chunked.backward
-    return _reference_forward, _reference_backward
+        g = chunked.backward(saved[0], inject, final_s, grow=saved[1])
+        if g is not None:
+            return g
+        saved = _reference_forward(rule, lay.blocks, lay.init)[1]
+    return _reference_backward(saved, inject, final_s)
 
 
 # -- the primitives --------------------------------------------------------------------------------
@@ -205,9 +226,7 @@ def _make(rule: str):
 
     def run(args, period, backend):
         lay = _Layout(rule, args, period)
-        if backend == "chunked" and not (lay.N and chunked.usable(lay.blocks)):
-            backend = "reference"
-        states, saved = _engine(backend)[0](rule, lay.blocks, lay.init)
+        states, saved, backend = _states(rule, lay, backend)
         y = lay.reads(lay.q_shifted, states[0])
         finals = tuple(lay.xp.reshape(st[:, lay.N], lay.lead + (lay.d, lay.d)) for st in states)
         return (y,) + finals, (lay, states, saved, backend)
@@ -227,7 +246,7 @@ def _make(rule: str):
         final_s = cts[2] if rule == "titans" else None
         if final_s is not None:
             final_s = xp.reshape(final_s, (lay.B, lay.d, lay.d))
-        g = _engine(backend)[1](saved, inject, final_s) if recur and lay.N else None
+        g = _backward(rule, lay, saved, backend, inject, final_s) if recur and lay.N else None
         out = []
         for n in names:
             if n not in need:

@@ -19,7 +19,12 @@ crosses chunks in a Python loop of those two thin products per chunk; the revers
 the state cotangent back the same way, adding at each boundary the cotangent of the reads of
 that state, and then differentiates every chunk's transition in one batch. Gate gradients are
 summed from span terms (`memory_chunked._log_gradient`), which keeps them accurate for small
-retentions.
+retentions, and decay ratios over their own spans (`memory_chunked.span_decays`).
+
+`kernels.memory_periodic` runs the sequential loop instead where `usable` or `growth` rule the
+chunked form out (a retention that is not positive, a NaN or an inf among the inputs), and
+re-runs a call with it when `forward` or `backward` report a result near overflow
+(`_common.within_range`, as in `kernels.memory_chunked`).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ import numpy as np
 
 from tape.backend import array_module
 
-from .memory_chunked import NumpyOps, _log_gradient, _tr, _triangles
+from ._common import input_growth, max_abs, within_range
+from .memory_chunked import NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays
 from .memory_chunked_titans import _decays, _shift
 
 
@@ -59,6 +65,20 @@ def usable(b: Blocks) -> bool:
                for a in (b.ret, b.eta) if a is not None)
 
 
+def growth(b: Blocks, init: tuple) -> float:
+    """`_common.input_growth` of the whole chunks' inputs: inf when one of them or an initial
+    state holds a NaN or an inf (the chunked form is then not used).
+
+    >>> ones = np.ones((1, 1, 2, 3))
+    >>> growth(Blocks(ones, ones, ones, np.ones((1, 1, 2)), None, None), (np.eye(3)[None],))
+    36.0
+    """
+    xp = array_module(b.k)
+    if not all(bool(xp.all(xp.isfinite(m))) for m in init):
+        return float("inf")
+    return input_growth(xp, [b.k, b.v, b.q, b.th, b.eta], b.k.shape[-2], b.k.shape[-1])
+
+
 class _DeltaHebbian:
     """Per-chunk quantities of the delta or Hebbian rule, all chunks at once."""
 
@@ -67,18 +87,19 @@ class _DeltaHebbian:
         self.rule, self.K, self.V, self.r, self.th = rule, b.k, b.v, b.ret, b.th
         C = b.k.shape[-2]
         self.lower, self.strict = _triangles(xp, C)
-        l = xp.cumsum(xp.log(b.ret), axis=-1)
+        lr = xp.log(b.ret)
+        l = xp.cumsum(lr, axis=-1)
+        E = span_decays(lr, C)             # decay ratios summed over their own spans
         with np.errstate(under="ignore"):
             self.gC = xp.exp(l[..., -1])                                   # [B, N]
-            self.D = xp.exp(l[..., -1:] - l)
+        self.D = E[..., -1, :]
         self.DK = self.Q = self.D[..., None] * b.k
         if rule == "hebbian":
             self.U0, self.P = b.v, None
             return
-        lp = _shift(l, 0.0)
         with np.errstate(under="ignore"):
-            self.gp = xp.exp(lp)
-            self.Ep = xp.exp(xp.where(self.strict, lp[..., :, None] - l[..., None, :], -np.inf))
+            self.gp = xp.exp(_shift(l, 0.0))
+        self.Ep = shift_rows(E)
         self.A = self.Ep * (b.k @ _tr(b.k))
         self.T = ops.unit_lower_inverse(self.A, b.th)
         self.thgp = b.th * self.gp
@@ -137,9 +158,8 @@ class _Titans:
         C, d = b.k.shape[-2:]
         self.d = d
         self.lower, self.strict = _triangles(xp, C)
-        with np.errstate(under="ignore"):
-            self.gr, self.Er = _decays(xp.log(b.ret), self.lower)
-            self.ge, self.Ee = _decays(xp.log(b.eta), self.lower)
+        self.gr, self.Er = _decays(xp.log(b.ret))
+        self.ge, self.Ee = _decays(xp.log(b.eta))
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
         self.Wp = xp.where(self.strict, _tr(_shift(_tr(self.W), 0.0)), 0.0)   # W_{i-1, j}
@@ -260,25 +280,29 @@ class Saved(NamedTuple):
     U: object
 
 
-def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps):
+def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     """The states at every chunk boundary: ``(states, saved)`` with ``states`` a tuple (one
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
-    (N: the final state)."""
+    (N: the final state); ``(None, None)`` when they come near overflow for the input growth
+    `grow` (`growth`): the caller then runs the sequential loop."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
+    if not within_range(xp, (states, ch.U0, ch.P, U), grow, X0.dtype):
+        return None, None
     split = (states[..., :d], states[..., d:]) if rule == "titans" else (states,)
     return split, Saved(ch, states, U)
 
 
-def backward(saved: Saved, inject, final_s=None) -> dict:
+def backward(saved: Saved, inject, final_s=None, grow: float = 1.0):
     """Gradients of the chunk transitions, in block layout, given `inject` ``[B, N + 1, d, d]``:
     the cotangent arriving at each boundary state M from outside the recurrence (its reads,
     and at N the final state's cotangent), plus `final_s`, that of Titans' final S (or None).
-    Returns ``{"k", "v", "alpha", "theta", "eta" (where the rule has them), "init": tuple}``."""
+    Returns ``{"k", "v", "alpha", "theta", "eta" (where the rule has them), "init": tuple}``,
+    or None when they come near overflow (see `forward`)."""
     xp = array_module(inject)
     ch, states, U = saved
     d = inject.shape[-1]
@@ -290,5 +314,8 @@ def backward(saved: Saved, inject, final_s=None) -> dict:
     ends = xp.empty(states[:, :N].shape, states.dtype)
     G, dU = _carry_back(ch, xp.array(G, copy=True), inject, ends)
     g = ch.grads(states[:, :N], ends, U, dU)
+    if not within_range(xp, [G, ends, dU] + list(g.values()),
+                        grow * max(1.0, max_abs(xp, states)), inject.dtype):
+        return None
     g["init"] = (G[..., :d], G[..., d:]) if isinstance(ch, _Titans) else (G,)
     return g
