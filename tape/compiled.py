@@ -29,7 +29,6 @@ True
 from __future__ import annotations
 
 import collections
-import random
 import time
 import warnings
 from typing import Callable
@@ -38,19 +37,14 @@ import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
-from .api import (_argument_names, _is_float, _python_scalar, _reverse_argument, autodiff,
-                  _cast_like, derivatives)
-from .backend import array_module
-from .core import _TRACE_STACK, Tracer
+from .api import _argument_names, autodiff
+from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
-from .modifiers import is_complex, to_user, user_cotangents
-from .compiled_trace import aliased, const_leaves, trace_once
+from .compiled_call import CompiledSignature, ReplayRaised
+from .compiled_trace import RANDOM_DRAWS, RandomStates, trace_once
 from .program import GuardFailed, Uncompilable, same_value
-from .program_code import Program
-from .signature import (_changed, _first_difference, _is_scalar, _rng_key,
-                        _signature, _watch, generator_state,
-                        set_generator_state)
-from .pytree import flatten, is_inactive, unflatten
+from .signature import _changed, _first_difference, _signature
+from .pytree import is_inactive
 from .split import autodiff_thunk
 
 
@@ -160,11 +154,14 @@ class CompiledFunction:
             self._cache.move_to_end(key)
             for compiled in entry:
                 try:
+                    if compiled.record is not None:   # not confirmed: never replayed alone
+                        compiled.accepts(annotated, names)
+                        return self._trace_and_call(key, annotated, names, compiled)
                     result = compiled.call(annotated, names)
                 except GuardFailed:
                     self._counts["guard_failures"] += 1
                     continue
-                except _ReplayRaised as e:
+                except ReplayRaised as e:
                     return self._eager(annotated, str(e))
                 self._counts["hits"] += 1
                 self._last = compiled.program
@@ -193,7 +190,7 @@ class CompiledFunction:
             return None
         try:
             result = compiled._call_plain(args)
-        except (GuardFailed, _ReplayRaised):   # the general path decides
+        except (GuardFailed, ReplayRaised):   # the general path decides
             return None
         if result is not None:
             self._counts["hits"] += 1
@@ -202,7 +199,8 @@ class CompiledFunction:
         return result
 
     def _remember_fast(self, key, compiled, annotated):
-        plain = compiled.plain and compiled in self._cache.get(key, ())
+        plain = (compiled.plain and compiled.record is None
+                 and compiled in self._cache.get(key, ()))
         self._fast = (key, compiled) if plain and all(
             type(a) in _FAST_TYPES and (type(a.val) is np.ndarray or type(a.val) is float)
             for a in annotated) else None
@@ -241,35 +239,82 @@ class CompiledFunction:
         ret = () if self.ret_activity is None else (self.ret_activity,)
         return autodiff(self.mode, self.f, *ret, *annotated)
 
-    def _trace_and_call(self, key, annotated, names):
+    def _trace_and_call(self, key, annotated, names, pending=None):
+        """Trace `f` once on this call's arguments and answer the call with that trace's
+        program: `f` runs once per call, as in eager mode, so its draws and other side effects
+        happen as often as eager ones. A new program is kept unconfirmed; it is replayed
+        without running `f` only once a trace of a later call it accepts (`pending`) came out
+        the same. A trace that differs from it, or that drew random numbers, makes the
+        signature eager from the next call on."""
         start = time.perf_counter()
-        reason = None
+        states = RandomStates(self.f)
+        reason, traced, compiled = None, None, None
         try:
-            compiled = _Compiled.trace(self, annotated, names)
-        except _Random as e:
-            warnings.warn(f"{self.__name__} runs eagerly: {e}", CompileWarning, stacklevel=3)
-            reason = str(e)
+            traced = trace_once(self, annotated, names, states.watched)
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
             reason = f"tracing failed: {type(e).__name__}: {e}"
-        finally:
-            self._compile_seconds += time.perf_counter() - start
-        if reason is not None:   # outside the handler: the failed trace's frames are freed
+        future = None   # why the signature runs eagerly from the next call on
+        if reason is None:
+            changed = [what for what, get, seen in states.watched
+                       if get() is not seen and not same_value(get(), seen)]
+            if states.drew():
+                future = RANDOM_DRAWS
+            elif changed:
+                future = f"the function changed {changed[0]} while it ran"
+            elif pending is not None:
+                difference = _first_difference(pending.record, traced[0])
+                if difference is None:   # the same program: confirmed
+                    pending.record = None
+                    traced = None
+                    self._compile_seconds += time.perf_counter() - start
+                    return self._replay_confirmed(key, pending, annotated, names)
+                future = (f"two traces of calls that decide alike differ ({difference}): the "
+                          "function draws random numbers or reads a value that changes "
+                          "between calls; pass such values as Const arguments to compile it")
+            try:
+                compiled = CompiledSignature.build(self, traced, states.watched, annotated,
+                                           kept=future is None)
+            except Exception as e:   # noqa: BLE001
+                reason = f"tracing failed: {type(e).__name__}: {e}"
+        traced = None   # the failed trace's frames are freed before an eager call
+        self._compile_seconds += time.perf_counter() - start
+        if reason is not None:
+            states.restore()   # the eager call draws what eager autodiff would
             self._remember(key, reason)
             return self._eager(annotated, reason)
-        self._counts["traces"] += 1
-        entry = self._cache.setdefault(key, [])
-        entry.append(compiled)
-        self._evict()
+        if future is not None:
+            if "random" in future:
+                warnings.warn(f"{self.__name__} runs eagerly: {future}", CompileWarning,
+                              stacklevel=3)
+            self._remember(key, future)
+            self._counts["eager_calls"] += 1
+            if not self._eager_reasons or self._eager_reasons[-1] != future:
+                self._eager_reasons.append(future)
+            compiled.watched = ()   # answers this call only: what f changed is its own doing
+        else:
+            self._counts["traces"] += 1
+            entry = self._cache.setdefault(key, [])
+            entry.append(compiled)
+            self._evict()
         self._last = compiled.program
         try:
+            return compiled.call(annotated, names)
+        except (GuardFailed, ReplayRaised) as e:   # arguments that share memory, say
+            if future is None and compiled in self._cache.get(key, ()):
+                self._cache[key].remove(compiled)
+            states.restore()
+            return self._eager(annotated, "a fresh trace failed its own guards"
+                               if isinstance(e, GuardFailed) else str(e))
+
+    def _replay_confirmed(self, key, compiled, annotated, names):
+        try:
             result = compiled.call(annotated, names)
-            self._remember_fast(key, compiled, annotated)
-            return result
-        except GuardFailed:   # the traced values decide the same way: this cannot happen
-            entry.remove(compiled)
-            return self._eager(annotated, "a fresh trace failed its own guards")
-        except _ReplayRaised as e:
+        except (GuardFailed, ReplayRaised) as e:   # it accepted these arguments: unexpected
             return self._eager(annotated, str(e))
+        self._counts["hits"] += 1
+        self._last = compiled.program
+        self._remember_fast(key, compiled, annotated)
+        return result
 
     def _remember(self, key, reason):
         self._cache[key] = reason
@@ -283,212 +328,4 @@ class CompiledFunction:
                 self._fast = None
 
 
-class _Random(Exception):
-    pass
-
-
-class _ReplayRaised(Exception):
-    """A replayed program raised (a singular matrix, say). Nothing outside it was touched yet;
-    the call runs eagerly, which raises the error, or lets the function catch it."""
-
-
-def _replay(program, leaves, seeds):
-    try:
-        return program.run(leaves, seeds)
-    except GuardFailed:
-        raise
-    except Exception as e:   # noqa: BLE001
-        raise _ReplayRaised(f"the replay raised {type(e).__name__}: {e}") from e
-
-
 _FAST_TYPES = (Active, Duplicated, DuplicatedNoNeed, Const)
-
-
-# --------------------------------------------------------------------------------------------
-# One traced signature
-
-
-class _Compiled:
-    """A program and how the arguments of a call map onto it."""
-
-    def __init__(self, program, out_template, out_slots, writes, grad_slots, watched,
-                 ret_slot, owner):
-        self.program = program
-        self.out_template = out_template   # the return value with its traced leaves as None
-        self.out_slots = out_slots         # per output leaf: its slot, or None (a constant)
-        self.writes = writes               # (group, leaf, final slot, seeded) per written leaf
-        self.grad_slots = grad_slots
-        self.watched = watched
-        self.ret_slot = ret_slot           # the seeded result's slot (None: no seed)
-        self.owner = owner
-
-    @classmethod
-    def trace(cls, owner, annotated, names):
-        watched, generators = _watch(owner.f)
-        states = [generator_state(g) for g in generators]
-        state = np.random.get_state(legacy=False)
-        python_state = random.getstate()
-        try:
-            first = trace_once(owner, annotated, names, watched)
-            moved = [not same_value(generator_state(g), s) for g, s in zip(generators, states)]
-            second = trace_once(owner, annotated, names, watched)
-            after = np.random.get_state(legacy=False)
-            python_moved = random.getstate() != python_state
-        finally:   # tracing draws nothing: a call that then runs eagerly draws as eager does
-            np.random.set_state(state)
-            random.setstate(python_state)
-            for g, s in zip(generators, states):
-                set_generator_state(g, s)
-        if not same_value(_rng_key(state), _rng_key(after)) or any(moved) or python_moved:
-            raise _Random("the function draws random numbers (NumPy's global generator, a "
-                          "Generator it reads, or Python's random module); a replay would repeat the same draws, so each "
-                          "call runs eagerly")
-        difference = _first_difference(first[0], second[0])
-        if difference is not None:
-            raise _Random(f"two traces with the same arguments differ ({difference}): the "
-                          "function draws random numbers or reads a value that changes between "
-                          "calls; pass such values as Const arguments to compile it")
-        what = _changed(watched)
-        if what is not None:
-            raise Uncompilable(f"the function changed {what} while it ran")
-        trace, leaf_slots, out, groups, ret_active = first
-        return cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched, annotated)
-
-    @classmethod
-    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched, annotated):
-        out_leaves, out_td = flatten(out) if out is not None else ([], None)
-        out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
-        writes, seeds = [], []
-        ret_slot = out.slot if ret_active and isinstance(out, Tracer) else None
-        if ret_slot is not None:
-            seeds.append(ret_slot)
-        for g, arg in enumerate(groups):
-            for i, t in enumerate(arg.tracers):
-                first_slot = arg.first_slots[i]
-                if first_slot is None or t.slot == first_slot:
-                    continue
-                seeded = arg.shadows is not None
-                writes.append((g, i, t.slot, seeded))
-                if seeded:
-                    seeds.append(t.slot)
-        grad_slots = [s for arg in groups for s in arg.first_slots if s is not None]
-        result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
-        program = Program(trace, leaf_slots, result_slots, seeds, grad_slots)
-        template = None if out_td is None else (out_td, [None if isinstance(x, Tracer) else x
-                                                         for x in out_leaves])
-        compiled = cls(program, template, out_slots, writes, grad_slots, watched,
-                       ret_slot, owner)
-        if ret_slot is not None:
-            compiled.seed = array_module(out._v).ones((), dtype=out.dtype)   # copied per call
-        compiled.plain = not writes and all(
-            _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
-            else type(ann) is Const
-            or type(ann) in (Active, Duplicated, DuplicatedNoNeed)
-            and type(ann.val) is np.ndarray and ann.val.dtype.kind == "f"
-            or type(ann) is Active and type(ann.val) is float
-            for ann in annotated)
-        return compiled
-
-    def call(self, annotated, names):
-        if self.watched and _changed(self.watched) is not None:
-            raise GuardFailed("a value the function reads changed")
-        if self.plain:
-            fast = self._call_plain(annotated)
-            if fast is not None:
-                return fast
-        groups, leaves = [], []
-        consts, differentiated = [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                arrays = const_leaves(ann.val)
-                leaves.extend(arrays)
-                consts.extend(arrays)
-                continue
-            arg = _reverse_argument(ann, name)
-            arg.first_slots = []
-            for x in arg.leaves:
-                arg.first_slots.append(True if _is_float(x) else None)
-                if _is_float(x):
-                    leaves.append(x)
-                    differentiated.append(x)
-            groups.append(arg)
-        if self.writes and aliased(differentiated, consts):
-            raise GuardFailed("arguments share memory")
-        slot_iter = iter(self.grad_slots)
-        for arg in groups:
-            arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
-        seeds = []
-        if self.ret_slot is not None:
-            seeds.append(self.seed.copy())
-        zero_after = []
-        for g, i, _, seeded in self.writes:
-            if seeded:
-                shadow = groups[g].shadows[i]
-                seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
-                zero_after.append(shadow)
-        results, grads = _replay(self.program, leaves, seeds)
-        for shadow in zero_after:
-            shadow[...] = 0
-        n_out = sum(s is not None for s in self.out_slots)
-        for (g, i, _, _), value in zip(self.writes, results[n_out:]):
-            groups[g].leaves[i][...] = value
-        cts = dict(zip(self.grad_slots, grads))
-        user_cotangents(cts, [(x, s) for arg in groups for x, s in zip(arg.leaves,
-                                                                       arg.first_slots)
-                              if s is not None])
-        result = (derivatives(annotated, groups, cts, None),)
-        if self.owner.mode.with_primal:
-            result += (self._primal(results[:n_out]),)
-        return result
-
-    def _call_plain(self, annotated):
-        """The common case, without pytree machinery: every argument a single array (or an
-        Active float), shadows congruent, no argument written. None: take the general path
-        (which also names any problem)."""
-        leaves = []
-        for ann in annotated:
-            x = ann.val
-            if type(ann) is Const:
-                if type(x) is np.ndarray:
-                    leaves.append(x)
-                continue
-            if type(ann) is not Active:
-                dx = ann.dval
-                if (type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype
-                        or not dx.flags.writeable):
-                    return None
-            leaves.append(x)
-        seeds = []
-        if self.ret_slot is not None:
-            seeds.append(self.seed.copy())
-        results, grads = _replay(self.program, leaves, seeds)
-        derivs, k = [], 0
-        for ann in annotated:
-            if type(ann) is Const:
-                derivs.append(None)
-                continue
-            g = grads[k]
-            k += 1
-            if g is not None and g.dtype.kind == "c":
-                g = np.real(g)
-            if type(ann) is Active:
-                derivs.append(_cast_like(g, ann.val))
-            else:
-                if g is not None:
-                    ann.dval += g
-                derivs.append(None)
-        result = (tuple(derivs),)
-        if self.owner.mode.with_primal:
-            result += (self._primal(results),)
-        return result
-
-    def _primal(self, values):
-        if self.out_template is None:
-            return None
-        td, consts = self.out_template
-        it = iter(values)
-        # A constant array of the result is the caller's to write into: a copy per call.
-        leaves = [_python_scalar(next(it)) if s is not None
-                  else c.copy() if isinstance(c, np.ndarray) else c
-                  for s, c in zip(self.out_slots, consts)]
-        return unflatten(td, leaves)

@@ -1,6 +1,9 @@
 """One trace of a function for `tape.compile` (tape/compiled.py): its arguments as the traced
-function sees them, and the memory check of a call's arguments."""
+function sees them, the random generators it may draw from, and the memory check of a call's
+arguments."""
 from __future__ import annotations
+
+import random
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -9,9 +12,9 @@ from .activities import Active, Const
 from .api import _is_float, _reverse_argument, _seed_return, guess_return
 from .core import Tracer
 from .modifiers import is_complex
-from .program import CompileTrace, Uncompilable
+from .program import CompileTrace, Uncompilable, same_value
 from .pytree import flatten, unflatten
-from .signature import _snapshotter
+from .signature import Snapshotter, _rng_key, _watch, generator_state, set_generator_state
 
 
 def trace_once(owner, annotated, names, watched):
@@ -48,7 +51,7 @@ def _thaw(frozen: list) -> None:
 
 
 def _trace_once(owner, annotated, names, watched, read):
-    with CompileTrace(_snapshotter(watched)) as trace:
+    with CompileTrace(Snapshotter(watched)) as trace:
         call_args, groups, leaf_slots = [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
@@ -119,3 +122,32 @@ def aliased(written, consts) -> bool:
         if w:
             end_written = max(end_written, hi)
     return False
+
+
+RANDOM_DRAWS = ("the function draws random numbers (NumPy's global generator, a Generator it "
+           "reads, or Python's random module); a replay would repeat the same draws, so each "
+           "call runs eagerly")
+
+
+class RandomStates:
+    """The generators a trace may draw from: NumPy's global one, Python's `random`, and the
+    Generators the function reaches (`watch`); whether a trace moved them, and their states
+    before it (restored when the call then runs eagerly, so that it draws what eager would)."""
+
+    def __init__(self, f):
+        self.watched, self.generators = _watch(f)
+        self.states = [generator_state(g) for g in self.generators]
+        self.numpy = np.random.get_state(legacy=False)
+        self.python = random.getstate()
+
+    def drew(self) -> bool:
+        return (not same_value(_rng_key(self.numpy), _rng_key(np.random.get_state(legacy=False)))
+                or random.getstate() != self.python
+                or any(not same_value(generator_state(g), s)
+                       for g, s in zip(self.generators, self.states)))
+
+    def restore(self) -> None:
+        np.random.set_state(self.numpy)
+        random.setstate(self.python)
+        for g, s in zip(self.generators, self.states):
+            set_generator_state(g, s)

@@ -15,6 +15,9 @@ look-up. See tape/compiled.py for the public `compile`.
 """
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 
 from .config import _REVERSE_CONFIGS
@@ -136,6 +139,10 @@ class CompileTrace(ReverseTrace):
         self.inactive_slots: set[int] = set()   # results of inactive calls
         self.shapes_read: set[int] = set()      # ... whose shape Python read
         self.values: dict[int, tuple] = {}      # slot -> (type, shape, dtype) of its value
+        # NumPy's error state and the warning filters when tracing began; a step run under
+        # others (`with np.errstate(divide="raise")` inside the function) replays under them.
+        self.entry_context = (np.geterr(), list(warnings.filters))
+        self.contexts: dict[int, tuple] = {}    # step index -> (errstate, filters) to replay
 
     def nested_opened(self):
         """A differentiation opens inside the function: stop tracing at once (the call runs
@@ -175,7 +182,18 @@ class CompileTrace(ReverseTrace):
             self.raised = True   # if the function catches it, a replay cannot follow
             raise
 
+    def _note_context(self) -> None:
+        """Remember the error state and warning filters of the next step, where the function
+        set its own (a replay runs under the caller's, as eager mode runs the sweep)."""
+        errstate, filters = self.entry_context
+        now_err, now_filters = np.geterr(), warnings.filters
+        if now_err != errstate or now_filters != filters:
+            self.contexts[len(self.steps)] = (
+                now_err if now_err != errstate else None,
+                list(now_filters) if now_filters != filters else None)
+
     def _process(self, prim, args, params):
+        self._note_context()
         vals, ins, active = [], [], []
         for a in args:
             if isinstance(a, Tracer):
@@ -233,6 +251,7 @@ class CompileTrace(ReverseTrace):
         if not found:   # no traced value anywhere in the arguments
             return fn(*args, **kwargs)
         plain = _fill(template, [t._v for t in found])
+        self._note_context()
         try:
             out = fn(*plain[0], **plain[1])
         except Exception:
@@ -289,6 +308,16 @@ def _inlinable(vals, ins, out) -> bool:
         elif s is not None or type(v) not in (float, int):
             return False
     return True
+
+
+@contextlib.contextmanager
+def step_context(errstate, filters):
+    """Run a replayed step under the error state / warning filters it was traced under."""
+    with np.errstate(**(errstate or {})), warnings.catch_warnings():
+        if filters is not None:
+            warnings.filters[:] = filters
+            getattr(warnings, "_filters_mutated", lambda: None)()
+        yield
 
 
 class _ShapeChecked:

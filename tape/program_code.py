@@ -9,7 +9,7 @@ import numpy as np
 
 from .backend import add_or_none
 from .program import (AUGMENTED, FRESH, INACTIVE, CompileTrace, DynamicParams, GuardFailed,
-                      Uncompilable, _fill, _param_slots, same_value)
+                      Uncompilable, _fill, _param_slots, same_value, step_context)
 from .program_adjoint import AdjointWriter, basic_index, iadd, inline_terms
 
 
@@ -19,17 +19,24 @@ class Program:
     - `leaf_slots`: the slots of the arguments' leaves, in order;
     - `result_slots`: the slots the caller reads back (the return value, buffers written);
     - `seed_slots`: slots that get a cotangent seed (an Active return, written buffers);
-    - `grad_slots`: the leaves whose cotangents are returned.
+    - `grad_slots`: the leaves whose cotangents are returned;
+    - `by_reference`: whether watched arrays are read at each call (a kept program), or the
+      copies the trace took of them (a program that answers the traced call only).
     The function returns ``(values of result_slots, cotangents of grad_slots)``.
     """
 
-    def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots):
+    def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots,
+                 by_reference: bool = True):
         if trace.saw_nested:
             raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
                                "autodiff) runs eagerly")
         if trace.raised:
             raise Uncompilable("an operation raised while traced and the function went on (it "
                                "caught the error): a replay could not take the same branch")
+        if by_reference:   # a kept program reads the watched arrays themselves at each call
+            restore = trace.snapshot.restore
+            trace.steps = [step[:4] + (restore(step[4]), restore(step[5])) + step[6:]
+                           for step in trace.steps]
         self.steps = trace.steps
         self.guards = trace.guards
         self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
@@ -133,7 +140,7 @@ class Program:
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
               "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
-              "_array": np.array}
+              "_array": np.array, "_step_context": step_context}
         lines = ["def run(leaves, seeds):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
@@ -196,6 +203,9 @@ class Program:
                     direct = self._direct(fn, ins, params, args, const)
                     lines.append(f"    {lhs} = " + (direct or f"{const(fn.impl, fn.name + '_impl')}"
                                                             f"({args}{kw})"))
+            if i in trace.contexts:   # the function set its own errstate / warning filters
+                lines.insert(len(lines) - 1, f"    with _step_context(*{const(trace.contexts[i], 'context')}):")
+                lines[-1] = "    " + lines[-1]
             for o in outs:
                 if o in self.guards:
                     guard(o)

@@ -17,7 +17,7 @@ import numpy as np
 from .activities import Const
 from .arguments import _is_float
 from .core import Tracer
-from .program import Uncompilable, same_value
+from .program import DynamicParams, Uncompilable, same_value
 from .pytree import _aux_key, flatten
 
 
@@ -290,21 +290,43 @@ def _shallow_items(items) -> bool:
     return True
 
 
-def _snapshotter(watched):
-    """Arrays baked into a program are copied when traced (the function may change them
-    later), except the watched ones, which are read by reference (and compared per call)."""
-    by_reference = {id(get()) for _, get, _ in watched if isinstance(get(), np.ndarray)}
+class Snapshotter:
+    """Copies of the arrays a trace bakes into its program, taken when each is used: a copy
+    keeps the value the trace saw even if the function changes the array later in the same
+    call. The copies of watched arrays (`originals`) go back to the arrays themselves in a
+    program that is kept (`restore_references`): it reads them by reference at each call, and
+    the watch compares their contents."""
 
-    def snapshot(obj):
+    def __init__(self, watched):
+        self.by_reference = {id(v): v for v in (get() for _, get, _ in watched)
+                             if isinstance(v, np.ndarray)}
+        self.originals: dict[int, np.ndarray] = {}   # id(copy) -> watched array
+
+    def __call__(self, obj):
         if isinstance(obj, np.ndarray):
-            return obj if id(obj) in by_reference else obj.copy()
+            copy = obj.copy()
+            if id(obj) in self.by_reference:
+                self.originals[id(copy)] = obj
+            return copy
         if type(obj) in (tuple, list):
-            items = [snapshot(o) for o in obj]
+            items = [self(o) for o in obj]
             return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
         if type(obj) is dict:
-            return {k: snapshot(v) for k, v in obj.items()}
+            return {k: self(v) for k, v in obj.items()}
         return obj
-    return snapshot
+
+    def restore(self, obj):
+        """`obj` (a constant, params) with the copies of watched arrays replaced by them."""
+        if isinstance(obj, np.ndarray):
+            return self.originals.get(id(obj), obj)
+        if type(obj) in (tuple, list):
+            items = [self.restore(o) for o in obj]
+            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+        if type(obj) is dict:
+            return {k: self.restore(v) for k, v in obj.items()}
+        if type(obj) is DynamicParams:
+            return DynamicParams(self.restore(obj.template), obj.slots)
+        return obj
 
 
 def _rng_key(state):

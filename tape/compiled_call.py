@@ -1,0 +1,209 @@
+"""One traced signature of a compiled function (tape/compiled.py): its program, and how the
+arguments of a call map onto the program's leaves and seeds and its results back onto the
+return value, the shadows and the buffers the function wrote."""
+from __future__ import annotations
+
+import numpy as np
+
+from .activities import Active, Const, Duplicated, DuplicatedNoNeed
+from .api import _cast_like, _is_float, _python_scalar, _reverse_argument, derivatives
+from .backend import array_module
+from .core import Tracer
+from .modifiers import is_complex, to_user, user_cotangents
+from .compiled_trace import aliased, const_leaves
+from .program import GuardFailed
+from .program_code import Program
+from .signature import _changed, _is_scalar
+from .pytree import flatten, unflatten
+
+
+class ReplayRaised(Exception):
+    """A replayed program raised (a singular matrix, say). Nothing outside it was touched yet;
+    the call runs eagerly, which raises the error, or lets the function catch it."""
+
+
+def _replay(program, leaves, seeds):
+    try:
+        return program.run(leaves, seeds)
+    except GuardFailed:
+        raise
+    except Exception as e:   # noqa: BLE001
+        raise ReplayRaised(f"the replay raised {type(e).__name__}: {e}") from e
+
+
+
+class CompiledSignature:
+    """A program and how the arguments of a call map onto it."""
+
+    def __init__(self, program, out_template, out_slots, writes, grad_slots, watched,
+                 ret_slot, owner):
+        self.program = program
+        self.out_template = out_template   # the return value with its traced leaves as None
+        self.out_slots = out_slots         # per output leaf: its slot, or None (a constant)
+        self.writes = writes               # (group, leaf, final slot, seeded) per written leaf
+        self.grad_slots = grad_slots
+        self.watched = watched
+        self.ret_slot = ret_slot           # the seeded result's slot (None: no seed)
+        self.owner = owner
+
+    @classmethod
+    def build(cls, owner, traced, watched, annotated, kept=True):
+        trace, leaf_slots, out, groups, ret_active = traced
+        compiled = cls._build(owner, trace, leaf_slots, out, groups, ret_active, watched,
+                              annotated, kept)
+        compiled.record = trace   # what a later trace must equal to confirm it (then None)
+        return compiled
+
+    @classmethod
+    def _build(cls, owner, trace, leaf_slots, out, groups, ret_active, watched, annotated,
+               kept):
+        out_leaves, out_td = flatten(out) if out is not None else ([], None)
+        out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
+        writes, seeds = [], []
+        ret_slot = out.slot if ret_active and isinstance(out, Tracer) else None
+        if ret_slot is not None:
+            seeds.append(ret_slot)
+        for g, arg in enumerate(groups):
+            for i, t in enumerate(arg.tracers):
+                first_slot = arg.first_slots[i]
+                if first_slot is None or t.slot == first_slot:
+                    continue
+                seeded = arg.shadows is not None
+                writes.append((g, i, t.slot, seeded))
+                if seeded:
+                    seeds.append(t.slot)
+        grad_slots = [s for arg in groups for s in arg.first_slots if s is not None]
+        result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
+        program = Program(trace, leaf_slots, result_slots, seeds, grad_slots, kept)
+        template = None if out_td is None else (out_td, [None if isinstance(x, Tracer) else x
+                                                         for x in out_leaves])
+        compiled = cls(program, template, out_slots, writes, grad_slots, watched,
+                       ret_slot, owner)
+        if ret_slot is not None:
+            compiled.seed = array_module(out._v).ones((), dtype=out.dtype)   # copied per call
+        compiled.plain = not writes and all(
+            _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
+            else type(ann) is Const
+            or type(ann) in (Active, Duplicated, DuplicatedNoNeed)
+            and type(ann.val) is np.ndarray and ann.val.dtype.kind == "f"
+            or type(ann) is Active and type(ann.val) is float
+            for ann in annotated)
+        return compiled
+
+    def accepts(self, annotated, names) -> None:
+        """Raise GuardFailed unless a replay would take this program for these arguments
+        (the watched values, then the guards: the program runs, nothing is written back)."""
+        if self.watched and _changed(self.watched) is not None:
+            raise GuardFailed("a value the function reads changed")
+        groups, leaves, seeds, _ = self._inputs(annotated, names)
+        _replay(self.program, leaves, seeds)
+
+    def call(self, annotated, names):
+        if self.watched and _changed(self.watched) is not None:
+            raise GuardFailed("a value the function reads changed")
+        if self.plain:
+            fast = self._call_plain(annotated)
+            if fast is not None:
+                return fast
+        groups, leaves, seeds, zero_after = self._inputs(annotated, names)
+        results, grads = _replay(self.program, leaves, seeds)
+        for shadow in zero_after:
+            shadow[...] = 0
+        n_out = sum(s is not None for s in self.out_slots)
+        for (g, i, _, _), value in zip(self.writes, results[n_out:]):
+            groups[g].leaves[i][...] = value
+        cts = dict(zip(self.grad_slots, grads))
+        user_cotangents(cts, [(x, s) for arg in groups for x, s in zip(arg.leaves,
+                                                                       arg.first_slots)
+                              if s is not None])
+        result = (derivatives(annotated, groups, cts, None),)
+        if self.owner.mode.with_primal:
+            result += (self._primal(results[:n_out]),)
+        return result
+
+    def _inputs(self, annotated, names):
+        """The program's leaves and seeds for a call, the argument groups, and the shadows
+        to zero after it (those of written buffers, whose seeds they are)."""
+        groups, leaves = [], []
+        consts, differentiated = [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                arrays = const_leaves(ann.val)
+                leaves.extend(arrays)
+                consts.extend(arrays)
+                continue
+            arg = _reverse_argument(ann, name)
+            arg.first_slots = []
+            for x in arg.leaves:
+                arg.first_slots.append(True if _is_float(x) else None)
+                if _is_float(x):
+                    leaves.append(x)
+                    differentiated.append(x)
+            groups.append(arg)
+        if self.writes and aliased(differentiated, consts):
+            raise GuardFailed("arguments share memory")
+        slot_iter = iter(self.grad_slots)
+        for arg in groups:
+            arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
+        seeds = []
+        if self.ret_slot is not None:
+            seeds.append(self.seed.copy())
+        zero_after = []
+        for g, i, _, seeded in self.writes:
+            if seeded:
+                shadow = groups[g].shadows[i]
+                seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
+                zero_after.append(shadow)
+        return groups, leaves, seeds, zero_after
+
+    def _call_plain(self, annotated):
+        """The common case, without pytree machinery: every argument a single array (or an
+        Active float), shadows congruent, no argument written. None: take the general path
+        (which also names any problem)."""
+        leaves = []
+        for ann in annotated:
+            x = ann.val
+            if type(ann) is Const:
+                if type(x) is np.ndarray:
+                    leaves.append(x)
+                continue
+            if type(ann) is not Active:
+                dx = ann.dval
+                if (type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype
+                        or not dx.flags.writeable):
+                    return None
+            leaves.append(x)
+        seeds = []
+        if self.ret_slot is not None:
+            seeds.append(self.seed.copy())
+        results, grads = _replay(self.program, leaves, seeds)
+        derivs, k = [], 0
+        for ann in annotated:
+            if type(ann) is Const:
+                derivs.append(None)
+                continue
+            g = grads[k]
+            k += 1
+            if g is not None and g.dtype.kind == "c":
+                g = np.real(g)
+            if type(ann) is Active:
+                derivs.append(_cast_like(g, ann.val))
+            else:
+                if g is not None:
+                    ann.dval += g
+                derivs.append(None)
+        result = (tuple(derivs),)
+        if self.owner.mode.with_primal:
+            result += (self._primal(results),)
+        return result
+
+    def _primal(self, values):
+        if self.out_template is None:
+            return None
+        td, consts = self.out_template
+        it = iter(values)
+        # A constant array of the result is the caller's to write into: a copy per call.
+        leaves = [_python_scalar(next(it)) if s is not None
+                  else c.copy() if isinstance(c, np.ndarray) else c
+                  for s, c in zip(self.out_slots, consts)]
+        return unflatten(td, leaves)
