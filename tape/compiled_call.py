@@ -17,6 +17,9 @@ from .signature import _changed, _is_scalar
 from .pytree import flatten, unflatten
 
 
+_AS_COMPUTED = object()   # an output leaf returned as the program computed it
+
+
 class ReplayRaised(Exception):
     """A replayed program raised (a singular matrix, say). Nothing outside it was touched yet;
     the call runs eagerly, which raises the error, or lets the function catch it."""
@@ -60,7 +63,9 @@ class CompiledSignature:
         out_leaves, out_td = flatten(out) if out is not None else ([], None)
         out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
         writes, seeds = [], []
-        ret_slot = out.slot if ret_active and isinstance(out, Tracer) else None
+        # A value computed from Const arguments only carries no derivative: no seed.
+        ret_slot = (out.slot if ret_active and isinstance(out, Tracer) and not out.nondiff
+                    else None)
         if ret_slot is not None:
             seeds.append(ret_slot)
         for g, arg in enumerate(groups):
@@ -75,8 +80,9 @@ class CompiledSignature:
         grad_slots = [s for arg in groups for s in arg.first_slots if s is not None]
         result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
         program = Program(trace, leaf_slots, result_slots, seeds, grad_slots, kept)
-        template = None if out_td is None else (out_td, [None if isinstance(x, Tracer) else x
-                                                         for x in out_leaves])
+        template = None if out_td is None else (out_td, [
+            (_AS_COMPUTED if x.nondiff else None) if isinstance(x, Tracer) else x
+            for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, grad_slots, watched,
                        ret_slot, owner)
         if ret_slot is not None:
@@ -202,8 +208,10 @@ class CompiledSignature:
             return None
         td, consts = self.out_template
         it = iter(values)
-        # A constant array of the result is the caller's to write into: a copy per call.
-        leaves = [_python_scalar(next(it)) if s is not None
+        # A constant array of the result is the caller's to write into: a copy per call. A
+        # differentiated float64 scalar is a Python float, as eager mode strips its tracer; a
+        # value of Const arguments only never was a tracer there, and stays as computed.
+        leaves = [(_python_scalar(next(it)) if c is None else next(it)) if s is not None
                   else c.copy() if isinstance(c, np.ndarray) else c
                   for s, c in zip(self.out_slots, consts)]
         return unflatten(td, leaves)

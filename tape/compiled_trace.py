@@ -74,7 +74,10 @@ def _trace_once(owner, annotated, names, watched, read):
         if ret_active:
             if isinstance(out, Tracer) and is_complex(out._v):
                 raise Uncompilable("a complex result runs eagerly")
-            _seed_return(out, trace, {}, None, owner.mode)
+            # eager mode validates a value of Const arguments only and seeds nothing: read it
+            # without the guard that reading a nondiff value records
+            nondiff = isinstance(out, Tracer) and getattr(out, "nondiff", False)
+            _seed_return(out._v if nondiff else out, trace, {}, None, owner.mode)
     return trace, leaf_slots, out, groups, ret_active
 
 
