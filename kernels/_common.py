@@ -109,7 +109,7 @@ def max_abs(xp, a) -> float:
     """``max|a|`` as a float (0 for None or an empty array; NaN if `a` holds one)."""
     if a is None or a.size == 0:
         return 0.0
-    return float(xp.max(xp.abs(a)))
+    return max(float(xp.max(a)), -float(xp.min(a)))     # no |a| temporary; NaN stays NaN
 
 
 def input_growth(xp, arrays, span: int, d: int) -> float:
