@@ -4,18 +4,22 @@
 ``g(Duplicated(x, dx), Const(c))`` returns, and writes into shadows, exactly what
 ``autodiff(Reverse, f, Active, Duplicated(x, dx), Const(c))`` would. The first call with a new
 *signature* (activities, structures, shapes, dtypes, the values of Python-number Consts) traces
-`f` into a `Program` (tape/program.py); later calls replay it, checking its guards. A guard
-that fails traces again (the cache keeps one program per guard outcome) and, past
-``max_traces`` programs for one signature, runs eagerly. Whatever cannot be replayed runs
-eagerly too, and `g.stats` says why: a compiled function is never wrong, only not faster.
+`f` into a `Program` (tape/program.py) and answers with it; a later call the program accepts
+traces once more, and when that trace comes out the same the program is confirmed: from then
+on calls replay it, checking its guards, without running `f`. So `f` runs at most once per
+call, as in eager mode. A guard that fails traces again (the cache keeps one program per guard
+outcome) and, past ``max_traces`` programs for one signature, runs eagerly. Whatever cannot be
+replayed runs eagerly too, and `g.stats` says why: a compiled function is never wrong, only
+not faster.
 
 What a replay could not see is checked, so it is never replayed stale:
 - arrays and numbers the function reads from its closure, its globals, its defaults or its
-  bound object are compared at each call (an in-place change traces again);
-- random draws (NumPy's global generator, or any value that differs between two traces with
-  the same arguments) make the signature run eagerly, so every call draws afresh, with a
-  `CompileWarning`;
-- buffers that `f` makes (`np.zeros_like`) are fresh copies at each replay.
+  bound object are compared at each call (an in-place change traces again; a change made by
+  `f` itself, a counter, makes the signature eager);
+- random draws (a generator that moved while traced, or a confirming trace that differs)
+  make the signature run eagerly, so every call draws afresh, with a `CompileWarning`;
+- buffers that `f` makes (`np.zeros_like`) are fresh copies at each replay; steps run under
+  an error state or warning filters `f` set itself (`np.errstate`) replay under them.
 
 >>> import numpy as np
 >>> from tape import Reverse, Active, Duplicated
