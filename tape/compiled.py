@@ -322,6 +322,8 @@ class CompiledFunction:
 
     def _remember(self, key, reason):
         self._cache[key] = reason
+        if self._fast is not None and self._fast[0] == key:
+            self._fast = None
         self._evict()
 
     def _evict(self):

@@ -301,10 +301,16 @@ class Snapshotter:
         self.by_reference = {id(v): v for v in (get() for _, get, _ in watched)
                              if isinstance(v, np.ndarray)}
         self.originals: dict[int, np.ndarray] = {}   # id(copy) -> watched array
+        self.latest: dict[int, tuple] = {}           # id(array) -> (array, its latest copy)
 
     def __call__(self, obj):
         if isinstance(obj, np.ndarray):
+            # One copy per contents: an array used at every step of a loop is copied once.
+            seen = self.latest.get(id(obj))
+            if seen is not None and seen[0] is obj and same_value(obj, seen[1]):
+                return seen[1]
             copy = obj.copy()
+            self.latest[id(obj)] = (obj, copy)
             if id(obj) in self.by_reference:
                 self.originals[id(copy)] = obj
             return copy
