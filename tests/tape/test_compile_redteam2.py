@@ -250,3 +250,19 @@ def test_reverse_mode_sequences_with_guards_and_shapes():
             return np.sum(y[c > 0] ** 2) + x[np.argmax(c)]
         return f, lambda c: [_dup(c), Const(X[(c + 3) % 6].copy())]
     _sequences(setup, [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], mode=Reverse)
+
+
+def test_a_closure_array_changed_between_calls_after_the_program_is_confirmed():
+    w = np.linspace(0.5, 1.5, 4)
+
+    def f(x):
+        h = x
+        for _ in range(3):   # the same closure array baked at each step
+            h = np.tanh(h * w)
+        return np.sum(h)
+    g = tape.compile(RP, f, Active, Duplicated)
+    for k, c in enumerate(CALLS + CALLS):
+        _same(g(_dup(c)), autodiff(RP, f, Active, _dup(c)), f"call {k}")
+        if k == len(CALLS):
+            w *= 2.0   # in place, between calls
+    assert g.stats.hits >= len(CALLS) and g.stats.eager_calls == 0
