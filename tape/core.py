@@ -17,6 +17,7 @@ import numpy as np
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
                      _FORWARD_CONFIGS, _REVERSE_CONFIGS, RuleConfig, config_for, config_table)
 from .errors import EscapedTracerError, OnceDifferentiableError
+from .residuals import caller_arrays, protect
 
 # The stack of open traces of this thread / async task. `contextvars` keeps threads apart.
 _TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_traces", default=())
@@ -298,6 +299,7 @@ class ReverseTrace(Trace):
     def process(self, prim: Primitive, args: Sequence, params: dict):
         # Speed-up: the one- and two-argument cases avoid building lists.
         n = len(args)
+        untraced = ()   # operands that are not this trace's values (the caller's arrays)
         if n == 1:
             a = args[0]                   # bind chose this trace, so `a` is one of ours
             a.owned = False
@@ -311,9 +313,11 @@ class ReverseTrace(Trace):
                     vals, in_slots, cfg = (a.value, b.value), (a.slot, b.slot), _ACTIVE_11
                 else:
                     vals, in_slots, cfg = (a.value, b), (a.slot, None), _ACTIVE_10
+                    untraced = (b,)
             else:
                 b.owned = False
                 vals, in_slots, cfg = (a, b.value), (None, b.slot), _ACTIVE_01
+                untraced = (a,)
         else:
             vals, slots = [], []
             for a in args:
@@ -326,10 +330,13 @@ class ReverseTrace(Trace):
                     slots.append(None)
             in_slots = tuple(slots)
             cfg = _REVERSE_CONFIGS[tuple(s is not None for s in slots)]
+            untraced = [v for v, s in zip(vals, slots) if s is None]
         slot = self.n_slots
         if prim.simple:   # speed-up: the common case in a few lines
             out, saved = (prim.augmented_primal(cfg, *vals, **params) if params
                           else prim.augmented_primal(cfg, *vals))
+            if untraced or params:
+                saved = protect(saved, caller_arrays(untraced, params))
             self.n_slots = slot + 1
             self.records.append((prim, cfg, saved, in_slots, slot))
             return self.tracer_class(out, self, slot)
@@ -342,6 +349,8 @@ class ReverseTrace(Trace):
             if augmented is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
             out, saved = augmented(cfg, *vals, **params)
+            if untraced or params:
+                saved = protect(saved, caller_arrays(untraced, params))
         if prim.multiple_results:
             self.n_slots = slot + len(out)
             self.records.append((prim, cfg, saved, in_slots, tuple(range(slot, slot + len(out)))))

@@ -1,0 +1,101 @@
+"""Residuals that outlive the caller's writes: a record copies the caller's arrays it saved.
+
+A rule saves what its reverse needs, often an operand itself: ``x * c`` saves ``c``, ``x[idx]``
+saves ``idx``, ``np.where(m, x, 0)`` saves ``m``. An operand that is not traced (an array from a
+closure or a global, a workspace the function updates in place, an index array it increments)
+still belongs to the caller, and NumPy cannot tell anyone when it is written. Without a copy, a
+write after the use changes what the reverse sweep reads, and the derivative comes out wrong
+with no error::
+
+    W = A.copy()
+    for k in range(3):
+        y = y + np.sum(W @ x)     # the record of `@` saves W ...
+        W *= 0.5                  # ... and this would change it for all three records
+
+So when a rule's residuals share memory with such an array, the record keeps a copy of that
+residual, taken at once. Arrays that cannot change are left alone (read-only arrays whose
+memory is read-only too). Traced values are the tape's own, and Const arguments arrive as
+`tape.constbuffer.ConstBuffer` views, which copy on write only when written.
+
+>>> import numpy as np
+>>> c = np.ones(3)
+>>> saved = (c[:2], np.zeros(2), "a parameter")
+>>> kept = protect(saved, caller_arrays((c,), {}))
+>>> kept[0] is saved[0], kept[1] is saved[1], bool(np.shares_memory(kept[0], c))
+(False, True, False)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def _may_change(a) -> bool:
+    """Whether the memory of the array `a` can be written by its owner: `a` or the array its
+    memory comes from is writeable."""
+    if a.flags.writeable:
+        return True
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root is not a and root.flags.writeable
+
+
+def _is_caller_array(x) -> bool:
+    # Exact types: subclasses (ConstBuffer, np.matrix, masked arrays) keep their own semantics,
+    # and CuPy arrays are recognised by their module without importing CuPy.
+    t = type(x)
+    if t is np.ndarray:
+        return x.size > 0 and _may_change(x)
+    return t.__module__.startswith("cupy") and hasattr(x, "data") and getattr(x, "size", 0) > 0
+
+
+def caller_arrays(values: Sequence, params: dict) -> list:
+    """The arrays among a primitive's untraced operands `values` and its parameters (one level
+    of tuples: an index ``x[i, j]``) that their owner may still write into."""
+    found = [v for v in values if _is_caller_array(v)]
+    for p in params.values():
+        if _is_caller_array(p):
+            found.append(p)
+        elif type(p) in (tuple, list):
+            found.extend(q for q in p if _is_caller_array(q))
+    return found
+
+
+def _shares(x, arrays) -> bool:
+    if type(x) is np.ndarray:
+        return any(type(a) is np.ndarray and np.may_share_memory(x, a) for a in arrays)
+    if type(x).__module__.startswith("cupy") and hasattr(x, "data"):
+        ptr = x.data.ptr
+        return any(type(a) is type(x) and _overlaps(ptr, x.nbytes, a.data.ptr, a.nbytes)
+                   for a in arrays)
+    return False
+
+
+def _overlaps(p, n, q, m) -> bool:
+    # Bounds of the two allocations' extents (the views' first bytes and their lengths are a
+    # conservative stand-in for CuPy, as np.may_share_memory is for NumPy).
+    return p < q + max(m, 1) and q < p + max(n, 1) if n and m else p == q
+
+
+def protect(saved: Any, arrays: list) -> Any:
+    """`saved` with a copy of every array in it (inside tuples, named tuples, lists and dicts)
+    that may share memory with one of `arrays`; `saved` itself when there is none."""
+    if not arrays:
+        return saved
+    if type(saved) is np.ndarray or type(saved).__module__.startswith("cupy"):
+        return saved.copy() if _shares(saved, arrays) else saved
+    if isinstance(saved, (tuple, list)):
+        items = [protect(v, arrays) for v in saved]
+        if all(a is b for a, b in zip(items, saved)):
+            return saved
+        if type(saved) in (tuple, list):
+            return type(saved)(items)
+        if hasattr(saved, "_make"):       # a named tuple
+            return saved._make(items)
+        return saved
+    if type(saved) is dict:
+        items = {k: protect(v, arrays) for k, v in saved.items()}
+        return items if any(items[k] is not saved[k] for k in saved) else saved
+    return saved
