@@ -234,7 +234,7 @@ def run_chunked(lengths, repeat, d=64):
             args, weights = make_inputs(pair, s, d), output_weights(pair, s, d)
             seq = hecate_step(pair, args, weights, backend="reference")
             chunked = hecate_step(pair, args, weights)
-            row = {"pair": pair, "d": d, "s": s, "chunk": memory_chunked.CHUNK,
+            row = {"pair": pair, "d": d, "s": s, "chunk": memory_chunked.chunk_size(d),
                    "grad_check": grads_agree(chunked(), seq()),
                    "sequential_s": best_time(seq, repeat),
                    "chunked_s": best_time(chunked, repeat)}
@@ -393,7 +393,7 @@ def run_gpu(sizes, repeat, batch):
 _CHUNK_MATRICES = {"delta": 5, "hebbian": 2, "titans": 9}   # C x C per chunk, kept for backward
 
 
-def chunked_work_estimate(pair, s, d, B, C=memory_chunked.CHUNK):
+def chunked_work_estimate(pair, s, d, B, C=None):
     """(FLOPs, bytes) of one chunked forward + backward, estimated from the algorithm's
     products and the least traffic it needs: token vectors in and out (10 s d: k, v, q, y
     forward; k, v, q, dy in and dk, dv, dq out backward), the state entering each chunk and its
@@ -401,6 +401,7 @@ def chunked_work_estimate(pair, s, d, B, C=memory_chunked.CHUNK):
     transition (written, read forward and backward: 3 N D^2, none for the Hebbian scalar decay)
     and the C x C chunk matrices kept for the backward (written, then read). FLOPs: the
     forward's batched products per chunk, times 3 for forward plus backward."""
+    C = min(s, memory_chunked.chunk_size(d)) if C is None else C
     N = -(-s // C)
     D = 2 * d if pair == "titans" else d
     fwd = {"hebbian": 4 * C * C * d + 4 * C * d * d,
@@ -427,7 +428,8 @@ def run_gpu_chunked(lengths, repeat, batch, d=64):
             chunked = hecate_step(pair, args, weights, prim_backend="cuda-chunked")
             got = [cp.asnumpy(g) for g in chunked()]
             want = [cp.asnumpy(g) for g in per_token()]
-            row = {"pair": pair, "d": d, "s": s, "batch": batch, "chunk": memory_chunked.CHUNK,
+            row = {"pair": pair, "d": d, "s": s, "batch": batch,
+                   "chunk": memory_chunked.chunk_size(d),
                    "grad_check": grads_agree(got, want),
                    "per_token_s": best_time(per_token, repeat, sync),
                    "chunked_s": best_time(chunked, repeat, sync)}

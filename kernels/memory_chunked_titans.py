@@ -111,7 +111,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     the sequential loop where `memory_chunked` falls back to it."""
     xp = array_module(x.k)
     s, _, d = x.k.shape
-    C = max(1, min(memory_chunked.CHUNK if chunk is None else chunk, s))
+    C = max(1, min(memory_chunked.chunk_size(d) if chunk is None else chunk, s))
     grow = growth(x, init, C) if usable(x) else np.inf
     if not grow < np.inf:
         return sequential_forward(spec, x, init, checkpoint_every, C)
