@@ -77,7 +77,7 @@ def add_parsers(sub: Any) -> None:
              "layers": "blocks (default 2)",
              "seq_len": "tokens per training chunk, at least --window (default 128)",
              "window": "sliding-window attention span, at most --seq-len (default 32)",
-             "steps": "optimizer steps (default 500)",
+             "steps": "optimizer steps (default 800; --task recall: 1000)",
              "batch_size": "sequences per step (default 8)"}
     for name, text in sizes.items():
         t.add_argument("--" + name.replace("_", "-"), type=POSITIVE_INT, metavar="N",

@@ -1,6 +1,6 @@
 """Hecate's language model against same-size PyTorch peers, on Hecate's own data and schedule.
 
-    python -m models.bench.lm_peers               # 500 steps each, then the wall-clock match
+    python -m models.bench.lm_peers               # hecate train's steps each, then the wall-clock match
     python -m models.bench.lm_peers --quick       # a few steps: a smoke test, not a result
     python -m models.bench.lm_peers --steps 2000 --json out.json
     hecate bench peers                            # the same, as a section of `hecate bench`
@@ -119,7 +119,7 @@ def configs(steps: Optional[int] = None, quick: bool = False) -> tuple:
 
     >>> cfg, tcfg = configs()
     >>> (tcfg.steps, tcfg.batch_size, cfg.seq_len, tcfg.lr, tcfg.warmup, tcfg.sample_bytes)
-    (500, 8, 128, 0.003, 30, 0)
+    (800, 8, 128, 0.003, 30, 0)
     """
     from ..config import ModelConfig, train_defaults
     from ..train import TrainConfig
@@ -360,7 +360,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK['steps']} steps, tiny evaluations: a smoke test")
     parser.add_argument("--steps", type=POSITIVE_INT, metavar="N",
-                        help="training steps of every model (default 500, as hecate train); "
+                        help="training steps of every model (default: as hecate train); "
                              "a positive integer")
     parser.add_argument("--models", metavar="LIST",
                         help=f"comma-separated subset of {','.join(MODELS)} (default: all)")
