@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import primal
-from tape.rules import register_function, register_ufunc
+from tape.core import Tracer, primal
+from tape.rules import register_function, register_method, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
                     unbroadcast)
@@ -242,8 +242,11 @@ def _real_reverse(cfg, was_complex, g):
 
 real = defprimitive(
     "real", np.real, lambda cfg, x: (np.real(x), np.iscomplexobj(x)), _real_reverse,
-    lambda cfg, primals, tangents: (np.real(primals[0]), np.real(tangents[0])),
-    function=np.real)
+    lambda cfg, primals, tangents: (np.real(primals[0]), np.real(tangents[0])))
+register_method("real", real)
+# np.real(a) is `a.real` in NumPy, a view of `a` (for a real `a`, the same values): the tracer's
+# property marks it as one, so that writes through either side are seen by the other.
+register_function(np.real, lambda val: val.real if isinstance(val, Tracer) else np.real(val))
 
 
 def _imag_forward(cfg, primals, tangents):

@@ -20,6 +20,7 @@ from tape.backend import array_module
 from tape.core import Tracer, nondiff_value, peek, primal
 from tape.errors import NonDifferentiableError
 from tape.rules import register_function, register_method
+from tape.tracer import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 from .shape import _along, _no_out, moveaxis, normalize_axis, ravel
@@ -316,7 +317,13 @@ def _diagonal_index(n1, n2, offset, xp):
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    """np.diagonal: the diagonal becomes the last axis (a copy, not a read-only view)."""
+    """np.diagonal: the diagonal becomes the last axis; a read-only view, as in NumPy (later
+    writes into `a` are seen through it, writes into it raise)."""
+    return mark_read_only_view(_diagonal(a, offset, axis1, axis2), a,
+                               lambda base: _diagonal(base, offset, axis1, axis2))
+
+
+def _diagonal(a, offset, axis1, axis2):
     ndim = np.ndim(a)
     if ndim < 2:
         raise ValueError("diag requires an array of at least two dimensions")

@@ -14,7 +14,7 @@ import numpy as np
 from tape.backend import array_module
 from tape.core import peek, primal
 from tape.rules import register_function
-from tape.tracer import mark_view
+from tape.tracer import mark_read_only_view, mark_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 
@@ -119,8 +119,17 @@ register_function(np.transpose, lambda a, axes=None: transpose(
 
 broadcast_to = linear("broadcast_to", lambda x, shape: np.broadcast_to(x, shape),
                       lambda saved, g: unbroadcast(g, saved))
-register_function(np.broadcast_to, lambda array, shape, subok=False: broadcast_to(
-    array, shape=tuple(shape) if not isinstance(shape, int) else (shape,)))
+
+
+def _broadcast_to_function(array, shape, subok=False):
+    """np.broadcast_to: a read-only view, as in NumPy (later writes into `array` are seen
+    through it)."""
+    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+    return mark_read_only_view(broadcast_to(array, shape=shape), array,
+                               lambda base: broadcast_to(base, shape=shape))
+
+
+register_function(np.broadcast_to, _broadcast_to_function)
 
 
 # -- compositions of reshape and transpose ---------------------------------------------------------

@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 
 from .activities import Active, BatchDuplicated, Const, Duplicated, MixedDuplicated
-from .aliasing import mark_aliases
+from .aliasing import mark_aliases, overlap, watch_arguments
 from .backend import module_name
 from .constbuffer import as_const
 from .errors import ActivityError, PytreeError
@@ -181,8 +181,10 @@ def _trace_arguments(annotated, names, check, make_leaf):
                 arg.first_slots.append(None)
         groups.append(arg)
         call_args.append(unflatten(arg.treedef, arg.tracers))
-    if len(arrays) > 1:
-        mark_aliases(arrays)
+    if arrays:
+        watch_arguments(arrays)
+        if len(arrays) > 1:
+            mark_aliases(arrays)
     return call_args, groups
 
 
@@ -213,7 +215,8 @@ def _forward_argument(ann, name):
 
 def _check_shadow_writable(arg):
     """Reverse mode adds into shadows in place: refuse, before running f, a float shadow leaf
-    that sits in a tuple (it could not be updated)."""
+    that sits in a tuple (it could not be updated), or one that shares memory with its primal
+    (the gradient would be added into the values being differentiated)."""
     for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
         if (_is_float(x) and arg.paths[i] and not _is_mutable_leaf(dx)
                 and arg.paths[i][-1].kind == "index"):
@@ -221,6 +224,13 @@ def _check_shadow_writable(arg):
                 f"cannot accumulate into the immutable leaf {arg.path(i)} of the shadow: a "
                 "number inside a tuple cannot be updated in place. Use a list, a dict or a "
                 "dataclass for the shadow, or mark the argument Active")
+        if isinstance(x, np.ndarray) and any(
+                isinstance(d, np.ndarray) and np.may_share_memory(x, d) and overlap(x, d)
+                for d in (dx if arg.width is not None else (dx,))):
+            raise ActivityError(
+                f"the shadow of {arg.path(i)} shares memory with its primal (Duplicated(x, x), "
+                "or overlapping views); the gradient would be added into the values being "
+                "differentiated. Give it a separate shadow: Duplicated(x, np.zeros_like(x))")
 
 
 def _is_mutable_leaf(x):

@@ -17,7 +17,8 @@ import numpy as np
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
                      _FORWARD_CONFIGS, _REVERSE_CONFIGS, RuleConfig, config_for, config_table)
 from .errors import EscapedTracerError, OnceDifferentiableError
-from .residuals import caller_arrays, protect
+from .aliasing import refuse_stale_reads
+from .residuals import caller_arrays, detach_outer, protect
 
 # The stack of open traces of this thread / async task. `contextvars` keeps threads apart.
 _TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_traces", default=())
@@ -116,10 +117,11 @@ class Tracer:
 
     # `owned` (a private buffer no record has seen: writable in place), `view_of` (the array
     # this one is a NumPy view of), `views` (weak references to its own views) and
-    # `alias_error` (an argument sharing memory with another one: writes are refused, see
+    # `write_guard` (an argument's leaf: called before a write, to refuse it when the argument
+    # shares memory with another one, or to note it for `refuse_stale_reads`; see
     # tape.aliasing) are left unset unless needed, as a speed-up: read them with
     # getattr(t, name, None).
-    __slots__ = ("value", "level", "owned", "view_of", "views", "alias_error", "__weakref__")
+    __slots__ = ("value", "level", "owned", "view_of", "views", "write_guard", "__weakref__")
 
     def peek_value(self):
         """The value, for its shape and dtype (see `peek`)."""
@@ -201,6 +203,9 @@ class Trace:
     """
 
     nan_check = False
+    # The caller's arrays of the arguments `f` has written so far, as ``(label, array)``
+    # (tape.aliasing.WatchedArgument): an operation reading them through another name is refused.
+    written_arguments: Sequence = ()
     # Whether calls of `tape.inactive` functions go to `call_inactive` (a compiling trace).
     records_inactive = False
     # Installed by the layers above (core imports neither): tape.batching reruns a rule once
@@ -336,7 +341,9 @@ class ReverseTrace(Trace):
             out, saved = (prim.augmented_primal(cfg, *vals, **params) if params
                           else prim.augmented_primal(cfg, *vals))
             if untraced or params:
-                saved = protect(saved, caller_arrays(untraced, params))
+                saved = self._protect(saved, untraced, params)
+            if self.depth > 1:   # residuals may be an outer level's tracers, which writes rebind
+                saved = detach_outer(saved, (self, Tracer))
             self.n_slots = slot + 1
             self.records.append((prim, cfg, saved, in_slots, slot))
             return self.tracer_class(out, self, slot)
@@ -350,7 +357,9 @@ class ReverseTrace(Trace):
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
             out, saved = augmented(cfg, *vals, **params)
             if untraced or params:
-                saved = protect(saved, caller_arrays(untraced, params))
+                saved = self._protect(saved, untraced, params)
+            if self.depth > 1:
+                saved = detach_outer(saved, (self, Tracer))
         if prim.multiple_results:
             self.n_slots = slot + len(out)
             self.records.append((prim, cfg, saved, in_slots, tuple(range(slot, slot + len(out)))))
@@ -358,6 +367,14 @@ class ReverseTrace(Trace):
         self.n_slots = slot + 1
         self.records.append((prim, cfg, saved, in_slots, slot))
         return self.tracer_class(out, self, slot)
+
+    def _protect(self, saved, untraced, params):
+        """`saved`, safe from later writes into the caller's arrays among the operands (see
+        tape.residuals); first refuses a read of an argument's memory after `f` wrote it."""
+        arrays = caller_arrays(untraced, params)
+        if self.written_arguments and arrays:
+            refuse_stale_reads(arrays, self.written_arguments)
+        return protect(saved, arrays)
 
     def backward(self, seeds: dict, keep: Sequence[int], consume: bool = True) -> dict:
         """The reverse sweep. `seeds` maps slots to cotangents; returns cotangents of `keep`.
@@ -474,6 +491,9 @@ class ForwardTrace(Trace):
         return t
 
     def process(self, prim: Primitive, args: Sequence, params: dict):
+        if self.written_arguments:
+            refuse_stale_reads(caller_arrays([a for a in args if not isinstance(a, Tracer)],
+                                             params), self.written_arguments)
         vals = list(args)
         tans = [None] * len(args)
         any_tangent = False

@@ -86,8 +86,14 @@ def protect(saved: Any, arrays: list) -> Any:
         return saved
     if type(saved) is np.ndarray or type(saved).__module__.startswith("cupy"):
         return saved.copy() if _shares(saved, arrays) else saved
+    return _map_items(saved, protect, arrays)
+
+
+def _map_items(saved: Any, fn, arg) -> Any:
+    """`saved` (a tuple, named tuple, list or dict) with `fn(item, arg)` for each item; `saved`
+    itself when no item changed, or when it is no such container."""
     if isinstance(saved, (tuple, list)):
-        items = [protect(v, arrays) for v in saved]
+        items = [fn(v, arg) for v in saved]
         if all(a is b for a, b in zip(items, saved)):
             return saved
         if type(saved) in (tuple, list):
@@ -96,6 +102,50 @@ def protect(saved: Any, arrays: list) -> Any:
             return saved._make(items)
         return saved
     if type(saved) is dict:
-        items = {k: protect(v, arrays) for k, v in saved.items()}
+        items = {k: fn(v, arg) for k, v in saved.items()}
         return items if any(items[k] is not saved[k] for k in saved) else saved
     return saved
+
+
+# What ties a tracer object to the names the function holds, rather than to its value: a
+# detached copy leaves them out.
+_LINKS = frozenset(("owned", "view_of", "views", "write_guard", "__weakref__", "__dict__"))
+_STATE_SLOTS: dict = {}
+
+
+def _state_slots(cls) -> tuple:
+    slots = _STATE_SLOTS.get(cls)
+    if slots is None:
+        names = []
+        for klass in cls.__mro__:
+            declared = klass.__dict__.get("__slots__", ())
+            names.extend(n for n in ((declared,) if isinstance(declared, str) else declared)
+                         if n not in _LINKS and n not in names)
+        slots = _STATE_SLOTS[cls] = tuple(names)
+    return slots
+
+
+def detach_outer(saved: Any, context: tuple) -> Any:
+    """`saved` with every tracer of another (outer) level replaced by a detached copy that
+    stands for its current value.
+
+    `context` is ``(level, tracer_type)``. An outer level's tracer is a mutable object: writing
+    into it (``w[0] = ...``, ``w *= 2``, or into a view or base of it) rebinds it to the new
+    value, so a residual that *is* that object would follow the write, as a caller's array
+    would without `protect`. The copy keeps the value, slot or tangent of the moment (and the
+    original stops being updated in place, so the value array stays as it is).
+    """
+    level, tracer_type = context
+    if isinstance(saved, tracer_type):
+        if saved.level is level:
+            return saved
+        copy = object.__new__(type(saved))
+        for name in _state_slots(type(saved)):
+            try:
+                setattr(copy, name, getattr(saved, name))
+            except AttributeError:
+                pass   # a slot left unset
+        if getattr(saved, "owned", False):
+            saved.owned = False
+        return copy
+    return _map_items(saved, detach_outer, context)

@@ -12,7 +12,6 @@ import weakref
 
 import numpy as np
 
-from .aliasing import refuse_aliased_write
 from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .errors import NonDifferentiableError, TracerConversionError
 
@@ -185,11 +184,11 @@ class _Surface:
     @property
     def real(self):
         """A view, as in NumPy: writes into `z.real` reach `z`."""
-        out = _call_function(np.real, self)
+        out = _call_method("real", self)
         if not np.iscomplexobj(peek(self)):
             return mark_view(out, self, to_base=_same, from_base=_same)
         return mark_view(out, self, to_base=lambda v: v + 1j * _call_function(np.imag, self),
-                         from_base=lambda base: _call_function(np.real, base))
+                         from_base=lambda base: _call_method("real", base))
 
     @real.setter
     def real(self, value):
@@ -253,9 +252,9 @@ class _Surface:
         return out
 
     def __setitem__(self, index, value):
-        alias_error = getattr(self, "alias_error", None)
-        if alias_error is not None:
-            refuse_aliased_write(alias_error)
+        guard = getattr(self, "write_guard", None)   # unset unless this is an argument
+        if guard is not None:
+            guard(self)
         new = _call_method("__setitem__", self, index, value,
                            inplace=getattr(self, "owned", False))
         self._become(new, owned=True)
@@ -314,7 +313,10 @@ class _Surface:
     def nonzero(self): return _call_function(np.nonzero, self)
     def all(self, *a, **k): return _call_function(np.all, self, *a, **k)
     def any(self, *a, **k): return _call_function(np.any, self, *a, **k)
-    def astype(self, dtype, *a, **k): return _call_method("astype", self, dtype)
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        if not copy and np.dtype(dtype) == _dtype_of(peek(self)):
+            return self   # NumPy returns the array itself: later writes are seen through it
+        return _call_method("astype", self, dtype)
     def copy(self, *a, **k): return _call_method("copy", self)
 
     def reshape(self, *shape, **k):
@@ -348,6 +350,20 @@ def mark_view(out, base, index=Ellipsis, to_base=None, from_base=None, check_mem
         views[:] = [ref for ref in views if ref() is not None]
     views.append(weakref.ref(out))
     return out
+
+
+def mark_read_only_view(out, base, from_base):
+    """Record that `out` is a read-only NumPy view of `base` (np.diagonal, np.broadcast_to):
+    it sees later writes into `base` (re-derived as `from_base(base)`), and a write into it
+    raises, as in NumPy."""
+    out = mark_view(out, base, from_base=from_base)
+    if getattr(out, "view_of", None) is not None:
+        out.write_guard = _refuse_read_only_write
+    return out
+
+
+def _refuse_read_only_write(tracer):
+    raise ValueError("assignment destination is read-only")
 
 
 def _refresh_views(base):

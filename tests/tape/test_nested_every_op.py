@@ -342,6 +342,7 @@ EXAMPLES = {
     "ndarray.__setitem__": (_setitem, (x3, y3)),
     "ndarray.astype": (lambda x: x.astype(np.float64) * x, (x3,)),
     "ndarray.copy": (lambda x: x.copy() * x, (x3,)),
+    "ndarray.real": (lambda z: (z * z).real * np.abs(z), (c3,)),
     # fused ops
     "ops.logsumexp": (lambda a: ops.logsumexp(a, axis=1), (M23,)),
     "ops.softmax": (ops.softmax, (M23,)),
