@@ -3,12 +3,14 @@ function sees them, the random generators it may draw from, and the memory check
 arguments."""
 from __future__ import annotations
 
+import functools
 import random
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from .activities import Active, Const
+from .aliasing import watch_arguments
 from .api import _is_float, _reverse_argument, _seed_return, guess_return
 from .core import Tracer
 from .modifiers import is_complex
@@ -52,23 +54,28 @@ def _thaw(frozen: list) -> None:
 
 def _trace_once(owner, annotated, names, watched, read):
     with CompileTrace(Snapshotter(watched)) as trace:
-        call_args, groups, leaf_slots = [], [], []
+        call_args, groups, leaf_slots, watched_leaves = [], [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
                 call_args.append(_const_argument(ann.val, trace, leaf_slots, name, read))
                 continue
             arg = _reverse_argument(ann, name)
-            for x in arg.leaves:
+            for i, x in enumerate(arg.leaves):
                 if _is_float(x):
                     t = trace.new_leaf(read(x))
                     leaf_slots.append((t.slot, False))
                     arg.tracers.append(t)
                     arg.first_slots.append(t.slot)
+                    if isinstance(x, np.ndarray):
+                        watched_leaves.append((functools.partial(arg.path, i), x, t))
                 else:
                     arg.tracers.append(x)
                     arg.first_slots.append(None)
             groups.append(arg)
             call_args.append(unflatten(arg.treedef, arg.tracers))
+        # As in eager mode: after f writes an argument, reading the caller's array through
+        # another name (a closure or global that is that array) raises.
+        watch_arguments(watched_leaves)
         out = owner.f(*call_args)
         ret_active = guess_return(owner.ret_activity, out) is Active
         if ret_active:

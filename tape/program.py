@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 
+from .aliasing import refuse_stale_reads
 from .config import _REVERSE_CONFIGS
 from .core import ReverseTrace, Tracer, peek
 from .program_adjoint import INLINE_KINDS
@@ -208,6 +209,12 @@ class CompileTrace(ReverseTrace):
                 vals.append(a)
                 ins.append(None)
                 active.append(False)
+        if self.written_arguments:   # as eager mode: a stale read of a written argument raises
+            # (arguments are read-only while traced, so they are not among `caller_arrays`)
+            untraced = [v for v, s in zip(vals, ins) if s is None]
+            for p in params.values():
+                untraced += p if type(p) in (tuple, list) else [p]
+            refuse_stale_reads(untraced, self.written_arguments)
         consts = tuple(None if s is not None else self.snapshot(v) for v, s in zip(vals, ins))
         params, kept = self._parameters(params)
         if any(active):

@@ -137,3 +137,20 @@ def test_arrays_that_cannot_change_are_not_copied():
         is view_of_writeable
     saved = (frozen,)
     assert protect(saved, caller_arrays(saved, {})) is saved
+
+
+def test_compiled_refuses_a_stale_closure_alias_as_eager_does():
+    # f writes its argument, then reads the caller's array through a global that is that array:
+    # eager mode raises (the global still holds the values from before the write).
+    shared = np.array([1.0, 2.0, 3.0])
+
+    def f(a):
+        a[0] = 10.0
+        return np.sum(a * shared)
+
+    with pytest.raises(tape.ActivityError, match="shares memory"):
+        autodiff(ReverseWithPrimal, f, Active, Duplicated(shared, np.zeros(3)))
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    for _ in range(2):
+        with pytest.raises(tape.ActivityError, match="shares memory"):
+            g(Duplicated(shared, np.zeros(3)))
