@@ -176,8 +176,8 @@ class CompiledSignature:
             if type(ann) is not Active:
                 dx = ann.dval
                 if (type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype
-                        or not dx.flags.writeable):
-                    return None
+                        or not dx.flags.writeable or np.may_share_memory(x, dx)):
+                    return None   # (a shadow sharing its primal's memory: eager refuses it)
             leaves.append(x)
         seeds = []
         if self.ret_slot is not None:

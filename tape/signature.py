@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import array
+import collections
 import functools
 import math
 import types
@@ -154,12 +156,18 @@ def _watch(f) -> tuple:
         seen.add(id(value))
         if isinstance(value, np.ndarray):
             watched.append(("an array it reads", (lambda v=value: v), value.copy()))
-        elif type(value) in (list, tuple, dict):
-            items = value.values() if type(value) is dict else value
+        elif isinstance(value, _CONTAINERS):   # an OrderedDict of weights, a namedtuple...
+            items = value.values() if isinstance(value, dict) else value
             watched.append(("a container it reads", (lambda v=value: _shallow(v)),
                             _shallow(value)))
             for item in items:
                 visit_value(item, depth + 1)
+            if type(value) not in (list, tuple, dict):   # a subclass may have attributes too
+                visit_object(value, depth)
+        elif isinstance(value, (set, frozenset)):   # `if k in skipped_layers:`
+            watched.append(("a set it reads", (lambda v=value: frozenset(v)), frozenset(value)))
+        elif isinstance(value, (bytearray, array.array)):   # mutable, without attributes
+            watched.append(("a buffer it reads", (lambda v=value: bytes(v)), bytes(value)))
         elif isinstance(value, functools.partial):
             visit_value(value.func, depth)
             for item in value.args + tuple(value.keywords.values()):
@@ -173,14 +181,17 @@ def _watch(f) -> tuple:
             if value.__module__.partition(".")[0] not in _LIBRARIES:
                 visit_class(value, depth)
         else:
-            for name in _attribute_names(value):   # attributes rebound between calls
-                item = getattr(value, name, _GONE)
-                watched.append((f"attribute `{name}`",
-                                (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
-                visit_value(item, depth + 1)
-            cls = type(value)
-            if cls.__module__.partition(".")[0] not in _LIBRARIES | {"collections"}:
-                visit_class(cls, depth)
+            visit_object(value, depth)
+
+    def visit_object(value, depth):
+        for name in _attribute_names(value):   # attributes rebound between calls
+            item = getattr(value, name, _GONE)
+            watched.append((f"attribute `{name}`",
+                            (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
+            visit_value(item, depth + 1)
+        cls = type(value)
+        if cls.__module__.partition(".")[0] not in _LIBRARIES | {"collections"}:
+            visit_class(cls, depth)
 
     def visit_class(cls, depth):
         """Class attributes (read through an instance, or `cls` in a classmethod): the data
@@ -205,6 +216,8 @@ def _watch(f) -> tuple:
     return watched, generators
 
 
+_CONTAINERS = (list, tuple, dict, collections.deque)
+"""Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
 _LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy"))
 
 
@@ -265,9 +278,11 @@ class _Same:
 
 
 def _shallow(container):
-    items = container.values() if type(container) is dict else container
+    if isinstance(container, dict):
+        return tuple(_Same(v) if not isinstance(v, _SCALARS) else _number_key(v)
+                     for v in container.values()) + tuple(container)
     return tuple(_Same(v) if not isinstance(v, _SCALARS) else _number_key(v)
-                 for v in items) + (tuple(container) if type(container) is dict else ())
+                 for v in container)
 
 
 def _changed(watched) -> str | None:

@@ -1,0 +1,213 @@
+"""`tape.compile` against eager `autodiff`, third round: model-like and scientific functions
+called many times with changing values (pytree parameters updated by an optimizer between
+calls, changing batch sizes and labels, loop counts from Const numbers, Const arrays changed in
+place, bound methods whose attributes change), and arguments eager mode refuses.
+
+Each test runs a sequence of calls through the compiled function and the same sequence through
+eager `autodiff`, each from fresh state, and compares every call: result (values and types),
+raised error, shadows and arguments after the call.
+"""
+import array
+import collections
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tape
+from tape import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
+
+RP = ReverseWithPrimal
+
+
+def _rng(k):
+    return np.random.default_rng(k)
+
+
+def _same(a, b, path="result"):
+    if isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{k}]")
+    elif isinstance(a, dict):
+        assert type(a) is type(b) and list(a) == list(b), path
+        for k in a:
+            _same(a[k], b[k], f"{path}[{k!r}]")
+    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), path
+        for field in dataclasses.fields(a):
+            _same(getattr(a, field.name), getattr(b, field.name), f"{path}.{field.name}")
+    elif isinstance(a, np.random.Generator):
+        assert a.bit_generator.state == b.bit_generator.state, path
+    elif a is None or b is None or isinstance(a, str):
+        assert a == b, path
+    else:
+        assert type(a) is type(b), (path, type(a), type(b))
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=path)
+
+
+def _outcome(call):
+    try:
+        return call(), None
+    except Exception as e:   # noqa: BLE001  (compared with eager's)
+        return None, e
+
+
+def _sequences(setup, calls, mode=RP, ret=Active):
+    """`setup()` -> (f, make_args) with fresh state; `make_args(c)` may change that state (an
+    optimizer step, a Const array changed in place) before it builds call `c`'s arguments.
+    The compiled sequence, then the eager one from fresh state; every call compared (the
+    arguments as they were right after the call). Returns the compiled function."""
+    types = [type(a) for a in setup()[1](calls[0])]
+    f, make_args = setup()
+    g = tape.compile(mode, f, ret, *types)
+    mine = []
+    for c in calls:
+        args = make_args(c)
+        outcome = _outcome(lambda: g(*args))
+        mine.append((outcome, copy.deepcopy([(a.val, getattr(a, "dval", None))
+                                             for a in args])))
+    f, make_args = setup()
+    for k, (c, ((got, error), after)) in enumerate(zip(calls, mine)):
+        theirs = make_args(c)
+        want, want_error = _outcome(lambda: autodiff(mode, f, ret, *theirs))
+        if want_error is not None or error is not None:
+            assert type(error) is type(want_error) and str(error) == str(want_error), (
+                k, error, want_error)
+            continue
+        _same(got, want, f"call {k}")
+        for (val, dval), b in zip(after, theirs):
+            _same(val, b.val, f"call {k}: argument")
+            if isinstance(b, Duplicated):
+                _same(dval, b.dval, f"call {k}: shadow")
+    return g
+
+
+CALLS = [0, 1, 2, 3, 4, 5, 0, 1]
+
+
+def test_a_shadow_sharing_its_primal_is_refused_on_replays_too():
+    """Once replayed on the plain path, Duplicated(x, x) added the gradient into x; eager
+    mode refuses it with an ActivityError at every call."""
+    def setup():
+        def f(x, c):
+            return np.sum(x * c)
+
+        def make_args(c):
+            x = _rng(c).normal(size=3)
+            return [Duplicated(x, x if c % 2 else np.zeros(3)), Const(np.ones(3))]
+        return f, make_args
+    _sequences(setup, CALLS)
+    _sequences(setup, [0, 2, 4, 1, 3, 0])
+
+
+_ParamsTuple = collections.namedtuple("_ParamsTuple", "w b")
+
+
+def _container(kind):
+    w, b = np.ones(3), np.zeros(3)
+    if kind == "OrderedDict":
+        return collections.OrderedDict(w=w, b=b)
+    if kind == "defaultdict":
+        params = collections.defaultdict(float)
+        params.update(w=w, b=b)
+        return params
+    if kind == "namedtuple":
+        return _ParamsTuple(w, b)
+    return collections.deque([w, b])
+
+
+def _item(params, name):
+    if isinstance(params, (tuple, collections.deque)):
+        return params[0 if name == "w" else 1]
+    return params[name]
+
+
+@pytest.mark.parametrize("kind", ["OrderedDict", "defaultdict", "namedtuple", "deque"])
+@pytest.mark.parametrize("how", ["in place", "rebound"])
+def test_parameters_in_a_container_subclass_updated_after_confirmation(kind, how):
+    """A state dict (OrderedDict), a namedtuple of weights...: read from the closure and
+    updated by an optimizer step after the program was confirmed. Only exact lists, tuples
+    and dicts were watched: the replay kept the old weights."""
+    def setup():
+        params = _container(kind)
+
+        def f(x):
+            return np.sum(np.tanh(x * _item(params, "w")) + _item(params, "b"))
+
+        def make_args(c):
+            if c:
+                if how == "in place" or kind == "namedtuple":
+                    _item(params, "w")[...] -= 0.1 * c
+                    _item(params, "b")[0] = c
+                elif kind == "deque":
+                    params[0] = params[0] - 0.1 * c
+                else:
+                    params["w"] = params["w"] - 0.1 * c
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 2, 2, 3])
+
+
+def test_a_bound_method_reading_an_ordered_dict_of_weights():
+    class Model:
+        def __init__(self):
+            self.state = collections.OrderedDict(w=np.ones(3), s=1.0)
+
+        def loss(self, x):
+            return np.sum((x * self.state["w"]) ** 2) * self.state["s"]
+
+    def setup():
+        model = Model()
+
+        def make_args(c):
+            if c == 1:
+                model.state["w"] *= 1.5
+            elif c == 2:
+                model.state["s"] = 0.5
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return model.loss, make_args
+    _sequences(setup, [0, 0, 0, 1, 1, 2, 2])
+
+
+def test_a_dict_subclass_with_attributes():
+    class Config(dict):
+        pass
+
+    def setup():
+        cfg = Config(w=np.ones(3))
+        cfg.scale = 1.0
+
+        def f(x):
+            return np.sum(x * cfg["w"]) * cfg.scale
+
+        def make_args(c):
+            if c:
+                cfg.scale = 1.0 + c
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 2])
+
+
+@pytest.mark.parametrize("kind", ["set", "bytearray", "array"])
+def test_a_set_or_buffer_it_reads_changed_after_confirmation(kind):
+    def setup():
+        skipped = {1}
+        scale = bytearray(b"\x01") if kind == "bytearray" else array.array("d", [1.0])
+
+        def f(x, n):
+            y = x
+            for i in range(n):
+                if kind == "set" and i in skipped:
+                    continue
+                y = np.sin(y)
+            return np.sum(y) * scale[0]
+
+        def make_args(c):
+            if c:
+                skipped.add(c)
+                scale[0] = c + 1
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3)), Const(4)]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 2, 2, 3])
