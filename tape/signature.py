@@ -107,7 +107,7 @@ def _watch(f) -> tuple:
 
     def visit_function(fn, depth):
         code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen or depth > 3:
+        if code is None or id(fn) in seen or depth > _MAX_DEPTH:
             return
         seen.add(id(fn))
         module = getattr(fn, "__module__", "") or ""
@@ -150,7 +150,7 @@ def _watch(f) -> tuple:
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
-        if (isinstance(value, _SCALARS) or id(value) in seen or depth > 3
+        if (isinstance(value, _SCALARS) or id(value) in seen or depth > _MAX_DEPTH
                 or _is_library_module(value)):
             return
         seen.add(id(value))
@@ -201,6 +201,10 @@ def _watch(f) -> tuple:
                 continue
             seen.add(id(klass))
             for name, item in vars(klass).items():
+                method = _method_function(item)
+                if method is not None:   # the globals and closures a method reads
+                    visit_function(method, depth + 1)
+                    continue
                 if name.startswith("__") or callable(item) or hasattr(item, "__get__"):
                     continue
                 watched.append((f"class attribute `{klass.__name__}.{name}`",
@@ -216,6 +220,20 @@ def _watch(f) -> tuple:
     return watched, generators
 
 
+def _method_function(item):
+    """The Python function behind a class attribute that is a method, a static or class
+    method or a property (None for anything else)."""
+    if isinstance(item, (staticmethod, classmethod)):
+        item = item.__func__
+    elif isinstance(item, property):
+        item = item.fget
+    return item if isinstance(item, types.FunctionType) else None
+
+
+_MAX_DEPTH = 8
+"""How deep the watch walks: attributes and items of what the function reads (a model's
+`self.encoder.blocks[i].attn.query.weight` is six steps from `self`), and the functions and
+methods it calls."""
 _CONTAINERS = (list, tuple, dict, collections.deque)
 """Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
 _LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy"))

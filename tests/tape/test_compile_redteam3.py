@@ -211,3 +211,109 @@ def test_a_set_or_buffer_it_reads_changed_after_confirmation(kind):
             return [Duplicated(_rng(c).normal(size=3), np.zeros(3)), Const(4)]
         return f, make_args
     _sequences(setup, [0, 0, 0, 2, 2, 3])
+
+
+class _Linear:
+    def __init__(self, seed):
+        self.weight = _rng(seed).normal(size=(3, 3))
+        self.bias = np.zeros(3)
+
+    def __call__(self, h):
+        return h @ self.weight + self.bias
+
+
+class _Attention:
+    def __init__(self, seed):
+        self.query, self.key = _Linear(seed), _Linear(seed + 1)
+
+    def __call__(self, h):
+        return np.tanh(self.query(h) * self.key(h))
+
+
+class _Block:
+    def __init__(self, seed):
+        self.attention, self.mlp = _Attention(seed), _Linear(seed + 5)
+
+    def __call__(self, h):
+        return h + self.mlp(self.attention(h))
+
+
+class _Encoder:
+    def __init__(self):
+        self.blocks = [_Block(k) for k in range(2)]
+
+
+class _Model:
+    def __init__(self):
+        self.encoder = _Encoder()
+
+    def loss(self, x):
+        h = x
+        for block in self.encoder.blocks:
+            h = block(h)
+        return np.sum(h ** 2)
+
+    def parameters(self):
+        for block in self.encoder.blocks:
+            yield from (block.attention.query.weight, block.attention.key.bias, block.mlp.weight)
+
+
+@pytest.mark.parametrize("how", ["in place", "rebound"])
+@pytest.mark.parametrize("as_closure", [False, True], ids=["bound method", "closure"])
+def test_weights_six_attributes_deep_updated_between_calls(how, as_closure):
+    """`model.encoder.blocks[i].attention.query.weight`, updated by an optimizer step outside
+    the function: the watch stopped three steps deep, and the replay kept the old weights."""
+    def setup():
+        model = _Model()
+
+        def make_args(c):
+            if c:
+                if how == "in place":
+                    for p in model.parameters():
+                        p -= 0.01 * c
+                else:
+                    for block in model.encoder.blocks:
+                        block.attention.query.weight = block.attention.query.weight * 0.9
+            return [Duplicated(_rng(c).normal(size=(2, 3)), np.zeros((2, 3)))]
+        f = model.loss if not as_closure else (lambda x: model.loss(x))
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 2, 3])
+
+
+SCALE = 1.0
+
+
+class _Scaled:
+    def __init__(self):
+        self.weight = np.ones(3)
+
+    def __call__(self, h):
+        return h * self.weight * SCALE
+
+    @property
+    def effective(self):
+        return self.weight * SCALE
+
+    @staticmethod
+    def activation(h):
+        return np.tanh(h) * SCALE
+
+
+def test_a_global_read_by_the_methods_of_an_object_it_calls():
+    """The globals of a method reached through an object (`layer(x)`, a property, a static
+    method) were not watched: changing the module-level SCALE replayed the old one."""
+    def setup():
+        global SCALE
+        SCALE = 1.0
+        layer = _Scaled()
+
+        def f(x):
+            return np.sum(layer(x)) + np.sum(layer.effective) + np.sum(_Scaled.activation(x))
+
+        def make_args(c):
+            global SCALE
+            if c:
+                SCALE = 1.0 + c
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 2])
