@@ -145,6 +145,9 @@ class CompiledSignature:
                 if _is_float(x):
                     leaves.append(x)
                     differentiated.append(x)
+                elif isinstance(x, np.ndarray):   # an index or a mask: read as a Const
+                    leaves.append(x)
+                    consts.append(x)
             groups.append(arg)
         if self.writes and aliased(differentiated, consts):
             raise GuardFailed("arguments share memory")

@@ -68,6 +68,14 @@ def _trace_once(owner, annotated, names, watched, read):
                     arg.first_slots.append(t.slot)
                     if isinstance(x, np.ndarray):
                         watched_leaves.append((functools.partial(arg.path, i), x, t))
+                elif isinstance(x, np.ndarray):
+                    # an index array or a mask beside the weights: an input of the program,
+                    # read at each call as a Const array is (it was baked in once)
+                    t = trace.new_leaf(read(x), nondiff=True)
+                    t.const_argument = arg.path(i)
+                    leaf_slots.append((t.slot, True))
+                    arg.tracers.append(t)
+                    arg.first_slots.append(None)
                 else:
                     arg.tracers.append(x)
                     arg.first_slots.append(None)

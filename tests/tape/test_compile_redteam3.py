@@ -317,3 +317,61 @@ def test_a_global_read_by_the_methods_of_an_object_it_calls():
             return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
         return f, make_args
     _sequences(setup, [0, 0, 0, 1, 2])
+
+
+REPEATED_FIRST = [0, 0, 1, 2, 3, 0, 4]   # confirmed on the second call, then new values
+
+
+def _with_indices(c):
+    params = {"w": _rng(c).normal(size=5), "idx": _rng(c + 1).integers(0, 5, 3),
+              "mask": _rng(c + 2).random(5) > 0.4}
+    shadow = {"w": np.zeros(5), "idx": np.zeros(3, int), "mask": np.zeros(5, bool)}
+    return Duplicated(params, shadow)
+
+
+def test_index_arrays_and_masks_inside_a_duplicated_pytree_are_read_at_each_call():
+    """Integer and boolean arrays beside the weights of a Duplicated (or Active) argument were
+    baked into the program by the first trace: later calls gathered with the old indices."""
+    def setup():
+        def f(p):
+            return np.sum(p["w"][p["idx"]] ** 2) + np.sum(p["w"] * p["mask"])
+        return f, lambda c: [_with_indices(c)]
+    _sequences(setup, REPEATED_FIRST)
+
+
+def test_a_decision_on_an_index_array_inside_a_duplicated_pytree():
+    def setup():
+        def f(p):
+            if p["idx"][0] > 2:
+                return np.sum(p["w"][p["mask"]])
+            return np.sum(p["w"] ** 2)
+        return f, lambda c: [_with_indices(c)]
+    _sequences(setup, REPEATED_FIRST)
+
+
+def test_an_index_array_inside_an_active_tuple():
+    def setup():
+        def f(p):
+            return np.sum(p[0][p[1]] ** 2)
+        return f, lambda c: [Active((_rng(c).normal(size=5), _rng(c).integers(0, 5, 3)))]
+    _sequences(setup, REPEATED_FIRST)
+
+
+def _count_steps(p):
+    p["idx"] += 1   # a step counter kept in the parameters: the signature runs eagerly
+    return np.sum(p["w"][p["idx"] % 5] ** 2)
+
+
+def _double_weights(p):
+    p["w"][...] *= 2.0
+    return np.sum(p["w"][p["idx"]])
+
+
+@pytest.mark.parametrize("f", [_count_steps, _double_weights])
+def test_a_function_writing_the_integer_or_the_float_leaf(f):
+    _sequences(lambda: (f, lambda c: [_with_indices(c)]), REPEATED_FIRST)
+
+
+def test_returning_the_index_array_of_a_duplicated_pytree():
+    _sequences(lambda: (lambda p: p["idx"], lambda c: [_with_indices(c)]), REPEATED_FIRST,
+               ret=Const)
