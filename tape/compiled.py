@@ -251,7 +251,11 @@ class CompiledFunction:
         the same. A trace that differs from it, or that drew random numbers, makes the
         signature eager from the next call on."""
         start = time.perf_counter()
-        states = RandomStates(self.f)
+        try:
+            states = RandomStates(self.f)
+        except Uncompilable as e:   # what it reads cannot be watched: eager, as it would be
+            self._remember(key, str(e))
+            return self._eager(annotated, str(e))
         reason, traced, compiled = None, None, None
         try:
             traced = trace_once(self, annotated, names, states.watched)

@@ -113,6 +113,7 @@ def _watch(f) -> tuple:
         module = getattr(fn, "__module__", "") or ""
         if module.partition(".")[0] in _LIBRARIES:
             return
+        names = _names(code)
         for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
             try:
                 value = cell.cell_contents
@@ -120,17 +121,16 @@ def _watch(f) -> tuple:
                 continue
             watched.append((f"closure variable `{code.co_freevars[i]}`",
                             (lambda c=cell: c.cell_contents), value))
-            visit_value(value, depth)
+            if isinstance(value, types.ModuleType):   # `import config` inside a factory
+                visit_module(code.co_freevars[i], value, names, depth)
+            else:
+                visit_value(value, depth)
         g = getattr(fn, "__globals__", {})
-        names = _names(code)
         for name in names:
             if name in g:
                 value = g[name]
                 if isinstance(value, types.ModuleType):
-                    if not _is_library_module(value):
-                        for attr in names & set(vars(value)):   # module.attribute reads
-                            watched.append((f"`{name}.{attr}`", (lambda m=value, a=attr:
-                                            vars(m).get(a, _GONE)), _seen(vars(value)[attr])))
+                    visit_module(name, value, names, depth)
                     continue
                 watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
                 visit_value(value, depth)
@@ -144,15 +144,27 @@ def _watch(f) -> tuple:
         if self_ is not None and not isinstance(self_, types.ModuleType):
             visit_value(self_, depth)
 
+    def visit_module(name, module, names, depth):
+        """The attributes of a user module that the function names (`config.SCALE`,
+        `helpers.layer_norm`), not the whole module."""
+        if _is_library_module(module):
+            return
+        for attr in names & set(vars(module)):
+            item = vars(module)[attr]
+            watched.append((f"`{name}.{attr}`", (lambda m=module, a=attr:
+                            vars(m).get(a, _GONE)), _seen(item)))
+            if not isinstance(item, types.ModuleType):
+                visit_value(item, depth + 1)
+
     def visit_value(value, depth):
         if isinstance(value, (types.FunctionType, types.MethodType)):
             visit_function(getattr(value, "__func__", value), depth + 1)
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
-        if (isinstance(value, _SCALARS) or id(value) in seen or depth > _MAX_DEPTH
-                or _is_library_module(value)):
-            return
+        if (isinstance(value, (*_SCALARS, types.ModuleType)) or id(value) in seen
+                or depth > _MAX_DEPTH):
+            return   # (a module reached as a value is not walked: that would be the world)
         seen.add(id(value))
         if isinstance(value, np.ndarray):
             watched.append(("an array it reads", (lambda v=value: v), value.copy()))
@@ -175,7 +187,7 @@ def _watch(f) -> tuple:
             watched.append(("a partial's arguments", (lambda v=value: _shallow(
                 v.args + tuple(v.keywords.values()))), _shallow(
                 value.args + tuple(value.keywords.values()))))
-        elif hasattr(value, "bit_generator") or isinstance(value, np.random.RandomState):
+        elif _is_generator(value):
             generators.append(value)
         elif isinstance(value, type):
             if value.__module__.partition(".")[0] not in _LIBRARIES:
@@ -211,13 +223,28 @@ def _watch(f) -> tuple:
                                 (lambda k=klass, n=name: vars(k).get(n, _GONE)), _seen(item)))
                 visit_value(item, depth + 1)
 
-    visit_function(getattr(f, "__func__", f), 0)
-    if isinstance(f, types.MethodType):
-        visit_value(f.__self__, 0)
-    elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
-        visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
-        visit_value(f, 0)
+    try:
+        visit_function(getattr(f, "__func__", f), 0)
+        if isinstance(f, types.MethodType):
+            visit_value(f.__self__, 0)
+        elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
+            visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
+            visit_value(f, 0)
+    except Exception as e:   # noqa: BLE001  (an attribute that raises when read, say)
+        raise Uncompilable(f"what the function reads could not be watched: "
+                           f"{type(e).__name__}: {e}") from e
     return watched, generators
+
+
+def _is_generator(value) -> bool:
+    """A NumPy (or CuPy) Generator or RandomState. An object whose `__getattr__` fails in its
+    own way (ctypes' library loaders raise OSError) is not one."""
+    if isinstance(value, (np.random.Generator, np.random.RandomState)):
+        return True
+    try:
+        return hasattr(value, "bit_generator")
+    except Exception:   # noqa: BLE001
+        return False
 
 
 def _method_function(item):

@@ -11,6 +11,7 @@ import array
 import collections
 import copy
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -375,3 +376,64 @@ def test_a_function_writing_the_integer_or_the_float_leaf(f):
 def test_returning_the_index_array_of_a_duplicated_pytree():
     _sequences(lambda: (lambda p: p["idx"], lambda c: [_with_indices(c)]), REPEATED_FIRST,
                ret=Const)
+
+
+def _config_module():
+    module = types.ModuleType("redteam3_config")
+    exec("import numpy as np\nK = 1.0\nW = np.ones(3)\n"
+         "def scaled(x):\n    return x * K\n", module.__dict__)
+    return module
+
+
+@pytest.mark.parametrize("reached", ["closure", "global"])
+def test_a_user_module_read_through_its_function(reached):
+    """`config.scaled(x)` reads `config.K`: the module's function was watched by identity
+    only, so a new K replayed the old one. A module in a closure (imported inside a factory)
+    was walked as an object, attribute by attribute."""
+    def setup():
+        config = _config_module()
+        globals()["_CONFIG"] = config
+
+        def f_closure(x):
+            return np.sum(config.scaled(x) * config.W)
+
+        def f_global(x):
+            return np.sum(_CONFIG.scaled(x) * _CONFIG.W)
+
+        def make_args(c):
+            if c == 1:
+                config.K = 3.0
+            elif c == 2:
+                config.W *= 2.0
+            elif c == 3:
+                config.W = np.full(3, 5.0)
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return (f_closure if reached == "closure" else f_global), make_args
+    _sequences(setup, [0, 0, 0, 1, 1, 2, 3])
+
+
+def test_a_closure_module_with_an_attribute_loader_that_raises():
+    """`ctypes` in a closure: walking it reached `ctypes.cdll`, whose attribute lookup loads
+    a library and raised OSError out of the compiled call."""
+    import ctypes
+
+    def setup():
+        def f(x):
+            return np.sum(x ** 2) * ctypes.sizeof(ctypes.c_double)
+        return f, lambda c: [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+    _sequences(setup, [0, 0, 1, 2])
+
+
+def test_an_object_whose_attribute_lookup_raises_does_not_break_the_call():
+    class Loader:
+        def __getattr__(self, name):
+            raise OSError(f"cannot load {name}")
+
+    def setup():
+        loader = Loader()
+        holder = {"loader": loader, "w": np.ones(3)}
+
+        def f(x):
+            return np.sum(x * holder["w"])
+        return f, lambda c: [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+    _sequences(setup, [0, 0, 1, 2])
