@@ -196,13 +196,16 @@ def _watch(f) -> tuple:
             visit_object(value, depth)
 
     def visit_object(value, depth):
+        cls = type(value)
+        library = cls.__module__.partition(".")[0] in _LIBRARIES
         for name in _attribute_names(value):   # attributes rebound between calls
             item = getattr(value, name, _GONE)
             watched.append((f"attribute `{name}`",
                             (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
+            if library and _is_cache(item):
+                continue   # the engine's own bookkeeping (a custom rule's checked shapes)
             visit_value(item, depth + 1)
-        cls = type(value)
-        if cls.__module__.partition(".")[0] not in _LIBRARIES | {"collections"}:
+        if not library and cls.__module__.partition(".")[0] != "collections":
             visit_class(cls, depth)
 
     def visit_class(cls, depth):
@@ -245,6 +248,13 @@ def _is_generator(value) -> bool:
         return hasattr(value, "bit_generator")
     except Exception:   # noqa: BLE001
         return False
+
+
+def _is_cache(item) -> bool:
+    """A set, buffer or dict/list subclass: in a library's object, its bookkeeping, which
+    the function's own calls may change (the exact lists and dicts are watched as before)."""
+    return (isinstance(item, (set, frozenset, bytearray, array.array, *_CONTAINERS))
+            and type(item) not in (list, tuple, dict))
 
 
 def _method_function(item):

@@ -437,3 +437,33 @@ def test_an_object_whose_attribute_lookup_raises_does_not_break_the_call():
             return np.sum(x * holder["w"])
         return f, lambda c: [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
     _sequences(setup, [0, 0, 1, 2])
+
+
+RULE_SCALE = {"k": 1.0}
+
+
+def _scaled_sine(x):
+    return np.sin(x) * RULE_SCALE["k"]
+
+
+_scaled_sine_rule = tape.custom_rule(
+    _scaled_sine, augmented_primal=lambda cfg, x: (np.sin(x) * RULE_SCALE["k"], x),
+    reverse=lambda cfg, x, g: (np.cos(x) * RULE_SCALE["k"] * g,))
+
+
+def test_a_custom_rule_reading_a_global_stays_compiled_and_sees_it():
+    """The rule's own bookkeeping (the shapes it checked, a set the first call fills) is not
+    the function's state: the signature stays compiled, and a new scale traces again."""
+    def setup():
+        RULE_SCALE["k"] = 1.0
+
+        def f(x):
+            return np.sum(_scaled_sine_rule(x) ** 2)
+
+        def make_args(c):
+            if c:
+                RULE_SCALE["k"] = 1.0 + c
+            return [Duplicated(_rng(c).normal(size=3), np.zeros(3))]
+        return f, make_args
+    g = _sequences(setup, [0, 0, 0, 1, 2, 2])
+    assert g.stats.eager_calls == 0 and g.stats.hits >= 3, g.stats
