@@ -252,7 +252,7 @@ class CompiledFunction:
         signature eager from the next call on."""
         start = time.perf_counter()
         try:
-            states = RandomStates(self.f)
+            states = RandomStates(self.f, annotated)
         except Uncompilable as e:   # what it reads cannot be watched: eager, as it would be
             self._remember(key, str(e))
             return self._eager(annotated, str(e))

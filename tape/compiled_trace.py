@@ -16,7 +16,8 @@ from .core import Tracer
 from .modifiers import is_complex
 from .program import CompileTrace, Uncompilable, same_value
 from .pytree import flatten, unflatten
-from .signature import Snapshotter, _rng_key, _watch, generator_state, set_generator_state
+from .signature import (Snapshotter, _argument_classes, _rng_key, _watch, generator_state,
+                        set_generator_state)
 
 
 def trace_once(owner, annotated, names, watched):
@@ -152,8 +153,8 @@ class RandomStates:
     Generators the function reaches (`watch`); whether a trace moved them, and their states
     before it (restored when the call then runs eagerly, so that it draws what eager would)."""
 
-    def __init__(self, f):
-        self.watched, self.generators = _watch(f)
+    def __init__(self, f, annotated=()):
+        self.watched, self.generators = _watch(f, _argument_classes(annotated))
         self.states = [generator_state(g) for g in self.generators]
         self.numpy = np.random.get_state(legacy=False)
         self.python = random.getstate()

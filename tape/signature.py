@@ -99,7 +99,27 @@ def _leaf_key(x, const):
 # What the function reads besides its arguments
 
 
-def _watch(f) -> tuple:
+def _argument_classes(annotated) -> list:
+    """The user classes of the arguments' pytree nodes (a dataclass layer, a namedtuple, a
+    registered class): their methods and class attributes are read like the function's own."""
+    classes = []
+
+    def visit(td):
+        if td is None or not hasattr(td, "kind"):
+            return
+        cls = (td.aux[0] if td.kind in ("dataclass", "fields", "custom")
+               else td.aux if td.kind == "namedtuple" else None)
+        if isinstance(cls, type) and cls not in classes:
+            classes.append(cls)
+        for child in td.children:
+            visit(child)
+    for ann in annotated:
+        if type(ann.val) is not np.ndarray:
+            visit(flatten(ann.val)[1])
+    return classes
+
+
+def _watch(f, classes=()) -> tuple:
     """Checks for the values `f` reads from its closure, globals, defaults and bound object
     (and those of the Python functions it calls by name): a list of (description, getter,
     value seen)."""
@@ -233,6 +253,9 @@ def _watch(f) -> tuple:
         elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
             visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
             visit_value(f, 0)
+        for cls in classes:
+            if cls.__module__.partition(".")[0] not in _LIBRARIES:
+                visit_class(cls, 1)
     except Exception as e:   # noqa: BLE001  (an attribute that raises when read, say)
         raise Uncompilable(f"what the function reads could not be watched: "
                            f"{type(e).__name__}: {e}") from e

@@ -467,3 +467,39 @@ def test_a_custom_rule_reading_a_global_stays_compiled_and_sees_it():
         return f, make_args
     g = _sequences(setup, [0, 0, 0, 1, 2, 2])
     assert g.stats.eager_calls == 0 and g.stats.hits >= 3, g.stats
+
+
+LAYER_SCALE = 1.0
+
+
+@dataclasses.dataclass
+class _DenseLayer:
+    weight: np.ndarray
+    factor = 1.0   # a class attribute, not a field
+
+    def __call__(self, x):
+        return np.tanh(x @ self.weight) * LAYER_SCALE * type(self).factor
+
+
+def test_methods_and_class_attributes_of_a_pytree_argument():
+    """A layer passed as a Duplicated dataclass, called as `layer(x)`: its method reads a
+    module-level global and a class attribute, neither of which was watched (arguments were
+    keyed on their fields only)."""
+    def setup():
+        global LAYER_SCALE
+        LAYER_SCALE, _DenseLayer.factor = 1.0, 1.0
+
+        def f(layer, x):
+            return np.sum(layer(x) ** 2)
+
+        def make_args(c):
+            global LAYER_SCALE
+            if c == 1:
+                LAYER_SCALE = 2.0
+            elif c == 2:
+                _DenseLayer.factor = 0.5
+            weight = _rng(9).normal(size=(3, 2))
+            return [Duplicated(_DenseLayer(weight), _DenseLayer(np.zeros((3, 2)))),
+                    Const(_rng(c).normal(size=(4, 3)))]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 1, 2, 2])
