@@ -15,7 +15,8 @@ not faster.
 What a replay could not see is checked, so it is never replayed stale:
 - arrays and numbers the function reads from its closure, its globals, its defaults or its
   bound object are compared at each call (an in-place change traces again; a change made by
-  `f` itself, a counter, makes the signature eager);
+  `f` itself at two calls, a counter, makes the signature eager; at one call only, a cache
+  it fills, the next call traces again);
 - random draws (a generator that moved while traced, or a confirming trace that differs)
   make the signature run eagerly, so every call draws afresh, with a `CompileWarning`;
 - buffers that `f` makes (`np.zeros_like`) are fresh copies at each replay; steps run under
@@ -113,6 +114,7 @@ class CompiledFunction:
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
         self._fast = None   # (signature, compiled) of the last plain replay
+        self._changed_once: set = set()   # signatures whose trace changed what it reads
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
 
@@ -262,6 +264,7 @@ class CompiledFunction:
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
             reason = f"tracing failed: {type(e).__name__}: {e}"
         future = None   # why the signature runs eagerly from the next call on
+        once = False    # ...unless it is the first change of what it reads
         if reason is None:
             changed = [what for what, get, seen in states.watched
                        if get() is not seen and not same_value(get(), seen)]
@@ -269,6 +272,9 @@ class CompiledFunction:
                 future = RANDOM_DRAWS
             elif changed:
                 future = f"the function changed {changed[0]} while it ran"
+                if key not in self._changed_once:   # a cache it filled (a mask per shape):
+                    self._changed_once.add(key)     # the next call traces again, and only
+                    once = True                     # a second change makes it eager
             elif pending is not None:
                 difference = _first_difference(pending.record, traced[0])
                 if difference is None:   # the same program: confirmed
@@ -294,7 +300,8 @@ class CompiledFunction:
             if "random" in future:
                 warnings.warn(f"{self.__name__} runs eagerly: {future}", CompileWarning,
                               stacklevel=3)
-            self._remember(key, future)
+            if not once:
+                self._remember(key, future)
             self._counts["eager_calls"] += 1
             if not self._eager_reasons or self._eager_reasons[-1] != future:
                 self._eager_reasons.append(future)

@@ -503,3 +503,32 @@ def test_methods_and_class_attributes_of_a_pytree_argument():
                     Const(_rng(c).normal(size=(4, 3)))]
         return f, make_args
     _sequences(setup, [0, 0, 0, 1, 1, 2, 2])
+
+
+_MASKS = {}
+
+
+class _CausalScores:
+    def mask(self, n):
+        if n not in _MASKS:   # a cache of masks per length, filled on first use
+            _MASKS[n] = np.tril(np.ones((n, n)))
+        return _MASKS[n]
+
+    def __call__(self, q):
+        return np.sum(np.where(self.mask(q.shape[0]) > 0, q @ q.T, 0.0) ** 2)
+
+
+def test_a_mask_cache_filled_by_the_first_call_is_not_a_counter():
+    """A method filling a module-level cache of causal masks changes what the function reads
+    at the first call of each length only: correct at every call, and compiled afterwards
+    (the first change used to make the signature eager for good)."""
+    def setup():
+        _MASKS.clear()
+        scores = _CausalScores()
+
+        def make_args(c):
+            n = 3 if c == 3 else 4
+            return [Duplicated(_rng(c).normal(size=(n, 2)), np.zeros((n, 2)))]
+        return (lambda q: scores(q)), make_args
+    g = _sequences(setup, [0, 1, 2, 4, 5, 3, 3, 3, 3])
+    assert g.stats.hits >= 3, g.stats
