@@ -12,6 +12,7 @@ import array
 import collections
 import functools
 import math
+import os
 import types
 
 import numpy as np
@@ -127,7 +128,7 @@ def _watch(f, classes=()) -> tuple:
 
     def visit_function(fn, depth):
         code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen or depth > _MAX_DEPTH:
+        if code is None or id(fn) in seen or depth > _MAX_DEPTH or _in_stdlib(fn):
             return
         seen.add(id(fn))
         module = getattr(fn, "__module__", "") or ""
@@ -230,10 +231,11 @@ def _watch(f, classes=()) -> tuple:
 
     def visit_class(cls, depth):
         """Class attributes (read through an instance, or `cls` in a classmethod): the data
-        ones, not methods or descriptors."""
+        ones, and the globals and closures of the methods."""
         for klass in cls.__mro__[:-1]:
-            if id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES:
-                continue
+            if (id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES
+                    or klass.__bases__ == (tuple,) and "_fields" in vars(klass)):
+                continue   # (a namedtuple's generated class holds nothing of the user's)
             seen.add(id(klass))
             for name, item in vars(klass).items():
                 method = _method_function(item)
@@ -287,7 +289,19 @@ def _method_function(item):
         item = item.__func__
     elif isinstance(item, property):
         item = item.fget
-    return item if isinstance(item, types.FunctionType) else None
+    if not isinstance(item, types.FunctionType) or item.__code__.co_filename.startswith("<"):
+        return None   # (the methods dataclasses generate are left out)
+    return item
+
+
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def _in_stdlib(fn) -> bool:
+    """A function of Python's standard library (a namedtuple's `_make`, the wrapper reprlib
+    puts around a dataclass's `__repr__`): not the user's state, not watched."""
+    filename = fn.__code__.co_filename
+    return filename.startswith(_STDLIB) and "site-packages" not in filename
 
 
 _MAX_DEPTH = 8
@@ -296,7 +310,8 @@ _MAX_DEPTH = 8
 methods it calls."""
 _CONTAINERS = (list, tuple, dict, collections.deque)
 """Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
-_LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy"))
+_LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy", "reprlib",
+                        "dataclasses", "typing", "enum", "abc"))
 
 
 def _attribute_names(obj) -> list:
