@@ -341,6 +341,7 @@ class CompiledFunction:
         while sum(len(v) if isinstance(v, list) else 1
                   for v in self._cache.values()) > self.max_programs:
             key, _ = self._cache.popitem(last=False)
+            self._changed_once.discard(key)
             if self._fast is not None and self._fast[0] == key:
                 self._fast = None
 
