@@ -52,13 +52,48 @@ def _treedef_key(td):
         return None
     if td.kind == "inactive":
         raise Uncompilable("an argument holds an inactive_type value")
-    aux = _aux_key(td)
+    # a registered class's own static part (`aux` of its flatten) too, by value (a repr
+    # would elide the middle of a long array)
+    aux = (td.aux[0], _static_key(td.aux[1])) if td.kind == "custom" else _aux_key(td)
     try:
         hash(aux)
     except TypeError:
-        aux = repr(aux)
+        aux = _static_key(aux)
+    if td.kind in ("dataclass", "fields"):   # attributes beside the fields come along
+        aux = (aux, _extra_attributes_key(td.aux[2], td.aux[1]))
     return (td.kind, aux, tuple(_treedef_key(c) if hasattr(c, "kind") else c
                                 for c in td.children))
+
+
+def _extra_attributes_key(obj, fields) -> tuple:
+    """The attributes of a pytree node that are not its fields (set in `__post_init__`, or
+    left out of `register_pytree(cls, fields=...)`): the traced function reads them from the
+    node as it was traced, so they are part of the signature, by value."""
+    attributes = getattr(obj, "__dict__", None)
+    if not attributes or len(attributes) <= len(fields) and all(
+            name in fields for name in attributes):
+        return ()
+    return tuple((name, _static_key(value)) for name, value in attributes.items()
+                 if name not in fields)
+
+
+def _static_key(value):
+    """A hashable key equal for equal values: numbers with their type (and the sign of a
+    zero), arrays by contents, containers item by item, other hashable objects themselves."""
+    if isinstance(value, _SCALARS):
+        return _number_key(value)
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.shape, value.dtype.str, value.tobytes())
+    if type(value) in (tuple, list):
+        return (type(value), tuple(_static_key(v) for v in value))
+    if type(value) is dict:
+        return (dict, tuple((_static_key(k), _static_key(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise Uncompilable(f"a pytree node holds a {type(value).__name__} beside its fields, "
+                           "whose value a compiled replay could not key on") from None
+    return (type(value), value)
 
 
 def _is_scalar(x) -> bool:

@@ -39,6 +39,9 @@ def _same(a, b, path="result"):
             _same(getattr(a, field.name), getattr(b, field.name), f"{path}.{field.name}")
     elif isinstance(a, np.random.Generator):
         assert a.bit_generator.state == b.bit_generator.state, path
+    elif hasattr(a, "__dict__") and not isinstance(a, np.ndarray):
+        assert type(a) is type(b), path
+        _same(dict(vars(a)), dict(vars(b)), f"{path}.vars")
     elif a is None or b is None or isinstance(a, str):
         assert a == b, path
     else:
@@ -193,3 +196,68 @@ def test_methods_and_class_attributes_of_a_pytree_argument():
                     Const(_rng(c).normal(size=(4, 3)))]
         return f, make_args
     _sequences(setup, [0, 0, 0, 1, 1, 2, 2])
+
+
+class _MaskedLinear:
+    """Weights (a field) and a mask and a scale beside them (not fields)."""
+
+    def __init__(self, weight, mask, scale):
+        self.weight, self.mask, self.scale = weight, mask, scale
+
+
+tape.register_pytree(_MaskedLinear, fields=("weight",))
+
+
+@dataclasses.dataclass
+class _Tagged:
+    weight: np.ndarray
+
+
+class _StaticMask:
+    """A pytree whose static part (`aux`) is a mask array: unhashable, and long enough that
+    its repr would elide the middle."""
+
+    def __init__(self, weight, mask):
+        self.weight, self.mask = weight, mask
+
+
+tape.register_pytree(_StaticMask, lambda m: ((m.weight,), m.mask),
+                     lambda mask, children: _StaticMask(children[0], mask))
+
+
+def _mask(c, n):
+    mask = np.ones(n)
+    if c:
+        mask[n // 2] = 0.0   # in the part a repr leaves out
+    return mask
+
+
+@pytest.mark.parametrize("kind", ["fields", "dataclass", "static mask"])
+def test_what_a_pytree_node_holds_beside_its_fields_is_part_of_the_signature(kind):
+    """A node's other attributes (a mask left out of `fields`, an attribute set after
+    construction) and the static part of a registered class (`aux`) came from the node the
+    first trace saw: replays used its mask and scale. The signature keyed a registered class
+    on the class alone; now on its static part by value (not by repr, which elides the middle
+    of a long array)."""
+    def setup():
+        def f(node, x):
+            if kind == "dataclass":
+                return np.sum((x * node.weight) ** 2) * node.scale
+            if kind == "fields":
+                return np.sum((x * node.weight * node.mask[:3]) ** 2) * node.scale
+            return np.sum(x * node.weight) * np.sum(node.mask)
+
+        def make_args(c):
+            weight = _rng(9).normal(size=3)
+            if kind == "fields":
+                node, shadow = (_MaskedLinear(weight, _mask(c, 3), 1.0 + c),
+                                _MaskedLinear(np.zeros(3), None, None))
+            elif kind == "dataclass":
+                node, shadow = _Tagged(weight), _Tagged(np.zeros(3))
+                node.scale = 1.0 + c
+            else:
+                node, shadow = _StaticMask(weight, _mask(c, 2001)), _StaticMask(np.zeros(3),
+                                                                                   _mask(c, 2001))
+            return [Duplicated(node, shadow), Const(_rng(c).normal(size=3))]
+        return f, make_args
+    _sequences(setup, [0, 0, 0, 1, 2])
