@@ -179,8 +179,12 @@ class CompiledSignature:
             if type(ann) is not Active:
                 dx = ann.dval
                 if (type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype
-                        or not dx.flags.writeable or np.may_share_memory(x, dx)):
-                    return None   # (a shadow sharing its primal's memory: eager refuses it)
+                        or not dx.flags.writeable or dx is x
+                        or (x.base is not None or dx.base is not None)
+                        and np.may_share_memory(x, dx)):
+                    # (a shadow sharing its primal's memory: eager refuses it; two arrays
+                    # that own their memory cannot)
+                    return None
             leaves.append(x)
         seeds = []
         if self.ret_slot is not None:
