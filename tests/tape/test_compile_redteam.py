@@ -17,19 +17,9 @@ import pytest
 import tape
 from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff
 
+from compile_sequences import same as _same
+
 RP = ReverseWithPrimal
-
-
-def _same(a, b, path="result"):
-    if isinstance(a, (tuple, list)):
-        assert type(a) is type(b) and len(a) == len(b), path
-        for k, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{path}[{k}]")
-    elif a is None or b is None:
-        assert a is None and b is None, path
-    else:
-        assert type(a) is type(b), (path, type(a), type(b))
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=path)
 
 
 def _call(f, make_args, calls, between=None, ret=Active):

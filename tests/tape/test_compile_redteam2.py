@@ -19,51 +19,10 @@ import pytest
 import tape
 from tape import Active, CompileWarning, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
 
+from compile_sequences import same as _same, sequences as _sequences
+
 RP = ReverseWithPrimal
 X = [np.random.default_rng(k).normal(size=4) for k in range(6)]
-
-
-def _same(a, b, path="result"):
-    if isinstance(a, (tuple, list)):
-        assert type(a) is type(b) and len(a) == len(b), path
-        for k, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{path}[{k}]")
-    elif a is None or b is None:
-        assert a is None and b is None, path
-    else:
-        assert type(a) is type(b), (path, type(a), type(b))
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=path)
-
-
-def _outcome(call):
-    try:
-        return call(), None
-    except Exception as e:   # noqa: BLE001  (compared with eager's)
-        return None, e
-
-
-def _sequences(setup, calls, mode=RP, ret=Active):
-    """`setup()` -> (f, make_args) with fresh state. The compiled sequence of calls, then the
-    eager one from fresh state; every call compared. Returns the compiled function."""
-    f, make_args = setup()
-    g = tape.compile(mode, f, ret, *[type(a) for a in make_args(calls[0])])
-    mine = []
-    for c in calls:
-        args = make_args(c)
-        mine.append((_outcome(lambda: g(*args)), args))
-    f, make_args = setup()
-    for k, (c, ((got, error), args)) in enumerate(zip(calls, mine)):
-        theirs = make_args(c)
-        want, want_error = _outcome(lambda: autodiff(mode, f, ret, *theirs))
-        if want_error is not None or error is not None:
-            assert type(error) is type(want_error) and str(error) == str(want_error), k
-            continue
-        _same(got, want, f"call {k}")
-        for a, b in zip(args, theirs):
-            _same(a.val, b.val, f"call {k}: argument")
-            if isinstance(a, Duplicated):
-                _same(a.dval, b.dval, f"call {k}: shadow")
-    return g
 
 
 def _dup(c):

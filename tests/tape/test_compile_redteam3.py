@@ -8,82 +8,21 @@ Each test runs a sequence of calls through the compiled function and the same se
 eager `autodiff`, each from fresh state, and compares every call: result (values and types),
 raised error, shadows and arguments after the call.
 """
-import copy
 import dataclasses
 
 import numpy as np
 import pytest
 
 import tape
-from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff
+from tape import Active, Const, Duplicated, ReverseWithPrimal
+
+from compile_sequences import sequences as _sequences
 
 RP = ReverseWithPrimal
 
 
 def _rng(k):
     return np.random.default_rng(k)
-
-
-def _same(a, b, path="result"):
-    if isinstance(a, (tuple, list)):
-        assert type(a) is type(b) and len(a) == len(b), path
-        for k, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{path}[{k}]")
-    elif isinstance(a, dict):
-        assert type(a) is type(b) and list(a) == list(b), path
-        for k in a:
-            _same(a[k], b[k], f"{path}[{k!r}]")
-    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
-        assert type(a) is type(b), path
-        for field in dataclasses.fields(a):
-            _same(getattr(a, field.name), getattr(b, field.name), f"{path}.{field.name}")
-    elif isinstance(a, np.random.Generator):
-        assert a.bit_generator.state == b.bit_generator.state, path
-    elif hasattr(a, "__dict__") and not isinstance(a, np.ndarray):
-        assert type(a) is type(b), path
-        _same(dict(vars(a)), dict(vars(b)), f"{path}.vars")
-    elif a is None or b is None or isinstance(a, str):
-        assert a == b, path
-    else:
-        assert type(a) is type(b), (path, type(a), type(b))
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=path)
-
-
-def _outcome(call):
-    try:
-        return call(), None
-    except Exception as e:   # noqa: BLE001  (compared with eager's)
-        return None, e
-
-
-def _sequences(setup, calls, mode=RP, ret=Active):
-    """`setup()` -> (f, make_args) with fresh state; `make_args(c)` may change that state (an
-    optimizer step, a Const array changed in place) before it builds call `c`'s arguments.
-    The compiled sequence, then the eager one from fresh state; every call compared (the
-    arguments as they were right after the call). Returns the compiled function."""
-    types = [type(a) for a in setup()[1](calls[0])]
-    f, make_args = setup()
-    g = tape.compile(mode, f, ret, *types)
-    mine = []
-    for c in calls:
-        args = make_args(c)
-        outcome = _outcome(lambda: g(*args))
-        mine.append((outcome, copy.deepcopy([(a.val, getattr(a, "dval", None))
-                                             for a in args])))
-    f, make_args = setup()
-    for k, (c, ((got, error), after)) in enumerate(zip(calls, mine)):
-        theirs = make_args(c)
-        want, want_error = _outcome(lambda: autodiff(mode, f, ret, *theirs))
-        if want_error is not None or error is not None:
-            assert type(error) is type(want_error) and str(error) == str(want_error), (
-                k, error, want_error)
-            continue
-        _same(got, want, f"call {k}")
-        for (val, dval), b in zip(after, theirs):
-            _same(val, b.val, f"call {k}: argument")
-            if isinstance(b, Duplicated):
-                _same(dval, b.dval, f"call {k}: shadow")
-    return g
 
 
 CALLS = [0, 1, 2, 3, 4, 5, 0, 1]

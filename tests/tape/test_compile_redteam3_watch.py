@@ -14,7 +14,8 @@ import pytest
 
 import tape
 from tape import Const, Duplicated
-from test_compile_redteam3 import _rng, _sequences
+from compile_sequences import sequences as _sequences
+from test_compile_redteam3 import _rng
 
 _ParamsTuple = collections.namedtuple("_ParamsTuple", "w b")
 
