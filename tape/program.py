@@ -24,6 +24,7 @@ from .aliasing import refuse_stale_reads
 from .config import _REVERSE_CONFIGS
 from .core import ReverseTrace, Tracer, peek
 from .program_adjoint import INLINE_KINDS
+from .residuals import operands
 from .tracer import ReverseTracerArray, _refuse, _KEEP_ARRAY
 
 
@@ -210,11 +211,10 @@ class CompileTrace(ReverseTrace):
                 ins.append(None)
                 active.append(False)
         if self.written_arguments:   # as eager mode: a stale read of a written argument raises
-            # (arguments are read-only while traced, so they are not among `caller_arrays`)
-            untraced = [v for v, s in zip(vals, ins) if s is None]
-            for p in params.values():
-                untraced += p if type(p) in (tuple, list) else [p]
-            refuse_stale_reads(untraced, self.written_arguments)
+            # (every untraced array: arguments are read-only while traced, so `caller_arrays`
+            # would leave them out)
+            refuse_stale_reads(operands([v for v, s in zip(vals, ins) if s is None], params),
+                               self.written_arguments)
         consts = tuple(None if s is not None else self.snapshot(v) for v, s in zip(vals, ins))
         params, kept = self._parameters(params)
         if any(active):

@@ -26,7 +26,7 @@ memory is read-only too). Traced values are the tape's own, and Const arguments 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -51,16 +51,20 @@ def _is_caller_array(x) -> bool:
     return t.__module__.startswith("cupy") and hasattr(x, "data") and getattr(x, "size", 0) > 0
 
 
-def caller_arrays(values: Sequence, params: dict) -> list:
-    """The arrays among a primitive's untraced operands `values` and its parameters (one level
-    of tuples: an index ``x[i, j]``) that their owner may still write into."""
-    found = [v for v in values if _is_caller_array(v)]
+def operands(values: Sequence, params: dict) -> Iterator:
+    """A primitive's untraced operands `values`, then its parameters, with one level of tuples
+    and lists opened (an index ``x[i, j]``)."""
+    yield from values
     for p in params.values():
-        if _is_caller_array(p):
-            found.append(p)
-        elif type(p) in (tuple, list):
-            found.extend(q for q in p if _is_caller_array(q))
-    return found
+        if type(p) in (tuple, list):
+            yield from p
+        else:
+            yield p
+
+
+def caller_arrays(values: Sequence, params: dict) -> list:
+    """The arrays among `operands(values, params)` that their owner may still write into."""
+    return [x for x in operands(values, params) if _is_caller_array(x)]
 
 
 def _shares(x, arrays) -> bool:
