@@ -111,6 +111,9 @@ def defprimitive(name, impl, augmented_primal, reverse, forward, *, ufunc=None, 
     """Build a primitive and route the NumPy ufunc/function it implements to it."""
     prim = Primitive(name, impl, augmented_primal, reverse, forward,
                      multiple_results=multiple_results)
+    # The engine's own operations are functions of their arguments alone: a compiled program
+    # computes a repeated call once (tape/program_cse.py).
+    prim.pure = True
     if ufunc is not None:
         register_ufunc(ufunc, prim, primitive=prim)
     if function is not None:

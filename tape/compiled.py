@@ -279,9 +279,9 @@ class CompiledFunction:
                 difference = _first_difference(pending.record, traced[0])
                 if difference is None:   # the same program: confirmed
                     pending.record = None
-                    traced = None
+                    recorded, traced[0].recorded, traced = traced[0].recorded, {}, None
                     self._compile_seconds += time.perf_counter() - start
-                    return self._replay_confirmed(key, pending, annotated, names)
+                    return self._replay_confirmed(key, pending, annotated, names, recorded)
                 future = (f"two traces of calls that decide alike differ ({difference}): the "
                           "function draws random numbers or reads a value that changes "
                           "between calls; pass such values as Const arguments to compile it")
@@ -290,6 +290,9 @@ class CompiledFunction:
                                            kept=future is None)
             except Exception as e:   # noqa: BLE001
                 reason = f"tracing failed: {type(e).__name__}: {e}"
+        recorded = None
+        if traced is not None:   # this call takes them; a kept record need not hold them
+            recorded, traced[0].recorded = traced[0].recorded, {}
         traced = None   # the failed trace's frames are freed before an eager call
         self._compile_seconds += time.perf_counter() - start
         if reason is not None:
@@ -313,7 +316,8 @@ class CompiledFunction:
             self._evict()
         self._last = compiled.program
         try:
-            return compiled.call(annotated, names)
+            # This call's own trace ran the user's rules: the replay takes their results
+            return compiled.call(annotated, names, recorded)
         except (GuardFailed, ReplayRaised) as e:   # arguments that share memory, say
             if future is None and compiled in self._cache.get(key, ()):
                 self._cache[key].remove(compiled)
@@ -321,9 +325,9 @@ class CompiledFunction:
             return self._eager(annotated, "a fresh trace failed its own guards"
                                if isinstance(e, GuardFailed) else str(e))
 
-    def _replay_confirmed(self, key, compiled, annotated, names):
+    def _replay_confirmed(self, key, compiled, annotated, names, recorded):
         try:
-            result = compiled.call(annotated, names)
+            result = compiled.call(annotated, names, recorded)
         except (GuardFailed, ReplayRaised) as e:   # it accepted these arguments: unexpected
             return self._eager(annotated, str(e))
         self._counts["hits"] += 1

@@ -25,9 +25,9 @@ class ReplayRaised(Exception):
     the call runs eagerly, which raises the error, or lets the function catch it."""
 
 
-def _replay(program, leaves, seeds):
+def _replay(program, leaves, seeds, recorded=None):
     try:
-        return program.run(leaves, seeds)
+        return program.run(leaves, seeds, recorded)
     except GuardFailed:
         raise
     except Exception as e:   # noqa: BLE001
@@ -104,15 +104,17 @@ class CompiledSignature:
         groups, leaves, seeds, _ = self._inputs(annotated, names)
         _replay(self.program, leaves, seeds)
 
-    def call(self, annotated, names):
+    def call(self, annotated, names, recorded=None):
+        """Replay for this call. `recorded`: what user code returned in the trace of this
+        very call (`CompileTrace.recorded`), taken instead of running it again."""
         if self.watched and _changed(self.watched) is not None:
             raise GuardFailed("a value the function reads changed")
         if self.plain:
-            fast = self._call_plain(annotated)
+            fast = self._call_plain(annotated, recorded)
             if fast is not None:
                 return fast
         groups, leaves, seeds, zero_after = self._inputs(annotated, names)
-        results, grads = _replay(self.program, leaves, seeds)
+        results, grads = _replay(self.program, leaves, seeds, recorded)
         for shadow in zero_after:
             shadow[...] = 0
         n_out = sum(s is not None for s in self.out_slots)
@@ -165,7 +167,7 @@ class CompiledSignature:
                 zero_after.append(shadow)
         return groups, leaves, seeds, zero_after
 
-    def _call_plain(self, annotated):
+    def _call_plain(self, annotated, recorded=None):
         """The common case, without pytree machinery: every argument a single array (or an
         Active float), shadows congruent, no argument written. None: take the general path
         (which also names any problem)."""
@@ -189,7 +191,7 @@ class CompiledSignature:
         seeds = []
         if self.ret_slot is not None:
             seeds.append(self.seed.copy())
-        results, grads = _replay(self.program, leaves, seeds)
+        results, grads = _replay(self.program, leaves, seeds, recorded)
         derivs, k = [], 0
         for ann in annotated:
             if type(ann) is Const:

@@ -76,6 +76,10 @@ class Primitive:
 
     # No __slots__: a primitive is made once per function, and users may set its __doc__.
 
+    # Whether the primitive is a function of its arguments alone, so that a compiled program
+    # may compute two equal calls once (tape/program_cse.py). A user's rule may keep state.
+    pure = False
+
     def __init__(self, name: str, impl: Callable, augmented_primal: Callable | None = None,
                  reverse: Callable | None = None, forward: Callable | None = None,
                  differentiable_rules: bool = True, multiple_results: bool = False):

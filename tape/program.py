@@ -145,6 +145,10 @@ class CompileTrace(ReverseTrace):
         # others (`with np.errstate(divide="raise")` inside the function) replays under them.
         self.entry_context = (np.geterr(), list(warnings.filters))
         self.contexts: dict[int, tuple] = {}    # step index -> (errstate, filters) to replay
+        # What the steps of user code (a custom rule, an inactive function) returned while
+        # traced: the call that traced answers with these rather than run them a second time
+        # (such code may keep state, and eager mode runs it once).
+        self.recorded: dict[int, object] = {}
 
     def nested_opened(self):
         """A differentiation opens inside the function: stop tracing at once (the call runs
@@ -221,14 +225,18 @@ class CompileTrace(ReverseTrace):
             if prim.augmented_primal is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
             cfg = _REVERSE_CONFIGS[tuple(active)]
-            out, _ = prim.augmented_primal(cfg, *vals, **params)
+            out, saved = prim.augmented_primal(cfg, *vals, **params)
             step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
+            if not prim.pure:
+                self.recorded[len(self.steps)] = (out, saved)
             if (getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
                     and _inlinable(vals, ins, out)):
                 self.inline.add(len(self.steps))
         else:
             out = prim.impl(*vals, **params)
             step = (PLAIN, prim, None, tuple(ins), consts, kept)
+            if not prim.pure:
+                self.recorded[len(self.steps)] = (out, None)
         outs = list(out) if prim.multiple_results else [out]
         made = self._add_step(step, outs, not any(active))
         return tuple(made) if prim.multiple_results else made[0]
@@ -270,6 +278,7 @@ class CompileTrace(ReverseTrace):
             fn = _ShapeChecked(fn, tuple(np.shape(o) for o in outs), unpack=arrays)
         step = (INACTIVE, fn, None, tuple(t.slot for t in found),
                 (self.snapshot(template),), None)
+        self.recorded[len(self.steps)] = (out[0] if arrays and len(out) == 1 else out, None)
         if arrays:
             made = tuple(self._add_step(step, list(out), True))
             self.inactive_slots.update(t.slot for t in made)

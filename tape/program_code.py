@@ -11,6 +11,7 @@ from .backend import add_or_none
 from .program import (AUGMENTED, FRESH, INACTIVE, CompileTrace, DynamicParams, GuardFailed,
                       Uncompilable, _fill, _param_slots, same_value, step_context)
 from .program_adjoint import AdjointWriter, basic_index, iadd, inline_terms
+from .program_cse import common_subexpressions
 
 
 class Program:
@@ -46,9 +47,16 @@ class Program:
         self.inplace = _all_float64(self.values, self.steps)
         self.scalar_slots = {s for s, (t, _, _) in self.values.items() if t is not np.ndarray}
         self.scatters = self._scatters() if self.inplace else {}
+        self.repeats = {i: a for i, a in common_subexpressions(
+            self.steps, trace.contexts, result_slots).items()
+            if (i in self.inline) == (a in self.inline)
+            and self.scatters.get(i) == self.scatters.get(a)}
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
         needed = self._needed(result_slots, useful)
+        self.keep_residuals = {a for i, a in self.repeats.items()
+                               if needed[i] and useful[i] and self._has_residuals(i)
+                               and not useful[a]}
         self.source, namespace = self._generate(trace, leaf_slots, result_slots, seed_slots,
                                                 grad_slots, nondiff, useful, needed)
         self.n_steps = len(self.steps)
@@ -124,16 +132,25 @@ class Program:
 
     def _needed(self, result_slots, useful):
         """Per step: whether the primal part must run (its results are read, guarded, or
-        needed by a reverse rule)."""
+        needed by a reverse rule). A repeated step needs the results of the step it repeats
+        (and its own operands only for an inline reverse, which reads them)."""
         live = set(result_slots) | set(self.guards) | self.shapes_read
         needed = [False] * len(self.steps)
         for i in range(len(self.steps) - 1, -1, -1):
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]
             if useful[i] or any(o in live for o in outs):
                 needed[i] = True
+                if i in self.repeats:
+                    live.update(self.steps[self.repeats[i]][6])
+                    if not (useful[i] and i in self.inline):
+                        continue
                 live.update(s for s in ins if s is not None)
                 live.update(_param_slots(params))
         return needed
+
+    def _has_residuals(self, i) -> bool:
+        """Whether step i's reverse (when it runs) reads residuals ``s<i>``."""
+        return i not in self.inline and i not in self.scatters
 
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
                   useful, needed):
@@ -141,7 +158,7 @@ class Program:
               "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
               "_array": np.array, "_step_context": step_context}
-        lines = ["def run(leaves, seeds):"]
+        lines = ["def run(leaves, seeds, recorded=None):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
 
@@ -173,12 +190,23 @@ class Program:
             if s in self.guards:
                 guard(s)
         lines.append("    # primal")
+        last_reader = {a: i for i, a in self.repeats.items() if a in self.keep_residuals
+                       and needed[i] and useful[i] and self._has_residuals(i)}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
             if not needed[i]:
                 continue
+            first_line = len(lines)
             lhs = ", ".join(f"v{o}" for o in outs) + ("," if len(outs) == 1 and kind != FRESH
                                                       and _multiple(fn) else "")
-            if kind == FRESH:
+            if i in self.repeats:   # a common subexpression: the earlier step's results
+                a = self.repeats[i]
+                lines.append(f"    {', '.join(f'v{o}' for o in outs)} = "
+                             f"{', '.join(f'v{o}' for o in self.steps[a][6])}")
+                if useful[i] and self._has_residuals(i):
+                    lines.append(f"    s{i} = s{a}")
+                    if a in self.keep_residuals and last_reader[a] == i:
+                        lines.append(f"    s{a} = None")   # step a's own reverse never runs
+            elif kind == FRESH:
                 lines.append(f"    v{outs[0]} = {const(consts[0], 'buffer')}.copy()")
             elif kind == INACTIVE:
                 args = ", ".join(f"v{s}" for s in ins)
@@ -195,7 +223,7 @@ class Program:
                     kw = f", **{const(params, 'p')}" if params else ""
                 if useful[i] and i in self.inline:
                     lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
-                elif useful[i] and i not in self.scatters:
+                elif (useful[i] or i in self.keep_residuals) and i not in self.scatters:
                     out = f"({lhs})" if fn.multiple_results else lhs
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
                                  f"({const(cfg, 'cfg')}, {args}{kw})")
@@ -206,6 +234,8 @@ class Program:
             if i in trace.contexts:   # the function set its own errstate / warning filters
                 lines.insert(len(lines) - 1, f"    with _step_context(*{const(trace.contexts[i], 'context')}):")
                 lines[-1] = "    " + lines[-1]
+            if i in trace.recorded:   # user code: the tracing call takes what it returned
+                _use_recorded(lines, first_line, i)
             for o in outs:
                 if o in self.guards:
                     guard(o)
@@ -334,6 +364,20 @@ def _release_dead_values(lines: list[str]) -> list[str]:
             out.append(indent + " = ".join(f"v{k}" for k in sorted(after[n], key=int))
                        + " = None")
     return out
+
+
+def _use_recorded(lines: list, first: int, i: int) -> None:
+    """Make the lines of step i (from `first` on) run only when `recorded` is None; else the
+    step's results (and residuals) are what the trace recorded. The call that traced a
+    function answers this way: a user's rule or inactive function runs once in that call,
+    as in eager mode, even if it keeps state."""
+    body = ["    " + line for line in lines[first:]]
+    target = body[-1].strip().split(" = ", 1)[0]   # "v5", "v5, v6", "(v5,), s5", ...
+    if target.endswith(f", s{i}"):
+        taken = f"    else: {target} = recorded[{i}]"
+    else:
+        taken = f"    else: {target} = recorded[{i}][0]"
+    lines[first:] = ["    if recorded is None:", *body, taken]
 
 
 def _multiple(fn) -> bool:
