@@ -227,7 +227,12 @@ def _accumulate_shadows(arg, cts, width=None):
             continue
         if width is not None:
             for w, shadow in enumerate(arg.shadows[i]):
-                shadow += g.data[w] if isinstance(g, Batched) else g
+                gw = g.data[w] if isinstance(g, Batched) else g
+                if _is_mutable_leaf(shadow):
+                    shadow += gw
+                else:   # a float leaf of shadow w's container (`+=` would only rebind it)
+                    set_at(arg.annotation.dval[w], arg.paths[i], type(shadow)(shadow + gw),
+                           root=f"shadow {w} of {arg.name.root}")
             continue
         shadow = arg.shadows[i]
         if _is_mutable_leaf(shadow):
@@ -321,11 +326,18 @@ def _forward(mode, f, ret_activity, annotated, names):
         if ret_activity is not Const and out is not None:
             leaves, td = flatten(out)
             tangents = [_tangent_of(x, trace) for x in leaves]
+            # A Python float result (as `_strip` gives it) has a Python float tangent. (A rule
+            # told that the primal is not needed may leave it out.)
+            primal_leaves = flatten(primal_out)[0]
+            scalars = ([type(p) in (float, complex) for p in primal_leaves]
+                       if len(primal_leaves) == len(tangents) else [False] * len(tangents))
             if width is None:
-                tangent_out = unflatten(td, tangents)
+                tangent_out = unflatten(td, [_python_scalar(t) if k else t
+                                             for t, k in zip(tangents, scalars)])
             else:
-                tangent_out = tuple(unflatten(td, [_tangent_direction(t, w) for t in tangents])
-                                    for w in range(width))
+                tangent_out = tuple(unflatten(td, [
+                    _python_scalar(_tangent_direction(t, w)) if k else _tangent_direction(t, w)
+                    for t, k in zip(tangents, scalars)]) for w in range(width))
     if ret_activity is Const:
         return (primal_out,) if mode.with_primal else ()
     if mode.with_primal and not no_need:

@@ -218,15 +218,17 @@ def _check_shadow_writable(arg):
     that sits in a tuple (it could not be updated), or one that shares memory with its primal
     (the gradient would be added into the values being differentiated)."""
     for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
-        if (_is_float(x) and arg.paths[i] and not _is_mutable_leaf(dx)
-                and arg.paths[i][-1].kind == "index"):
+        # Batch mode: `dx` is the W shadows of the leaf, each checked.
+        per_direction = dx if arg.width is not None else (dx,)
+        if (_is_float(x) and arg.paths[i] and arg.paths[i][-1].kind == "index"
+                and not all(_is_mutable_leaf(d) for d in per_direction)):
             raise PytreeError(
                 f"cannot accumulate into the immutable leaf {arg.path(i)} of the shadow: a "
                 "number inside a tuple cannot be updated in place. Use a list, a dict or a "
                 "dataclass for the shadow, or mark the argument Active")
         if isinstance(x, np.ndarray) and any(
                 isinstance(d, np.ndarray) and np.may_share_memory(x, d) and overlap(x, d)
-                for d in (dx if arg.width is not None else (dx,))):
+                for d in per_direction):
             raise ActivityError(
                 f"the shadow of {arg.path(i)} shares memory with its primal (Duplicated(x, x), "
                 "or overlapping views); the gradient would be added into the values being "

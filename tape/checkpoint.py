@@ -36,7 +36,10 @@ enclosing function. Such closures are found while the call runs, not declared:
 
 Restrictions, checked where cheap: `f` must be deterministic (the recomputation must read the same
 differentiated values), and must not write into arrays it did not create (its arguments and
-closures are snapshots).
+closures are snapshots). The plain arrays it reads (a closure's workspace, a Const argument, the
+scanned xs) are not copied: the record keeps a digest of `f`'s results, and a recomputation
+whose results differ (such an array was written before the reverse pass) raises instead of
+returning the derivative at the new values.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from .backend import array_module
 from .core import _TRACE_STACK, Primitive, ReverseTrace, Tracer, config_for, primal
 from .errors import HecateError
 from .pytree import flatten, flatten_with_paths, format_path, unflatten
@@ -110,6 +114,7 @@ class _Saved(NamedTuple):
     inputs: list       # [(tracer object, value it held, slot it held)]
     treedef: Any       # structure of f's result
     positions: list    # which result leaves are record outputs
+    digests: list      # `_digest` of each of those outputs, checked by the recomputation
 
 
 def _record(prim, f, trace, args, kwargs):
@@ -129,7 +134,8 @@ def _record(prim, f, trace, args, kwargs):
     if not positions:
         return unflatten(treedef, values)
     inputs = list(seen.values())
-    saved = _Saved(f, prim.name, trace, args, kwargs, inputs, treedef, positions)
+    saved = _Saved(f, prim.name, trace, args, kwargs, inputs, treedef, positions,
+                   [_digest(values[i]) for i in positions])
     first = trace.n_slots
     trace.n_slots = first + len(positions)
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
@@ -257,6 +263,14 @@ def _seeds(saved, out, g, inner):
             f"`{saved.name}` returned a result of a different structure when recomputed "
             f"({treedef!r} instead of {saved.treedef!r}); a checkpointed function must be "
             "deterministic")
+    for pos, digest in zip(saved.positions, saved.digests):
+        if not _same_digest(digest, _digest(primal(leaves[pos]))):
+            raise CheckpointError(
+                f"`{saved.name}` computed other values when recomputed for the reverse pass "
+                "than when it first ran: an array it reads without differentiating it (a "
+                "closure, a global, a Const argument, the xs of a scan) was written after the "
+                "call, or it is not deterministic. Leave such arrays unchanged until the "
+                "gradient is computed, or give the function a copy (c.copy())")
     seeds: dict = {}
     for pos, gi in zip(saved.positions, g):
         leaf = leaves[pos]
@@ -265,6 +279,29 @@ def _seeds(saved, out, g, inner):
         s = leaf.slot
         seeds[s] = gi if s not in seeds else seeds[s] + gi
     return seeds
+
+
+def _digest(value) -> tuple:
+    """(shape, two weighted sums, sum of magnitudes, tolerance) of a float result: O(1) memory
+    per output, unlike a copy. The weights tell a permutation from the original."""
+    v = primal(value)
+    xp = array_module(v)
+    flat = xp.asarray(v).ravel()
+    parts = (flat.real, flat.imag) if xp.iscomplexobj(flat) else (flat,)
+    weights = xp.cos(xp.arange(flat.size) * 0.7071)
+    sums = tuple(float(xp.sum(p)) for p in parts) + tuple(float(p @ weights) for p in parts)
+    scale = float(sum(xp.sum(xp.abs(p)) for p in parts))
+    # Rules may compute the primal in another order than the plain call did: a few roundings.
+    tol = 64 * float(xp.finfo(flat.dtype).eps) * scale if flat.size else 0.0
+    return (tuple(v.shape) if hasattr(v, "shape") else (), sums, tol)
+
+
+def _same_digest(before: tuple, after: tuple) -> bool:
+    (shape, sums, tol), (shape2, sums2, _) = before, after
+    if shape != shape2 or len(sums) != len(sums2):
+        return False
+    # NaN results are compared as NaN: a NaN in both is no change.
+    return all(a == b or abs(a - b) <= tol or (a != a and b != b) for a, b in zip(sums, sums2))
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ class OnceDifferentiableError(HecateError, NotImplementedError):
     def __init__(self, name: str):
         super().__init__(
             f"`{name}` is once differentiable: its rules are opaque kernels, so a second "
-            "derivative (nested autodiff, hvp) through it is not available. Register a rule "
-            "written with differentiable operations (differentiable_rules=True) to nest.")
+            "derivative (nested autodiff, hvp) through it is not available. A rule written "
+            "with differentiable NumPy operations can nest: custom_rule(..., "
+            "differentiable=True).")
         self.op = name
 
 

@@ -20,8 +20,12 @@ from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Reverse, ReverseSplitNoPrimal, ReverseWithPrimal)
 from .api import autodiff
 from .core import primal
+from .errors import OnceDifferentiableError
 from .pytree import flatten, is_inactive, tree_map, unflatten
 from .split import autodiff_thunk
+# Hypothesis strategies, part of this module's interface:
+from .strategies import (arrays, arrays_and_axes, broadcastable_arrays,  # noqa: F401
+                         broadcastable_shapes, shapes)
 
 
 class GradientCheckError(AssertionError):
@@ -129,7 +133,9 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     for a in args:
         if _is_float(a) and np.result_type(a) not in (np.float64, np.complex128):
             raise ValueError(f"check_grads needs float64 arguments for accurate finite "
-                             f"differences; got dtype {np.result_type(a)}")
+                             f"differences; got dtype {np.result_type(a)}. Check the function "
+                             "at float64 values (x.astype(np.float64)), or use check_rule, "
+                             "which takes float32 arguments")
     direction = [_random_like(a, rng) if i in diff else None for i, a in enumerate(args)]
     y0 = f(*args)
     u = [_random_like(y, rng) for y in _output_leaves(y0)]
@@ -163,8 +169,16 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
         _check_full_jacobian(f, args, diff, eps, rtol, atol)
 
     if order > 1:
-        check_grads(vjp_fn, *args, modes=modes, order=order - 1, eps=eps, rtol=rtol,
-                    atol=atol, seed=seed + 1)
+        try:
+            check_grads(vjp_fn, *args, modes=modes, order=order - 1, eps=eps, rtol=rtol,
+                        atol=atol, seed=seed + 1)
+        except OnceDifferentiableError as e:
+            if "order=1" in str(e):   # said by a deeper level already
+                raise
+            e.args = (f"{e} check_grads checks second derivatives too by default (order={order}"
+                      "); the first ones agreed with finite differences. Pass order=1 to check "
+                      "first derivatives only.",)
+            raise
 
 
 def _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag):
@@ -300,9 +314,13 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     dirs = {i: _random_like(args[i], rng) for i in diff}
     dirs2 = {i: _random_like(args[i], rng) for i in diff}
     u = [_random_like(y, rng) for y in want_primal]
-    jvp = {i: _numeric_jvp(f, args, [dirs[i] if k == i else None for k in range(len(args))],
+    # Finite differences in float64 whatever the arguments' precision (a float32 step of 1e-6
+    # is rounding noise); the tolerances widen to fit the lowest precision among them.
+    wide = [_widened(a) if i in diff else a for i, a in enumerate(args)]
+    rtol, atol = _fitting_tolerances([args[i] for i in diff], rtol, atol)
+    jvp = {i: _numeric_jvp(f, wide, [dirs[i] if k == i else None for k in range(len(args))],
                            eps) for i in diff}
-    jvp2 = {i: _numeric_jvp(f, args, [dirs2[i] if k == i else None for k in range(len(args))],
+    jvp2 = {i: _numeric_jvp(f, wide, [dirs2[i] if k == i else None for k in range(len(args))],
                             eps) for i in diff} if "batch" in modes else {}
     n_checked = 0   # (argument activities, return activity) pairs
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
@@ -409,6 +427,22 @@ def _combinations(args, diff, modes):
             yield "reverse", dict(zip(diff, pick))
 
 
+def _widened(x):
+    """`x` in double precision when it is a lower-precision float (finite differences)."""
+    dtype = np.result_type(x)
+    if isinstance(x, (float, complex, int, bool)) or dtype.kind not in "fc" or dtype.itemsize * (
+            2 if dtype.kind == "f" else 1) >= 16:
+        return x
+    return np.asarray(x, dtype=np.complex128 if dtype.kind == "c" else np.float64)[()]
+
+
+def _fitting_tolerances(args, rtol, atol) -> tuple:
+    """(rtol, atol), widened for arguments of less than double precision: the engine computes
+    in their precision, the finite differences in float64."""
+    eps = max(np.finfo(np.result_type(a)).eps for a in args)
+    return max(rtol, 1000 * eps), max(atol, 100 * eps)
+
+
 def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
@@ -460,64 +494,6 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
         return total
     autodiff(Reverse, scalar, Active, *[Active(a) if _is_float(a) else a for a in args])
     return tree_map(primal, seen[0])
-
-
-# ------------------------------------------------------------------------------------------------
-# Hypothesis strategies (hypothesis is imported only when these are used)
-
-
-def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 1, max_side: int = 4):
-    """Array shapes, e.g. ``(2, 3)``."""
-    from hypothesis.extra import numpy as hnp
-    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side,
-                            max_side=max_side)
-
-
-def arrays(shape=None, dtype=np.float64, low: float = -2.0, high: float = 2.0, **shape_kw):
-    """float64 arrays with bounded, finite entries (safe for finite differences)."""
-    from hypothesis import strategies as st
-    from hypothesis.extra import numpy as hnp
-    elements = st.floats(low, high, allow_nan=False, allow_infinity=False, width=64)
-    return hnp.arrays(dtype, shape if shape is not None else shapes(**shape_kw),
-                      elements=elements)
-
-
-def arrays_and_axes(min_dims: int = 0, max_dims: int = 3):
-    """``(array, axis)`` pairs with `axis` as NumPy's reductions take it: None, an int (maybe
-    negative) or a tuple of distinct ints (None for 0-d arrays)."""
-    from hypothesis import strategies as st
-
-    @st.composite
-    def build(draw):
-        x = draw(arrays(shapes(min_dims=min_dims, max_dims=max_dims)))
-        kind = draw(st.sampled_from(["none", "int", "tuple"]) if x.ndim else st.just("none"))
-        if kind == "none":
-            return x, None
-        if kind == "int":
-            return x, draw(st.integers(-x.ndim, x.ndim - 1))
-        picked = draw(st.lists(st.integers(0, x.ndim - 1), min_size=1, max_size=x.ndim,
-                               unique=True))
-        return x, tuple(a - x.ndim if draw(st.booleans()) else a for a in picked)
-    return build()
-
-
-def broadcastable_shapes(shape, min_dims: int = 0, max_dims: int = 3):
-    """Shapes that broadcast against `shape`."""
-    from hypothesis.extra import numpy as hnp
-    return hnp.broadcastable_shapes(shape, min_dims=min_dims, max_dims=max_dims, min_side=1)
-
-
-def broadcastable_arrays(n: int = 2, low: float = -2.0, high: float = 2.0, max_dims: int = 3):
-    """A tuple of `n` float64 arrays whose shapes broadcast together."""
-    from hypothesis import strategies as st
-    from hypothesis.extra import numpy as hnp
-
-    @st.composite
-    def build(draw):
-        shapes_ = draw(hnp.mutually_broadcastable_shapes(num_shapes=n, max_dims=max_dims,
-                                                         min_side=1, max_side=4)).input_shapes
-        return tuple(draw(arrays(s, low=low, high=high)) for s in shapes_)
-    return build()
 
 
 __all__ = ["check_grads", "check_rule", "GradientCheckError", "traced_value", "shapes", "arrays",
