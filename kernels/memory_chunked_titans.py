@@ -9,12 +9,21 @@ Titans keeps two states: ``S_i = eta_i S_{i-1} + u_i k_i^T``, ``M_i = r_i M_{i-1
     M_i = gr_i M0 + c_i S0 + sum_{j<=i} W_ij u_j k_j^T,   W = Er Ee,  c = Er ge
 
 The updates solve the unit lower-triangular system ``(I + diag(theta) A) U = R`` with
-``A_ij = W_{i-1,j} k_i . k_j`` (j < i) and ``R = theta * (V - gr_{i-1} K M0^T - c_{i-1} K S0^T)``;
-the pair ``[M S]`` crosses a chunk through one ``[2d, 2d]`` linear map. The backward
-differentiates the chunk function by hand; the gate gradients go through ``W = Er Ee`` and
-``c = Er ge`` to terms that each span one range of tokens (see `memory_chunked`). Decay
-ratios are summed over their own spans (`memory_chunked.span_decays`), and calls fall back to
-the sequential reference as in `memory_chunked` (its module docstring).
+``A_ij = W_{i-1,j} k_i . k_j`` (j < i) and ``R = theta * (V - gr_{i-1} K M0^T - c_{i-1} K S0^T)``,
+i.e. ``U = U0 - Wms [M0 S0]^T`` with ``U0 = T (theta * V)`` and ``Wms = T (theta * [gr_{i-1} K,
+c_{i-1} K])``. The pair ``X = [M0 S0]`` crosses a chunk as
+
+    X_C = [gr_C M0 + c_C S0, ge_C S0] + U^T Dk,   Dk = [W_{C-1,j} k_j, Ee_{C-1,j} k_j]
+
+and the outputs are ``Y = Qg X^T + (W * Q K^T) U`` with ``Qg = [gr * Q, c * Q]``. On NumPy the
+carry is a loop over chunks of two ``[C, 2d]``-sized products (``U``, then ``U^T Dk``):
+``O(C d^2)`` per chunk, where multiplying by the chunk's ``[2d, 2d]`` transition matrix would
+cost ``O(d^3)`` and forming it ``O(C d^2)`` more. An `ops` object with its own carry (the CUDA
+kernels of `kernels.cuda_memory_chunked`, one launch per sweep) gets those matrices instead.
+The backward differentiates the chunk function by hand; the gate gradients go through
+``W = Er Ee`` and ``c = Er ge`` to terms that each span one range of tokens (see
+`memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
+and calls fall back to the sequential reference as in `memory_chunked` (its module docstring).
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ from . import memory_chunked
 from ._common import max_abs, within_range
 from .memory_chunked import (NumpyOps, Saved, _blocks, _log_gradient, _tr, _triangles,
                              _unblocks, growth, sequential_backward, sequential_forward,
-                             span_decays)
+                             shift_rows, span_decays)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -55,6 +64,9 @@ def _shift(a, first):
 
 
 class _Chunks:
+    """Per-chunk quantities of one span of equal chunks (shapes ``[B, N, C, ...]``); pairs
+    ``[M-part S-part]`` share one array along the last axis, with views for each half."""
+
     def __init__(self, x: ref.Seq, C: int, ops):
         xp = array_module(x.k)
         s = x.k.shape[0]
@@ -63,35 +75,92 @@ class _Chunks:
         self.r = _blocks(x.ret[..., 0], s, C, 1.0)
         self.eta = _blocks(x.eta[..., 0], s, C, 1.0)
         self.th = _blocks(x.th[..., 0], s, C)
-        lower, self.strict = _triangles(xp, C)
-        self.lower = lower
+        self.lower, self.strict = _triangles(xp, C)
         d = self.K.shape[-1]
-        eye = xp.eye(d, dtype=self.K.dtype)
         self.gr, self.Er = _decays(xp.log(self.r))
         self.ge, self.Ee = _decays(xp.log(self.eta))
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
-        self.Wp = xp.where(self.strict, _shift(self.W.swapaxes(-1, -2), 0.0)
-                           .swapaxes(-1, -2), 0.0)                 # W_{i-1, j}, j < i
+        self.Wp = shift_rows(self.W)               # W_{i-1, j}: 0 for j >= i, as W is lower
         self.grp, self.cp = _shift(self.gr, 1.0), _shift(self.c, 0.0)
         self.KK = self.K @ _tr(self.K)
         self.QK = self.Q @ _tr(self.K)
         self.A = self.Wp * self.KK
         self.T = ops.unit_lower_inverse(self.A, self.th)
         self.U0 = self.T @ (self.th[..., None] * self.V)
-        self.WM = self.T @ ((self.th * self.grp)[..., None] * self.K)
-        self.WS = self.T @ ((self.th * self.cp)[..., None] * self.K)
+        thK = self.th[..., None] * self.K
+        # [Qg; Wms] stacked along the tokens (views of one array): the reverse carry on NumPy
+        # takes both in one product
+        self.QW = xp.empty(self.K.shape[:2] + (2 * C, 2 * d), self.K.dtype)
+        self.Qg, self.Wms = self.QW[..., :C, :], self.QW[..., C:, :]
+        for half, g, gp in zip((slice(None, d), slice(d, None)), (self.gr, self.c),
+                               (self.grp, self.cp)):
+            xp.multiply(g[..., None], self.Q, out=self.Qg[..., half])
+            xp.multiply(gp[..., None], thK, out=self.Wms[..., half])
+        self.Wms[...] = self.T @ self.Wms
         self.Pm = self.W * self.QK
-        self.DWK = self.W[..., -1, :, None] * self.K
-        self.DeK = self.Ee[..., -1, :, None] * self.K
-        grC, cC, geC = (a[..., -1, None, None] for a in (self.gr, self.c, self.ge))
-        # [M_C S_C] = [M0 S0] Phi + [U0^T DWK  U0^T DeK]
-        self.Phi = xp.concatenate([
-            xp.concatenate([grC * eye - _tr(self.WM) @ self.DWK, -_tr(self.WM) @ self.DeK], -1),
-            xp.concatenate([cC * eye - _tr(self.WS) @ self.DWK,
-                            geC * eye - _tr(self.WS) @ self.DeK], -1)], -2)
-        self.PsiM = self.gr[..., None] * self.Q - self.Pm @ self.WM
-        self.PsiS = self.c[..., None] * self.Q - self.Pm @ self.WS
+        self.Dk = xp.concatenate([self.W[..., -1, :, None] * self.K,
+                                  self.Ee[..., -1, :, None] * self.K], -1)
+        # the chunk's last decays: c_C [B, N, 1, 1] and the row [gr_C ... ge_C ...] [B, N, 1, 2d]
+        self.grC, self.cC, self.geC = (a[..., -1, None, None] for a in (self.gr, self.c, self.ge))
+        self.decay_row = xp.concatenate([xp.broadcast_to(a, a.shape[:-1] + (d,))
+                                         for a in (self.grC, self.geC)], -1)
+        self.Phi = None if ops is NumpyOps else self._transition()
+
+    def _transition(self):
+        """``Phi [B, N, 2d, 2d]`` with ``[M_C S_C] = [M0 S0] Phi + U0^T Dk``, for an `ops`
+        whose carry multiplies by it."""
+        xp = array_module(self.K)
+        d = self.K.shape[-1]
+        eye = xp.eye(d, dtype=self.K.dtype)
+        zero = xp.zeros(self.grC.shape[:-2] + (d, d), self.K.dtype)
+        decay = xp.concatenate([xp.concatenate([self.grC * eye, zero], -1),
+                                xp.concatenate([self.cC * eye, self.geC * eye], -1)], -2)
+        return decay - _tr(self.Wms) @ self.Dk
+
+    def carry(self, X):
+        """``(starts [B, N, d, 2d], U [B, N, C, d], final)``: the pair entering every chunk,
+        the chunk's updates and the pair leaving the last chunk."""
+        if self.Phi is not None:
+            starts, X = self.ops.carry(X, _tr(self.U0) @ self.Dk, P=self.Phi)
+            return starts, self.U0 - self.Wms @ _tr(starts), X
+        xp = array_module(X)
+        B, N, C, d = self.K.shape
+        states = xp.empty((B, N + 1, d, 2 * d), X.dtype)
+        U = xp.empty_like(self.U0)
+        states[:, 0] = X
+        for n in range(N):
+            X, nxt, u = states[:, n], states[:, n + 1], U[:, n]
+            xp.matmul(self.Wms[:, n], _tr(X), out=u)
+            xp.subtract(self.U0[:, n], u, out=u)
+            xp.matmul(_tr(u), self.Dk[:, n], out=nxt)
+            nxt += X * self.decay_row[:, n]                 # [gr_C M0, ge_C S0]
+            nxt[..., :d] += self.cC[:, n] * X[..., d:]       # + c_C S0
+        return states[:, :N], U, states[:, N]
+
+    def carry_back(self, G, dY):
+        """``(ends [B, N, d, 2d], dU [B, N, C, d], first)``: the cotangent of the pair leaving
+        every chunk, that of the chunk's updates and the cotangent entering the first chunk."""
+        PdY = _tr(self.Pm) @ dY
+        if self.Phi is not None:
+            ends, G = self.ops.carry(G, _tr(dY) @ (self.Qg - self.Pm @ self.Wms), P=self.Phi,
+                                     transpose=True, reverse=True)
+            return ends, PdY + self.Dk @ _tr(ends), G
+        xp = array_module(G)
+        B, N, C, d = self.K.shape
+        cts = xp.empty((B, N + 1, d, 2 * d), G.dtype)
+        cts[:, N] = G
+        # per chunk [dY; -dU] against [Qg; Wms]: G_prev = dY^T Qg - dU^T Wms + decays
+        Z = xp.empty((B, N, 2 * C, d), G.dtype)
+        Z[..., :C, :] = dY
+        ndU = xp.negative(PdY, out=Z[..., C:, :])
+        for n in range(N - 1, -1, -1):
+            G, prev, nd = cts[:, n + 1], cts[:, n], ndU[:, n]
+            nd -= self.Dk[:, n] @ _tr(G)
+            xp.matmul(_tr(Z[:, n]), self.QW[:, n], out=prev)
+            prev += G * self.decay_row[:, n]                # [gr_C GM, ge_C GS]
+            prev[..., d:] += self.cC[:, n] * G[..., :d]      # + c_C GM
+        return cts[:, 1:], xp.negative(ndU), cts[:, 0]
 
 
 def _parts(s: int, C: int):
@@ -119,16 +188,16 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     ys, all_starts, all_chunks = [], [], []
     for t0, t1, c in _parts(s, C):
         ch = _Chunks(_slice(x, t0, t1), c, ops)
-        adds = xp.concatenate([_tr(ch.U0) @ ch.DWK, _tr(ch.U0) @ ch.DeK], -1)   # [B, N, d, 2d]
-        starts, MS = ops.carry(MS, adds, P=ch.Phi)
-        M0, S0 = starts[..., :d], starts[..., d:]
-        ys.append(_unblocks(ch.PsiM @ _tr(M0) + ch.PsiS @ _tr(S0) + ch.Pm @ ch.U0, t1 - t0))
+        starts, ch.U, MS = ch.carry(MS)
+        ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
         all_starts.append(starts)
         all_chunks.append(ch)
-    y = xp.concatenate(ys, 0)
-    made = [y, MS] + all_starts + [a for ch in all_chunks for a in (ch.U0, ch.WM, ch.WS)]
+    y = ys[0] if len(ys) == 1 else xp.concatenate(ys, 0)
+    made = [y, MS] + all_starts + [a for ch in all_chunks for a in (ch.U0, ch.Wms)]
     if not within_range(xp, made, grow, x.k.dtype):
         return sequential_forward(spec, x, init, checkpoint_every, C)
+    for ch in all_chunks:
+        ch.U0 = None            # the backward needs the updates U only
     finals = (xp.ascontiguousarray(MS[..., :d]), xp.ascontiguousarray(MS[..., d:]))
     return y, finals, Saved(x, C, all_starts, all_chunks, tuple(init), grow)
 
@@ -145,36 +214,35 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     parts, made = [], [G]
     for (t0, t1, _), starts, ch in reversed(list(zip(_parts(s, C), all_starts, all_chunks))):
         dy_part = None if dy is None else dy[t0:t1]
-        g, G, ends = _backward_part(ch, starts, dy_part, G, t1 - t0, d)
+        g, G, ends = _backward_part(ch, starts, dy_part, G, t1 - t0)
         parts.insert(0, g)
         made += [ends, G] + list(g.values())
     scale = max([1.0] + [max_abs(xp, a) for a in all_starts])
     if not within_range(xp, made, saved.growth * scale, x.k.dtype):
         return sequential_backward(spec, saved, dy, dfinals, need)
-    g = {n: xp.concatenate([p[n] for p in parts], 0)
+    g = {n: parts[0][n] if len(parts) == 1 else xp.concatenate([p[n] for p in parts], 0)
          for n in ("alpha", "eta", "theta", "k", "v", "q")}
     g["q"] = g["q"] if "q" in need else None
     g["init"] = (xp.ascontiguousarray(G[..., :d]), xp.ascontiguousarray(G[..., d:]))
     return g
 
 
-def _backward_part(ch: _Chunks, starts, dy, G, s: int, d: int):
+def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     """One span of equal chunks: its time-major gradients and the cotangent entering it."""
     xp = array_module(ch.K)
-    C = ch.C
+    C, d = ch.C, ch.K.shape[-1]
     dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
-    adds = xp.concatenate([_tr(dY) @ ch.PsiM, _tr(dY) @ ch.PsiS], -1)
-    ends, G = ch.ops.carry(G, adds, P=ch.Phi, transpose=True, reverse=True)
+    ends, dU, G = ch.carry_back(G, dY)
     M0, S0, GM, GS = starts[..., :d], starts[..., d:], ends[..., :d], ends[..., d:]
-    XM, XS = ch.K @ _tr(M0), ch.K @ _tr(S0)
-    U = ch.U0 - ch.WM @ _tr(M0) - ch.WS @ _tr(S0)
-    dU = _tr(ch.Pm) @ dY + ch.DWK @ _tr(GM) + ch.DeK @ _tr(GS)
+    U = ch.U
     dPm = xp.where(ch.lower, dY @ _tr(U), 0.0)
     dW = dPm * ch.QK
     dQK = dPm * ch.W
-    dYM, dYS = dY @ M0, dY @ S0
+    dYX = dY @ starts                                   # [dY M0, dY S0]
+    dYM, dYS = dYX[..., :d], dYX[..., d:]
     dQ = ch.gr[..., None] * dYM + ch.c[..., None] * dYS + dQK @ ch.K
-    UGM, UGS = U @ GM, U @ GS
+    UG = U @ ends                                       # [U GM, U GS]
+    UGM, UGS = UG[..., :d], UG[..., d:]
     dK = _tr(dQK) @ ch.Q + ch.W[..., -1, :, None] * UGM + ch.Ee[..., -1, :, None] * UGS
     dgr = xp.sum(dYM * ch.Q, axis=-1)
     dc = xp.sum(dYS * ch.Q, axis=-1)
@@ -190,7 +258,8 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int, d: int):
     dA = ch.th[..., None] * dL
     dWp = dA * ch.KK
     dKK = dA * ch.Wp
-    dRM, dRS = dR @ M0, dR @ S0
+    dRX = dR @ starts                                   # [dR M0, dR S0]
+    dRM, dRS = dRX[..., :d], dRX[..., d:]
     dRXM, dRXS = xp.sum(dRM * ch.K, axis=-1), xp.sum(dRS * ch.K, axis=-1)
     thgrp, thcp = ch.th * ch.grp, ch.th * ch.cp
     dK += (dKK + _tr(dKK)) @ ch.K - thgrp[..., None] * dRM - thcp[..., None] * dRS
