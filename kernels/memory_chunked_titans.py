@@ -160,7 +160,7 @@ class _Chunks:
             xp.matmul(_tr(Z[:, n]), self.QW[:, n], out=prev)
             prev += G * self.decay_row[:, n]                # [gr_C GM, ge_C GS]
             prev[..., d:] += self.cC[:, n] * G[..., :d]      # + c_C GM
-        return cts[:, 1:], xp.negative(ndU), cts[:, 0]
+        return cts[:, 1:], xp.negative(ndU), cts[:, 0].copy()
 
 
 def _parts(s: int, C: int):
@@ -214,9 +214,9 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     parts, made = [], [G]
     for (t0, t1, _), starts, ch in reversed(list(zip(_parts(s, C), all_starts, all_chunks))):
         dy_part = None if dy is None else dy[t0:t1]
-        g, G, ends = _backward_part(ch, starts, dy_part, G, t1 - t0)
+        g, G, ends_range = _backward_part(ch, starts, dy_part, G, t1 - t0)
         parts.insert(0, g)
-        made += [ends, G] + list(g.values())
+        made += [ends_range, G] + list(g.values())
     scale = max([1.0] + [max_abs(xp, a) for a in all_starts])
     if not within_range(xp, made, saved.growth * scale, x.k.dtype):
         return sequential_backward(spec, saved, dy, dfinals, need)
@@ -228,32 +228,50 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
 
 
 def _backward_part(ch: _Chunks, starts, dy, G, s: int):
-    """One span of equal chunks: its time-major gradients and the cotangent entering it."""
+    """One span of equal chunks: its time-major gradients, the cotangent entering it and the
+    extremes of the cotangents leaving its chunks (for the range check). The largest
+    temporaries are released as soon as they are used: the peak of the forward's residuals plus
+    the backward's temporaries is memory the next call touches afresh."""
     xp = array_module(ch.K)
     C, d = ch.C, ch.K.shape[-1]
     dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
     ends, dU, G = ch.carry_back(G, dY)
-    M0, S0, GM, GS = starts[..., :d], starts[..., d:], ends[..., :d], ends[..., d:]
+    ends_range = xp.stack([xp.max(ends), xp.min(ends)])
+    M0, S0 = starts[..., :d], starts[..., d:]
+    dgr_end = xp.einsum("bnij,bnij->bn", ends[..., :d], M0)
+    dc_end = xp.einsum("bnij,bnij->bn", ends[..., :d], S0)
+    dge_end = xp.einsum("bnij,bnij->bn", ends[..., d:], S0)
     U = ch.U
+    UG = U @ ends                                       # [U GM, U GS]
+    del ends
+    UGM, UGS = UG[..., :d], UG[..., d:]
+    dK = ch.W[..., -1, :, None] * UGM
+    dK += ch.Ee[..., -1, :, None] * UGS
+    dW_end = xp.sum(UGM * ch.K, axis=-1)
+    dEe_end = xp.sum(UGS * ch.K, axis=-1)
+    del UG, UGM, UGS
     dPm = xp.where(ch.lower, dY @ _tr(U), 0.0)
     dW = dPm * ch.QK
     dQK = dPm * ch.W
+    del dPm
     dYX = dY @ starts                                   # [dY M0, dY S0]
     dYM, dYS = dYX[..., :d], dYX[..., d:]
-    dQ = ch.gr[..., None] * dYM + ch.c[..., None] * dYS + dQK @ ch.K
-    UG = U @ ends                                       # [U GM, U GS]
-    UGM, UGS = UG[..., :d], UG[..., d:]
-    dK = _tr(dQK) @ ch.Q + ch.W[..., -1, :, None] * UGM + ch.Ee[..., -1, :, None] * UGS
+    dQ = ch.gr[..., None] * dYM
+    dQ += ch.c[..., None] * dYS
+    dQ += dQK @ ch.K
+    dK += _tr(dQK) @ ch.Q
     dgr = xp.sum(dYM * ch.Q, axis=-1)
     dc = xp.sum(dYS * ch.Q, axis=-1)
+    del dYX, dYM, dYS, dQK
     dge = xp.zeros_like(dgr)
     dEe = xp.zeros_like(ch.Ee)
-    dgr[..., -1] += xp.einsum("bnij,bnij->bn", GM, M0)
-    dc[..., -1] += xp.einsum("bnij,bnij->bn", GM, S0)
-    dge[..., -1] += xp.einsum("bnij,bnij->bn", GS, S0)
-    dW[..., -1, :] += xp.sum(UGM * ch.K, axis=-1)
-    dEe[..., -1, :] += xp.sum(UGS * ch.K, axis=-1)
+    dgr[..., -1] += dgr_end
+    dc[..., -1] += dc_end
+    dge[..., -1] += dge_end
+    dW[..., -1, :] += dW_end
+    dEe[..., -1, :] += dEe_end
     dR = _tr(ch.T) @ dU
+    del dU
     dL = -xp.where(ch.strict, dR @ _tr(U), 0.0)
     dA = ch.th[..., None] * dL
     dWp = dA * ch.KK
@@ -262,7 +280,11 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     dRM, dRS = dRX[..., :d], dRX[..., d:]
     dRXM, dRXS = xp.sum(dRM * ch.K, axis=-1), xp.sum(dRS * ch.K, axis=-1)
     thgrp, thcp = ch.th * ch.grp, ch.th * ch.cp
-    dK += (dKK + _tr(dKK)) @ ch.K - thgrp[..., None] * dRM - thcp[..., None] * dRS
+    dK -= thgrp[..., None] * dRM
+    dK -= thcp[..., None] * dRS
+    del dRX, dRM, dRS
+    dKK += _tr(dKK)
+    dK += dKK @ ch.K
     dV = ch.th[..., None] * dR
     dtheta = (xp.sum(dR * ch.V, axis=-1) - ch.grp * dRXM - ch.cp * dRXS
               + xp.sum(dL * ch.A, axis=-1))
@@ -279,4 +301,4 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     dloge = _log_gradient(dEe * ch.Ee, dge * ch.ge)
     g = {"alpha": -dlogr / ch.r, "eta": dloge / ch.eta, "theta": dtheta, "k": dK, "v": dV,
          "q": dQ}
-    return {n: _unblocks(a, s) for n, a in g.items()}, G, ends
+    return {n: _unblocks(a, s) for n, a in g.items()}, G, ends_range
