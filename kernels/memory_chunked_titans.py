@@ -81,12 +81,10 @@ class _Chunks:
         self.ge, self.Ee = _decays(xp.log(self.eta))
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
-        self.Wp = shift_rows(self.W)               # W_{i-1, j}: 0 for j >= i, as W is lower
         self.grp, self.cp = _shift(self.gr, 1.0), _shift(self.c, 0.0)
         self.KK = self.K @ _tr(self.K)
         self.QK = self.Q @ _tr(self.K)
-        self.A = self.Wp * self.KK
-        self.T = ops.unit_lower_inverse(self.A, self.th)
+        self.T = ops.unit_lower_inverse(self.shifted_w() * self.KK, self.th)
         self.U0 = self.T @ (self.th[..., None] * self.V)
         thK = self.th[..., None] * self.K
         # [Qg; Wms] stacked along the tokens (views of one array): the reverse carry on NumPy
@@ -98,14 +96,27 @@ class _Chunks:
             xp.multiply(g[..., None], self.Q, out=self.Qg[..., half])
             xp.multiply(gp[..., None], thK, out=self.Wms[..., half])
         self.Wms[...] = self.T @ self.Wms
-        self.Pm = self.W * self.QK
-        self.Dk = xp.concatenate([self.W[..., -1, :, None] * self.K,
-                                  self.Ee[..., -1, :, None] * self.K], -1)
+        self.Pm, self.Dk = self.W * self.QK, self.decayed_keys()
         # the chunk's last decays: c_C [B, N, 1, 1] and the row [gr_C ... ge_C ...] [B, N, 1, 2d]
         self.grC, self.cC, self.geC = (a[..., -1, None, None] for a in (self.gr, self.c, self.ge))
         self.decay_row = xp.concatenate([xp.broadcast_to(a, a.shape[:-1] + (d,))
                                          for a in (self.grC, self.geC)], -1)
         self.Phi = None if ops is NumpyOps else self._transition()
+
+    def shifted_w(self):
+        """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
+        return shift_rows(self.W)
+
+    def decayed_keys(self):
+        """``Dk = [W_{C-1, j} k_j, Ee_{C-1, j} k_j]`` ``[B, N, C, 2d]``."""
+        xp = array_module(self.K)
+        return xp.concatenate([self.W[..., -1, :, None] * self.K,
+                               self.Ee[..., -1, :, None] * self.K], -1)
+
+    def release(self):
+        """Drop what only the forward needs or the backward recomputes at little cost: the
+        residuals' memory is touched afresh by every call."""
+        self.U0 = self.Pm = self.Dk = None
 
     def _transition(self):
         """``Phi [B, N, 2d, 2d]`` with ``[M_C S_C] = [M0 S0] Phi + U0^T Dk``, for an `ops`
@@ -141,11 +152,11 @@ class _Chunks:
     def carry_back(self, G, dY):
         """``(ends [B, N, d, 2d], dU [B, N, C, d], first)``: the cotangent of the pair leaving
         every chunk, that of the chunk's updates and the cotangent entering the first chunk."""
-        PdY = _tr(self.Pm) @ dY
+        Pm, Dk = self.W * self.QK, self.decayed_keys()
         if self.Phi is not None:
-            ends, G = self.ops.carry(G, _tr(dY) @ (self.Qg - self.Pm @ self.Wms), P=self.Phi,
+            ends, G = self.ops.carry(G, _tr(dY) @ (self.Qg - Pm @ self.Wms), P=self.Phi,
                                      transpose=True, reverse=True)
-            return ends, PdY + self.Dk @ _tr(ends), G
+            return ends, _tr(Pm) @ dY + Dk @ _tr(ends), G
         xp = array_module(G)
         B, N, C, d = self.K.shape
         cts = xp.empty((B, N + 1, d, 2 * d), G.dtype)
@@ -153,10 +164,12 @@ class _Chunks:
         # per chunk [dY; -dU] against [Qg; Wms]: G_prev = dY^T Qg - dU^T Wms + decays
         Z = xp.empty((B, N, 2 * C, d), G.dtype)
         Z[..., :C, :] = dY
-        ndU = xp.negative(PdY, out=Z[..., C:, :])
+        ndU = xp.matmul(_tr(Pm), dY, out=Z[..., C:, :])
+        xp.negative(ndU, out=ndU)
+        del Pm
         for n in range(N - 1, -1, -1):
             G, prev, nd = cts[:, n + 1], cts[:, n], ndU[:, n]
-            nd -= self.Dk[:, n] @ _tr(G)
+            nd -= Dk[:, n] @ _tr(G)
             xp.matmul(_tr(Z[:, n]), self.QW[:, n], out=prev)
             prev += G * self.decay_row[:, n]                # [gr_C GM, ge_C GS]
             prev[..., d:] += self.cC[:, n] * G[..., :d]      # + c_C GM
@@ -197,7 +210,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     if not within_range(xp, made, grow, x.k.dtype):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     for ch in all_chunks:
-        ch.U0 = None            # the backward needs the updates U only
+        ch.release()
     finals = (xp.ascontiguousarray(MS[..., :d]), xp.ascontiguousarray(MS[..., d:]))
     return y, finals, Saved(x, C, all_starts, all_chunks, tuple(init), grow)
 
@@ -274,8 +287,10 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     del dU
     dL = -xp.where(ch.strict, dR @ _tr(U), 0.0)
     dA = ch.th[..., None] * dL
-    dWp = dA * ch.KK
-    dKK = dA * ch.Wp
+    dLK = dL * ch.KK
+    Wp = ch.shifted_w()
+    dWp = ch.th[..., None] * dLK                        # dA * KK
+    dKK = dA * Wp
     dRX = dR @ starts                                   # [dR M0, dR S0]
     dRM, dRS = dRX[..., :d], dRX[..., d:]
     dRXM, dRXS = xp.sum(dRM * ch.K, axis=-1), xp.sum(dRS * ch.K, axis=-1)
@@ -285,11 +300,14 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     del dRX, dRM, dRS
     dKK += _tr(dKK)
     dK += dKK @ ch.K
+    del dKK
     dV = ch.th[..., None] * dR
     dtheta = (xp.sum(dR * ch.V, axis=-1) - ch.grp * dRXM - ch.cp * dRXS
-              + xp.sum(dL * ch.A, axis=-1))
+              + xp.sum(dLK * Wp, axis=-1))                # dL . A, A = Wp * KK
+    del dR, dL, dA, dLK, Wp
     # the shifted copies: Wp_ij = W_{i-1,j}, grp_i = gr_{i-1}, cp_i = c_{i-1}
     dW[..., :-1, :] += dWp[..., 1:, :]
+    del dWp
     dgr[..., :-1] -= (ch.th * dRXM)[..., 1:]
     dc[..., :-1] -= (ch.th * dRXS)[..., 1:]
     # W = Er Ee, c = Er ge
