@@ -11,7 +11,7 @@ Titans keeps two states: ``S_i = eta_i S_{i-1} + u_i k_i^T``, ``M_i = r_i M_{i-1
 The updates solve the unit lower-triangular system ``(I + diag(theta) A) U = R`` with
 ``A_ij = W_{i-1,j} k_i . k_j`` (j < i) and ``R = theta * (V - gr_{i-1} K M0^T - c_{i-1} K S0^T)``,
 i.e. ``U = U0 - Wms [M0 S0]^T`` with ``U0 = T (theta * V)`` and ``Wms = T (theta * [gr_{i-1} K,
-c_{i-1} K])``. The pair ``X = [M0 S0]`` crosses a chunk as
+c_{i-1} K])``. The pair ``X = [M0 S0]`` crosses a chunk as::
 
     X_C = [gr_C M0 + c_C S0, ge_C S0] + U^T Dk,   Dk = [W_{C-1,j} k_j, Ee_{C-1,j} k_j]
 
@@ -102,6 +102,7 @@ class _Chunks:
         self.decay_row = xp.concatenate([xp.broadcast_to(a, a.shape[:-1] + (d,))
                                          for a in (self.grC, self.geC)], -1)
         self.Phi = None if ops is NumpyOps else self._transition()
+        self.U = None               # the updates, set by the forward run
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
