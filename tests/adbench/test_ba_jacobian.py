@@ -76,8 +76,7 @@ def test_jacobian_matches_the_complex_step_of_one_observation(compiled):
 
 def test_compiled_residual_follows_a_zero_angle_that_appears_later():
     """Without a zero angle the selection between the two Rodrigues forms is skipped: a
-    Python decision on traced values, which a compiled replay must check at every call. (The
-    Jacobian's batched sweep runs eagerly under tape.compile; one component is compiled.)"""
+    Python decision on traced values, which a compiled replay must check at every call."""
     inp = generate.random_ba(3, 5, 12, seed=12)
     inp.cams[0, :3] = [0.1, -0.2, 0.3]
     p = inp.sizes["p"]
@@ -97,6 +96,18 @@ def test_compiled_residual_follows_a_zero_angle_that_appears_later():
             np.testing.assert_allclose(grads[:, i], complex_step_rows(inp, i)[0], rtol=1e-11,
                                        atol=1e-12, err_msg=f"observation {i}")
     assert g.stats.traces >= 2 and g.stats.eager_calls == 0
+
+
+def test_compiled_jacobian_agrees_with_eager_when_a_zero_angle_appears():
+    inp = generate.random_ba(3, 5, 12, seed=16)
+    inp.cams[0, :3] = [0.1, -0.2, 0.3]
+    d = runners.compiled_autodiff()
+    for zero_camera in (None, None, None, 2, 2):
+        if zero_camera is not None:
+            inp.cams[zero_camera, :3] = 0.0
+        np.testing.assert_allclose(ba.jacobian(inp, d).data, ba.jacobian(inp).data,
+                                   rtol=1e-13, atol=1e-14)
+    check_jacobian(ba.jacobian(inp, d), inp)
 
 
 def test_kept_pattern_is_not_reused_for_other_observations():

@@ -16,17 +16,18 @@ at summing the short rows of a (p, 3) array, in the objective and in its reverse
 The Jacobian (ADBench's layout: 2p reprojection rows then p weight rows; columns: 11 per
 camera, 3 per point, 1 per weight) is sparse: reprojection row (i, j) depends only on the 11
 parameters of observation i's camera, the 3 of its point and its weight. This module gets it
-by **reverse mode with a batch of two cotangents**: the residuals (2, p) are written into a
-buffer whose two shadows seed the x and the y rows (``BatchDuplicated``, Enzyme's convention
-for a result written into an argument), so that one primal pass and one reverse sweep give,
-in column i of the two gradients of each gathered input, d residual_i[x] and d residual_i[y]
-with respect to the camera, point and weight of observation i: no observation's residual
-depends on another observation's column. That is all 15 nonzeros of the 2p reprojection rows;
-a second call differentiates the elementwise weight residual. (Two plain sweeps, one per
-component, repeat the primal pass and the reverse rules' own work such as cos and sin: about
-10% slower eagerly, and about as fast as the batch once each is compiled with `tape.compile`,
-which runs batched calls eagerly.) The CSR pattern depends only on the observations, and is
-kept from one call to the next while they are unchanged.
+by **reverse mode, one sweep per residual component**: differentiating the vectorised
+``sum_i residual_i[j]`` with respect to the gathered camera rows, point rows and weights gives,
+in column i of each input gradient, exactly d residual_i[j] / d (camera, point, weight of i),
+because no observation's residual depends on another observation's column. Two sweeps
+(j = x, y) give all 15 nonzeros of the 2p reprojection rows; a third differentiates the
+elementwise weight residual. The CSR pattern depends only on the observations, and is kept
+from one call to the next while they are unchanged.
+
+One primal pass and one reverse sweep with a batch of two cotangents (the residuals written
+into a ``BatchDuplicated`` buffer whose shadows seed x and y) computes the same Jacobian; it
+was about 10% faster eagerly on ADBench's ba1 but 30% slower on ba3 (p = 182072), and
+`tape.compile` runs batched calls eagerly.
 """
 from __future__ import annotations
 
@@ -35,8 +36,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from tape import (Active, BatchDuplicated, Const, Duplicated, Reverse, autodiff,
-                  custom_rule)
+from tape import Active, Const, Duplicated, Reverse, autodiff, custom_rule
 
 from .io import BAInput
 
@@ -171,16 +171,22 @@ class SparseJacobian:
         return dense
 
 
-def _residuals_into(out, cam, X, w, feats):
-    out[...] = reproj_error(cam, X, w, feats)
+def _component(j: int) -> Callable:
+    def f(cam, X, w, feats):
+        return np.sum(reproj_error(cam, X, w, feats)[j])
+    f.__name__ = f"reprojection_residual_{'xy'[j]}"
+    return f
 
 
 def _total_weight_error(w):
     return np.sum(weight_error(w))
 
 
+_COMPONENTS = (_component(0), _component(1))
+
+
 def jacobian(inp: BAInput, differentiate: Callable = autodiff) -> SparseJacobian:
-    """The sparse Jacobian of `objective` by batched reverse mode (module docstring).
+    """The sparse Jacobian of `objective` by per-component reverse mode (module docstring).
     `differentiate` is `autodiff` or a compiled stand-in (`runners.compiled_autodiff`).
 
     >>> from models.bench.adbench import generate
@@ -190,15 +196,13 @@ def jacobian(inp: BAInput, differentiate: Callable = autodiff) -> SparseJacobian
     """
     n, m, p = inp.sizes["n"], inp.sizes["m"], inp.sizes["p"]
     cam, X = gather(inp)
+    feats = inp.feats.T
     # grads[j, :, i]: the 15 nonzeros of reprojection row 2i + j, a row of p per parameter
     grads = np.zeros((2, ROW_WIDTH, p))
-    seeds = np.zeros((2, 2, p))
-    seeds[0, 0] = seeds[1, 1] = 1.0
-    differentiate(Reverse, _residuals_into, Const,
-                  BatchDuplicated(np.empty((2, p)), tuple(seeds)),
-                  BatchDuplicated(cam, tuple(CameraRows.of(g) for g in grads)),
-                  BatchDuplicated(X, tuple(g[N_CAM_PARAMS:N_CAM_PARAMS + 3] for g in grads)),
-                  BatchDuplicated(inp.w, tuple(g[-1] for g in grads)), Const(inp.feats.T))
+    for component, g in zip(_COMPONENTS, grads):
+        differentiate(Reverse, component, Active, Duplicated(cam, CameraRows.of(g)),
+                      Duplicated(X, g[N_CAM_PARAMS:N_CAM_PARAMS + 3]), Duplicated(inp.w, g[-1]),
+                      Const(feats))
     indptr, indices = csr_pattern(n, m, p, inp.obs)
     data = np.empty(indices.size)
     data[:2 * p * ROW_WIDTH].reshape(p, 2, ROW_WIDTH)[...] = grads.transpose(2, 0, 1)
