@@ -100,14 +100,20 @@ def gather(inp: BAInput) -> tuple[CameraRows, np.ndarray]:
             np.take(inp.X.T, inp.obs[:, 1], axis=1))
 
 
-def rodrigues_rotate_point(rot, X):
-    """Rotate each column of X (3, p) by the angle-axis vector in the same column of rot."""
+def rodrigues_rotate_point(rot: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Rotate each column of X (3, p) by the angle-axis vector in the same column of rot.
+
+    >>> quarter_turn_about_z = np.array([[0.0, 0.0], [0.0, 0.0], [np.pi / 2, 0.0]])
+    >>> np.round(rodrigues_rotate_point(quarter_turn_about_z, np.eye(3)[:, :2]), 12).tolist()
+    [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    """
     sqtheta = np.sum(rot ** 2, axis=0)
     nonzero = sqtheta != 0
     # At angle 0 the small-angle form X + r x X is used. The general form is still evaluated
     # there (vectorised code computes both branches), on a safe angle of 1 so that neither its
     # value nor its derivative is a NaN that the unselected branch would carry into the result.
-    # Without a zero angle (the usual case) the selection would change nothing: it is skipped.
+    # Without a zero angle (the usual case) the selection would change nothing: it is skipped
+    # (a decision on traced values, which tape.compile checks at every replay).
     every = bool(np.all(nonzero))
     theta = np.sqrt(sqtheta if every else np.where(nonzero, sqtheta, 1.0))
     w = rot / theta
@@ -119,26 +125,26 @@ def rodrigues_rotate_point(rot, X):
     return np.where(nonzero, rotated, X + cross(rot, X))
 
 
-def radial_distort(k1, k2, proj):
+def radial_distort(k1: np.ndarray, k2: np.ndarray, proj: np.ndarray) -> np.ndarray:
     """Apply the radial distortion 1 + k1 r^2 + k2 r^4 to each projected point (2, p)."""
     rsq = np.sum(proj ** 2, axis=0)
     return proj * (1 + k1 * rsq + k2 * rsq * rsq)
 
 
-def project(cam: CameraRows, X):
+def project(cam: CameraRows, X: np.ndarray) -> np.ndarray:
     """Project each point X (3, p) with the camera in the same column: (2, p)."""
     Xcam = rodrigues_rotate_point(cam.rotation, X - cam.centre)
     distorted = radial_distort(cam.k1, cam.k2, Xcam[:2] / Xcam[2])
     return distorted * cam.focal + cam.principal_point
 
 
-def reproj_error(cam: CameraRows, X, w, feats):
+def reproj_error(cam: CameraRows, X: np.ndarray, w: np.ndarray, feats: np.ndarray) -> np.ndarray:
     """Weighted reprojection residuals (2, p) of observations with gathered cameras, points
     (3, p), weights (p,) and features (2, p)."""
     return w * (project(cam, X) - feats)
 
 
-def weight_error(w):
+def weight_error(w: np.ndarray) -> np.ndarray:
     """The weight residuals 1 - w^2 (p,)."""
     return 1 - w ** 2
 
