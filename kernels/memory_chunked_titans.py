@@ -15,11 +15,12 @@ c_{i-1} K])``. The pair ``X = [M0 S0]`` crosses a chunk as::
 
     X_C = [gr_C M0 + c_C S0, ge_C S0] + U^T Dk,   Dk = [W_{C-1,j} k_j, Ee_{C-1,j} k_j]
 
-and the outputs are ``Y = Qg X^T + (W * Q K^T) U`` with ``Qg = [gr * Q, c * Q]``. On NumPy the
-carry is a loop over chunks of two ``[C, 2d]``-sized products (``U``, then ``U^T Dk``):
-``O(C d^2)`` per chunk, where multiplying by the chunk's ``[2d, 2d]`` transition matrix would
-cost ``O(d^3)`` and forming it ``O(C d^2)`` more. An `ops` object with its own carry (the CUDA
-kernels of `kernels.cuda_memory_chunked`, one launch per sweep) gets those matrices instead.
+and the outputs are ``Y = Qg X^T + (W * Q K^T) U`` with ``Qg = [gr * Q, c * Q]``. On NumPy,
+for d > C, the carry is a loop over chunks of two ``[C, 2d]``-sized products (``U``, then
+``U^T Dk``): ``O(C d^2)`` per chunk, where multiplying by the chunk's ``[2d, 2d]`` transition
+matrix costs ``O(d^3)`` and forming it ``O(C d^2)`` more. For d <= C, and for an `ops` object
+with its own carry (the CUDA kernels of `kernels.cuda_memory_chunked`, one launch per sweep),
+the pair goes through those matrices instead (`_by_transition`).
 The backward differentiates the chunk function by hand; the gate gradients go through
 ``W = Er Ee`` and ``c = Er ge`` to terms that each span one range of tokens (see
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
