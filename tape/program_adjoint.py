@@ -14,9 +14,12 @@ other variable, rule residual or result references. With that knowledge:
 - the reverse of a basic-index gather (``x[1:3]``, ``x[0]``) writes into the owned cotangent
   of ``x`` (``ct[index] += g``) rather than scattering into fresh zeros and adding.
 
-In-place sums are only written when every floating value of the program is float64
-(`inplace`): then every cotangent is float64 too, and ``ct += term`` computes the same bits as
-``ct + term`` (the same two operands, in the same order, into a buffer of the same dtype).
+In-place sums are written as ``ct += term`` when every floating value of the program is
+float64 (`inplace`): then every cotangent is float64 too, and ``ct += term`` computes the same
+bits as ``ct + term`` (the same two operands, in the same order, into a buffer of the same
+dtype). In other programs (float32 ones) an owned cotangent is summed by `add_into`, which
+checks at run time that the term has the cotangent's dtype and shape before summing in place,
+and otherwise allocates ``ct + term`` as eager mode does (a float64 term promotes the sum).
 A cotangent is accumulated in the order of the eager sweep, so results equal eager ones.
 """
 from __future__ import annotations
@@ -76,6 +79,11 @@ class AdjointWriter:
         if st is None:   # the first contribution in sweep order is assigned
             lines.append(f"{indent}{ct} = {term}")
             self.states[s] = _State(may_be_none, fresh)
+            return
+        if st.owned and s not in self.scalar_slots and not self.inplace:
+            lines.append(f"{indent}{ct} = _add_into({ct}, {term})")
+            st.owned = st.owned and (not st.maybe_none or fresh)
+            st.maybe_none = st.maybe_none and may_be_none
             return
         if st.owned and self._in_place(s):
             if may_be_none:
@@ -139,6 +147,20 @@ def iadd(ct, term):
         return term
     ct += term
     return ct
+
+
+def add_into(ct, term):
+    """``ct + term`` (None standing for a zero on either side), summed into `ct` itself when
+    that gives the same array: both ndarrays of one dtype and shape. `ct` is owned."""
+    if term is None:
+        return ct
+    if ct is None:
+        return term
+    if (type(term) is np.ndarray and type(ct) is np.ndarray and term.dtype == ct.dtype
+            and term.shape == ct.shape):
+        ct += term
+        return ct
+    return ct + term
 
 
 def inline_terms(inline, active, g, operands, out, const):

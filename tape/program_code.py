@@ -10,7 +10,7 @@ import numpy as np
 from .backend import add_or_none
 from .program import (AUGMENTED, FRESH, INACTIVE, CompileTrace, DynamicParams, GuardFailed,
                       Uncompilable, _fill, _param_slots, same_value, step_context)
-from .program_adjoint import AdjointWriter, basic_index, iadd, inline_terms
+from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
 from .program_cse import common_subexpressions
 
 
@@ -155,7 +155,7 @@ class Program:
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
                   useful, needed):
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
-              "_fill": _fill, "_iadd": iadd, "_zeros": np.zeros,
+              "_fill": _fill, "_iadd": iadd, "_add_into": add_into, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
               "_array": np.array, "_step_context": step_context}
         lines = ["def run(leaves, seeds, recorded=None):"]

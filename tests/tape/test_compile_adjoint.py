@@ -119,6 +119,26 @@ def test_float32_programs_sum_out_of_place():
     assert "+=" not in source
 
 
+def test_float32_cotangents_are_summed_in_place_only_with_terms_of_their_dtype():
+    # Terms of x's cotangent: float32 ones (summed into the owned cotangent) and float64 ones
+    # (from a float64 constant: the sum is promoted, as in eager mode). Bit-equal to eager.
+    c = np.linspace(0.5, 2.0, 12).reshape(3, 4)
+
+    def f(x):
+        a = np.sin(x) * x
+        b = np.exp(x) * np.cos(x)
+        return np.sum(a * b) + np.sum(x * c) + np.sum(np.tanh(x) * x)
+    g = tape.compile(Reverse, f, Active, Duplicated)
+    for call in range(3):
+        x = _x(call).astype(np.float32)
+        got, want = np.zeros_like(x), np.zeros_like(x)
+        r1 = g(Duplicated(x.copy(), got))
+        r2 = tape.autodiff(Reverse, f, Active, Duplicated(x.copy(), want))
+        assert r1 == r2 and got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    assert "_add_into(" in str(g)
+
+
 def test_a_broadcast_add_passes_a_shared_cotangent_that_is_not_summed_into():
     # z + c hands one cotangent G to z and c; the rule of x + w (w broadcast) hands G on to
     # x; x's next contribution (from q) must not be added into G, which c's step still reads.
