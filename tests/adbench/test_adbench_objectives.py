@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from ba_reference import residual_one
 from models.bench.adbench import ba, generate, gmm, lstm
 from tape.testing import check_grads
 
@@ -96,30 +97,13 @@ def test_generated_lstm_sequence_is_bits_of_printable_characters():
 # -- BA ---------------------------------------------------------------------------------------
 
 
-def reproj_error_one(cam, X, w, feat):
-    """ADBench's BA residual of one observation, written for one camera and one point."""
-    rot, Xc = cam[0:3], X - cam[3:6]
-    sqtheta = rot @ rot
-    if sqtheta != 0:
-        theta = math.sqrt(sqtheta)
-        axis = rot / theta
-        Xc = (Xc * math.cos(theta) + np.cross(axis, Xc) * math.sin(theta)
-              + axis * (axis @ Xc) * (1 - math.cos(theta)))
-    else:
-        Xc = Xc + np.cross(rot, Xc)
-    p = Xc[:2] / Xc[2]
-    rsq = p @ p
-    p = p * (1 + cam[9] * rsq + cam[10] * rsq * rsq)
-    return w * (p * cam[6] + cam[7:9] - feat)
-
-
 def test_ba_residuals_match_the_per_observation_formula():
     inp = generate.random_ba(3, 5, 8, seed=3)
     assert np.all(inp.cams[0, :3] == 0)   # the small-angle branch is exercised
     reproj, w_err = ba.objective(inp)
     for i, (c, j) in enumerate(inp.obs):
         np.testing.assert_allclose(
-            reproj[i], reproj_error_one(inp.cams[c], inp.X[j], inp.w[i], inp.feats[i]),
+            reproj[i], residual_one(inp.cams[c], inp.X[j], inp.w[i], inp.feats[i]),
             rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(w_err, 1 - inp.w ** 2, atol=1e-12)
 
