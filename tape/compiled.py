@@ -114,6 +114,7 @@ class CompiledFunction:
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
         self._fast = None   # (signature, compiled) of the last plain replay
+        self._fast_failed = None   # (compiled, error) when the fast path's replay failed
         self._changed_once: set = set()   # signatures whose trace changed what it reads
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
@@ -142,6 +143,7 @@ class CompiledFunction:
             result = self._call_fast(fast, args)
             if result is not None:
                 return result
+        failed, self._fast_failed = self._fast_failed, None
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
         self._check_types(annotated)
@@ -156,13 +158,16 @@ class CompiledFunction:
         if isinstance(entry, str):
             return self._eager(annotated, entry)
         names = _argument_names(self.f, len(annotated))
+        pending = []   # programs not confirmed yet: never replayed alone
         if entry:
             self._cache.move_to_end(key)
             for compiled in entry:
+                if compiled.record is not None:
+                    pending.append(compiled)
+                    continue
                 try:
-                    if compiled.record is not None:   # not confirmed: never replayed alone
-                        compiled.accepts(annotated, names)
-                        return self._trace_and_call(key, annotated, names, compiled)
+                    if failed is not None and failed[0] is compiled:
+                        raise failed[1]   # the fast path replayed it (and ran user code)
                     result = compiled.call(annotated, names)
                 except GuardFailed:
                     self._counts["guard_failures"] += 1
@@ -173,10 +178,13 @@ class CompiledFunction:
                 self._last = compiled.program
                 self._remember_fast(key, compiled, annotated)
                 return result
-            if len(entry) >= self.max_traces:
-                return self._eager(annotated, f"more than {self.max_traces} traces for one "
-                                   "signature (guards keep failing)")
-        return self._trace_and_call(key, annotated, names)
+            if len(entry) >= self.max_traces and not pending:
+                return self._eager(annotated, self._too_many)
+        return self._trace_and_call(key, annotated, names, pending)
+
+    @property
+    def _too_many(self) -> str:
+        return f"more than {self.max_traces} traces for one signature (guards keep failing)"
 
     # -- internals ---------------------------------------------------------------------------
     def _call_fast(self, fast, args):
@@ -196,7 +204,8 @@ class CompiledFunction:
             return None
         try:
             result = compiled._call_plain(args)
-        except (GuardFailed, ReplayRaised):   # the general path decides
+        except (GuardFailed, ReplayRaised) as e:   # the general path decides, without
+            self._fast_failed = (compiled, e)      # running this program a second time
             return None
         if result is not None:
             self._counts["hits"] += 1
@@ -245,13 +254,15 @@ class CompiledFunction:
         ret = () if self.ret_activity is None else (self.ret_activity,)
         return autodiff(self.mode, self.f, *ret, *annotated)
 
-    def _trace_and_call(self, key, annotated, names, pending=None):
+    def _trace_and_call(self, key, annotated, names, pending=()):
         """Trace `f` once on this call's arguments and answer the call with that trace's
         program: `f` runs once per call, as in eager mode, so its draws and other side effects
         happen as often as eager ones. A new program is kept unconfirmed; it is replayed
-        without running `f` only once a trace of a later call it accepts (`pending`) came out
-        the same. A trace that differs from it, or that drew random numbers, makes the
-        signature eager from the next call on."""
+        without running `f` only once a trace of a later call it accepts (one of `pending`)
+        came out the same. A trace that differs from a program that accepts its call, or
+        that drew random numbers, makes the signature eager from the next call on. Whether a
+        program accepts the call is asked after the trace, of its primal alone, with what the
+        user's rules and inactive functions returned in the trace: they run once per call."""
         start = time.perf_counter()
         try:
             states = RandomStates(self.f, annotated)
@@ -275,16 +286,28 @@ class CompiledFunction:
                 if key not in self._changed_once:   # a cache it filled (a mask per shape):
                     self._changed_once.add(key)     # the next call traces again, and only
                     once = True                     # a second change makes it eager
-            elif pending is not None:
-                difference = _first_difference(pending.record, traced[0])
-                if difference is None:   # the same program: confirmed
-                    pending.record = None
-                    recorded, traced[0].recorded, traced = traced[0].recorded, {}, None
-                    self._compile_seconds += time.perf_counter() - start
-                    return self._replay_confirmed(key, pending, annotated, names, recorded)
-                future = (f"two traces of calls that decide alike differ ({difference}): the "
-                          "function draws random numbers or reads a value that changes "
-                          "between calls; pass such values as Const arguments to compile it")
+            elif pending:
+                stale = [p for p in pending if p.watched and _changed(p.watched) is not None]
+                self._counts["guard_failures"] += len(stale)   # what it read changed since
+                pending = [p for p in pending if p not in stale]
+                differences = [_first_difference(p.record, traced[0]) for p in pending]
+                for program, difference in zip(pending, differences):
+                    if difference is None:   # the same program: confirmed
+                        program.record = None
+                        recorded, traced[0].recorded, traced = traced[0].recorded, {}, None
+                        self._compile_seconds += time.perf_counter() - start
+                        return self._replay_confirmed(key, program, annotated, names,
+                                                      recorded)
+                for program, difference in zip(pending, differences):
+                    if program.accepts(annotated, names, traced[0]):
+                        future = (f"two traces of calls that decide alike differ "
+                                  f"({difference}): the function draws random numbers or "
+                                  "reads a value that changes between calls; pass such values "
+                                  "as Const arguments to compile it")
+                        break
+                    self._counts["guard_failures"] += 1
+                if future is None and len(self._cache.get(key, ())) >= self.max_traces:
+                    future, once = self._too_many, True   # this call only, as before
             try:
                 compiled = CompiledSignature.build(self, traced, states.watched, annotated,
                                            kept=future is None)
@@ -297,7 +320,8 @@ class CompiledFunction:
         self._compile_seconds += time.perf_counter() - start
         if reason is not None:
             states.restore()   # the eager call draws what eager autodiff would
-            self._remember(key, reason)
+            if not pending:   # (a program of this signature traced: this call's values fail)
+                self._remember(key, reason)
             return self._eager(annotated, reason)
         if future is not None:
             if "random" in future:

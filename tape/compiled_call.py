@@ -11,7 +11,7 @@ from .backend import array_module
 from .core import Tracer
 from .modifiers import is_complex, to_user, user_cotangents
 from .compiled_trace import aliased, const_leaves
-from .program import GuardFailed
+from .program import GuardFailed, _ShapeChecked
 from .program_code import Program
 from .signature import _changed, _is_scalar
 from .pytree import flatten, unflatten
@@ -33,6 +33,32 @@ def _replay(program, leaves, seeds, recorded=None):
     except Exception as e:   # noqa: BLE001
         raise ReplayRaised(f"the replay raised {type(e).__name__}: {e}") from e
 
+
+
+def _same_user_step(ours, theirs) -> bool | None:
+    """Whether two traced steps call the same user code the same way (kind, function or
+    rule, differentiated arguments): True; False when only the shapes of an inactive
+    function's results differ (the replay's shape check fails there); None otherwise."""
+    if ours[0] != theirs[0] or ours[2] is not theirs[2]:
+        return None
+    if ours[1] == theirs[1]:
+        return True
+    a, b = ours[1], theirs[1]
+    if type(a) is _ShapeChecked and type(b) is _ShapeChecked and a.fn is b.fn:
+        return False
+    return None
+
+
+class _ShapeChanged:
+    """Taken for the results of an inactive step whose shapes differ from the traced ones:
+    the replay's guard fails there, as its shape check would."""
+    __slots__ = ()
+
+    def __getitem__(self, k):
+        raise GuardFailed("the shape of an inactive function's result")
+
+
+_SHAPE_CHANGED = _ShapeChanged()
 
 
 class CompiledSignature:
@@ -96,13 +122,32 @@ class CompiledSignature:
             for ann in annotated)
         return compiled
 
-    def accepts(self, annotated, names) -> None:
-        """Raise GuardFailed unless a replay would take this program for these arguments
-        (the watched values, then the guards: the program runs, nothing is written back)."""
+    def accepts(self, annotated, names, trace) -> bool:
+        """Whether a replay would take this program for the call that `trace` traced: the
+        watched values, then the guards of its primal. The user's rules and inactive
+        functions do not run again: their steps take what they returned in `trace` (the
+        same call, so the same results where the two traces agree). Nothing is written
+        back. A replay that meets a step of user code `trace` did not make at that place,
+        or that raises, accepts: the two traces took one path and still differ."""
         if self.watched and _changed(self.watched) is not None:
-            raise GuardFailed("a value the function reads changed")
-        groups, leaves, seeds, _ = self._inputs(annotated, names)
-        _replay(self.program, leaves, seeds)
+            return False
+        try:
+            groups, leaves, seeds, _ = self._inputs(annotated, names)
+        except GuardFailed:
+            return False
+        ours, taken = self.record.steps, {}
+        for k, value in trace.recorded.items():
+            if k < len(ours):
+                same = _same_user_step(ours[k], trace.steps[k])
+                if same is not None:
+                    taken[k] = value if same else _SHAPE_CHANGED
+        try:
+            self.program.run(leaves, None, taken)   # no seeds: the primal alone
+        except GuardFailed:
+            return False
+        except Exception:   # noqa: BLE001
+            return True
+        return True
 
     def call(self, annotated, names, recorded=None):
         """Replay for this call. `recorded`: what user code returned in the trace of this

@@ -149,6 +149,9 @@ class CompileTrace(ReverseTrace):
         # traced: the call that traced answers with these rather than run them a second time
         # (such code may keep state, and eager mode runs it once).
         self.recorded: dict[int, object] = {}
+        # Steps whose results may share memory with an operand (a NumPy view): a value the
+        # caller gets back may be one of those operands' memory too (tape/program_cse.py).
+        self.views: set[int] = set()
 
     def nested_opened(self):
         """A differentiation opens inside the function: stop tracing at once (the call runs
@@ -238,6 +241,8 @@ class CompileTrace(ReverseTrace):
             if not prim.pure:
                 self.recorded[len(self.steps)] = (out, None)
         outs = list(out) if prim.multiple_results else [out]
+        if _may_view(outs, vals):
+            self.views.add(len(self.steps))
         made = self._add_step(step, outs, not any(active))
         return tuple(made) if prim.multiple_results else made[0]
 
@@ -279,6 +284,8 @@ class CompileTrace(ReverseTrace):
         step = (INACTIVE, fn, None, tuple(t.slot for t in found),
                 (self.snapshot(template),), None)
         self.recorded[len(self.steps)] = (out[0] if arrays and len(out) == 1 else out, None)
+        if _may_view(outs, [t._v for t in found]):
+            self.views.add(len(self.steps))
         if arrays:
             made = tuple(self._add_step(step, list(out), True))
             self.inactive_slots.update(t.slot for t in made)
@@ -306,6 +313,12 @@ _SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.i
 
 def _describe(value) -> tuple:
     return (type(value), getattr(value, "shape", None), getattr(value, "dtype", None))
+
+
+def _may_view(outs, operands) -> bool:
+    """Whether a result array may share memory with an operand array."""
+    arrays = [v for v in operands if type(v) is np.ndarray]
+    return any(type(o) is np.ndarray and np.may_share_memory(o, v) for o in outs for v in arrays)
 
 
 _FLOAT_SCALARS = (np.float64, np.float32, np.float16)

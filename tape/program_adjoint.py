@@ -42,7 +42,7 @@ class AdjointWriter:
     def __init__(self, lines: list, inplace: bool, scalar_slots):
         self.lines = lines
         self.inplace = inplace
-        self.scalar_slots = scalar_slots   # slots holding NumPy scalars (never in place)
+        self.scalar_slots = scalar_slots   # NumPy scalars and 0-d arrays (never in place)
         self.states: dict[int, _State] = {}
         self.before = None   # in a conditional block: slot -> (maybe_none, owned) before it
 

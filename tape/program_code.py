@@ -45,10 +45,13 @@ class Program:
         self.values = trace.values
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
         self.inplace = _all_float64(self.values, self.steps)
-        self.scalar_slots = {s for s, (t, _, _) in self.values.items() if t is not np.ndarray}
+        # NumPy scalars and 0-d arrays: ``a + b`` of two 0-d arrays is a NumPy scalar, so their
+        # cotangents are never summed in place (an in-place sum would stay a 0-d array)
+        self.scalar_slots = {s for s, (t, shape, _) in self.values.items()
+                             if t is not np.ndarray or shape == ()}
         self.scatters = self._scatters() if self.inplace else {}
         self.repeats = {i: a for i, a in common_subexpressions(
-            self.steps, trace.contexts, result_slots).items()
+            self.steps, trace.contexts, result_slots, trace.views).items()
             if (i in self.inline) == (a in self.inline)
             and self.scatters.get(i) == self.scatters.get(a)}
         nondiff = self._nondiff(trace, leaf_slots)
@@ -240,6 +243,7 @@ class Program:
                 if o in self.guards:
                     guard(o)
         lines.append("    # adjoint")
+        lines.append("    if seeds is None: return None")   # asked whether its guards hold
         adjoint_start = len(lines)
         writer = AdjointWriter(lines, self.inplace, self.scalar_slots)
         for k, s in enumerate(seed_slots):

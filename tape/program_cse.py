@@ -14,7 +14,8 @@ A step qualifies when replaying it twice must give equal results:
 - it runs under the caller's error state and warning filters;
 - none of its results is written in place later (``x[i] = v`` into a private buffer updates
   that array, so two results sharing it would both change), and none is returned to the
-  caller (two returned values would be one array).
+  caller, itself or through a view (``return a, b.T`` with ``b`` a repeat of ``a`` would
+  give the caller two arrays sharing memory, which eager mode gives apart).
 
 Values are compared as they are stored in the step: numbers by type and exact value (-0.0 is
 not 0.0), arrays and other objects by identity (the trace keeps one copy per array contents).
@@ -26,10 +27,11 @@ import numpy as np
 from .program import AUGMENTED, PLAIN, DynamicParams, _Hole
 
 
-def common_subexpressions(steps, contexts, result_slots) -> dict[int, int]:
-    """``{index of a repeated step: index of the first step it repeats}``."""
+def common_subexpressions(steps, contexts, result_slots, views=frozenset()) -> dict[int, int]:
+    """``{index of a repeated step: index of the first step it repeats}``. `views`: the
+    steps whose results may share memory with an operand (`CompileTrace.views`)."""
     mutated = _written_in_place(steps)
-    results = set(result_slots)
+    results = _returned_memory(steps, result_slots, views)
     first: dict[tuple, int] = {}
     same_as: dict[int, int] = {}   # result slot of a repeat -> the first step's result slot
     repeats: dict[int, int] = {}
@@ -51,6 +53,15 @@ def common_subexpressions(steps, contexts, result_slots) -> dict[int, int]:
         for o, e in zip(outs, steps[earlier][6]):
             same_as[o] = same_as.get(e, e)
     return repeats
+
+
+def _returned_memory(steps, result_slots, views) -> set:
+    """The result slots and the slots whose memory a result may view."""
+    visible = set(result_slots)
+    for i in range(len(steps) - 1, -1, -1):
+        if i in views and any(o in visible for o in steps[i][6]):
+            visible.update(s for s in steps[i][3] if s is not None)
+    return visible
 
 
 def _writes_in_place(params) -> bool:
