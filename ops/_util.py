@@ -7,7 +7,7 @@ import math
 import numbers
 
 from tape.backend import add_or_none, array_module, broadcast_axes
-from tape.core import STRONG_ZERO, Primitive, primal
+from tape.core import STRONG_ZERO, Primitive, peek, primal
 from tape.rules import register_function, register_ufunc
 
 
@@ -17,6 +17,16 @@ def shape_of(x) -> tuple:
         return x.shape
     except AttributeError:
         return np.shape(x) if isinstance(x, (list, tuple)) else ()
+
+
+def numpy_scalar(x):
+    """A 0-d result as NumPy's reductions return it: a scalar (np.float64), not a 0-d array,
+    so that a later `s += 1` rebinds `s` instead of writing into an array another name holds.
+
+    >>> type(numpy_scalar(np.array(2.0))).__name__
+    'float64'
+    """
+    return x[()] if shape_of(x) == () and isinstance(peek(x), np.ndarray) else x
 
 
 def as_float(x):

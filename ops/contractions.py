@@ -30,7 +30,7 @@ from tape.backend import array_module
 from tape.rules import register_function, register_ufunc
 from tape.tracer import mark_view
 
-from ._util import add_tangents, defprimitive, shape_of, unbroadcast
+from ._util import add_tangents, defprimitive, numpy_scalar, shape_of, unbroadcast
 from .einsum_plan import contract
 from .shape import transpose
 
@@ -405,7 +405,7 @@ def _inner(a, b):
     na, nb = len(shape_of(a)), len(shape_of(b))
     if na == 0 or nb == 0:
         return np.multiply(a, b)
-    return tensordot(a, b, axes=((na - 1,), (nb - 1,)))
+    return numpy_scalar(tensordot(a, b, axes=((na - 1,), (nb - 1,))))
 
 
 def _outer(a, b, out=None):

@@ -10,10 +10,10 @@ that float32 inputs keep float32 derivatives. Partial derivatives are applied th
 `autodiff` conjugates at its boundary so users see Enzyme.jl's convention (docs/complex.md).
 
 Ufunc keyword arguments on traced values: ``dtype=`` casts the inputs first, so that each
-cotangent goes back in its input's own dtype; ``where=`` raises NotImplementedError (the entries
-it leaves out are uninitialised, which has no derivative: use ``np.where`` instead); ``out=`` is
-handled by the tracer before the rule is called; ``casting``, ``order`` and ``subok`` are
-accepted and ignored.
+cotangent goes back in its input's own dtype; ``where=`` without ``out=`` raises
+NotImplementedError (the entries it leaves out are uninitialised, which has no derivative: use
+``np.where`` instead); ``out=`` (with or without ``where=``) is handled by the tracer before the
+rule is called; ``casting``, ``order`` and ``subok`` are accepted and ignored.
 
 Conventions at singular points: x**y has derivative 0 in y where x == 0 (the limit for y > 0),
 and x**0 has derivative 0 in x everywhere, x = 0 included. Elsewhere a derivative at a

@@ -121,7 +121,8 @@ def _setitem_impl(old, value, index, inplace):
         # An outer level's value written into a plain buffer: the buffer joins that level.
         old = value.level.constant(old.copy())
     elif not inplace:
-        old = old.copy()
+        # A 0-d cotangent may arrive as a NumPy scalar, which has no item assignment.
+        old = np.array(old) if isinstance(old, np.generic) else old.copy()
     old[index] = value
     return old
 
@@ -163,7 +164,7 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
     if t_old is None:
         t_old = np.zeros_like(out)
     elif not inplace:
-        t_old = t_old.copy()
+        t_old = np.array(t_old) if isinstance(t_old, np.generic) else t_old.copy()
     # The same assignment on the tangent keeps the same values, so repeats need no care here.
     t_old[index] = 0 if t_value is None else t_value
     return out, t_old
@@ -176,6 +177,9 @@ setitem = defprimitive("setitem", _setitem_impl, _setitem_augmented, _setitem_re
 def _setitem_method(x, index, value, inplace):
     if isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value):
         value = np.stack(value)   # y[:2] = [a, b] with traced scalars a, b
+    if isinstance(value, Tracer) and _dtype(peek(x)).kind in "biu":
+        # An integer or boolean buffer truncates what it receives: no derivative gets through.
+        value = value.astype(_dtype(peek(x)))
     return setitem(x, value, index=plain_index(index), inplace=inplace)
 
 
@@ -200,6 +204,76 @@ def copyto(dst, src, casting="same_kind", where=True):
             dst[...] = src
     else:
         dst[...] = np.where(where, src, dst)
+
+
+def put(a, ind, v, mode="raise"):
+    """np.put into a traced `a`: `a.flat[ind] = v`, with `v` repeated to the length of `ind`."""
+    if not isinstance(a, Tracer):
+        raise _plain_buffer_error("np.put")
+    n = int(np.prod(shape_of(a)))
+    if mode == "wrap":
+        ind = np.mod(primal(ind), n)
+    elif mode == "clip":
+        ind = np.clip(primal(ind), 0, n - 1)
+    count = int(np.size(peek(ind)))
+    if np.size(peek(v)) not in (1, count):
+        v = np.resize(v, count)
+    flat = np.ravel(a)       # a view of `a` when its memory is contiguous, else a copy
+    flat[ind] = v if np.size(peek(v)) == count else np.reshape(v, ())
+    if getattr(flat, "view_of", None) is None:
+        a[...] = np.reshape(flat, shape_of(a))
+
+
+def place(arr, mask, vals):
+    """np.place into a traced `arr`: the entries where `mask` holds take `vals` in order,
+    repeated as needed."""
+    if not isinstance(arr, Tracer):
+        raise _plain_buffer_error("np.place")
+    mask = np.reshape(primal(mask), shape_of(arr)).astype(bool)
+    count = int(np.count_nonzero(mask))
+    if count:
+        arr[mask] = np.resize(vals, count)
+
+
+def putmask(a, mask, values):
+    """np.putmask into a traced `a`: `a.flat[n] = values.flat[n]` where `mask.flat[n]`, with
+    `values` repeated to the size of `a`."""
+    if not isinstance(a, Tracer):
+        raise _plain_buffer_error("np.putmask")
+    shape = shape_of(a)
+    values = values if shape_of(values) == shape else np.resize(values, shape)
+    a[...] = np.where(nondiff_value(mask), values, a)
+
+
+def fill_diagonal(a, val, wrap=False):
+    """np.fill_diagonal of a traced `a` (a matrix, or an array with equal dimensions)."""
+    shape = shape_of(a)
+    if len(shape) < 2:
+        raise ValueError("array must be at least 2-d")
+    if len(shape) == 2:
+        step, end = shape[1] + 1, (None if wrap else shape[1] * shape[1])
+    else:
+        if len(set(shape)) != 1:
+            raise ValueError("All dimensions of input must be of equal length")
+        step, end = 1 + int(np.cumprod(shape[:-1]).sum()), None
+    put(a, np.arange(int(np.prod(shape)))[:end:step], val)
+
+
+def ufunc_at(sign):
+    """`np.add.at(a, indices, b)` (sign 1) and `np.subtract.at` (sign -1) into a traced `a`:
+    unbuffered, so a repeated index receives every value."""
+    def at(a, indices, b):
+        if not isinstance(a, Tracer):
+            raise _plain_buffer_error("numpy.add.at" if sign > 0 else "numpy.subtract.at")
+        index = plain_index(indices)
+        peeked = tuple(peek(i) for i in index) if isinstance(index, tuple) else peek(index)
+        shape = np.broadcast_to(np.int8(0), shape_of(a))[peeked].shape
+        selected = np.broadcast_to(b, shape)
+        if not isinstance(selected, Tracer):   # a constant `b` joins a's tape (a traced zero)
+            selected = np.zeros_like(a, shape=shape) + selected
+        update = scatter_add(selected, index=index, shape=shape_of(a), dtype=_dtype(a))
+        a[...] = a + update if sign > 0 else a - update
+    return at
 
 
 # -- pad -------------------------------------------------------------------------------------------
@@ -357,5 +431,9 @@ def diag(v, k=0):
 
 for _np_fn, _rule in [(np.copyto, copyto), (np.pad, pad), (np.take, take),
                       (np.take_along_axis, take_along_axis), (np.put_along_axis, put_along_axis),
-                      (np.diagonal, diagonal), (np.trace, trace), (np.diag, diag)]:
+                      (np.diagonal, diagonal), (np.trace, trace), (np.diag, diag),
+                      (np.put, put), (np.place, place), (np.putmask, putmask),
+                      (np.fill_diagonal, fill_diagonal)]:
     register_function(_np_fn, _rule)
+register_method("add.at", ufunc_at(1))          # np.add.at(a, indices, b)
+register_method("subtract.at", ufunc_at(-1))

@@ -338,5 +338,12 @@ def _cross(x1, x2, /, *, axis=-1):
 
 
 register_function(np.linalg.cross, _cross)
-register_function(np.linalg.multi_dot, lambda arrays, *, out=None: functools.reduce(
-    np.dot, arrays))
+def _multi_dot(arrays, *, out=None):
+    """np.linalg.multi_dot (a traced `out` is written by the tracer before this is called)."""
+    if out is not None:
+        raise NotImplementedError("np.linalg.multi_dot(..., out=) with a plain `out` is not "
+                                  "supported on traced values; allocate it with np.zeros_like")
+    return functools.reduce(np.dot, arrays)
+
+
+register_function(np.linalg.multi_dot, _multi_dot)

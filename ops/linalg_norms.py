@@ -14,7 +14,7 @@ import numpy as np
 
 from tape.rules import inactive, register_function
 
-from ._util import defprimitive, shape_of
+from ._util import defprimitive, numpy_scalar, shape_of
 from .linalg import inv
 from .linalg_svd import svdvals
 
@@ -96,7 +96,7 @@ def _matrix_norm(x, ord="fro", axis=(-2, -1), keepdims=False):
         out = reduce(np.sum(np.abs(x), axis=inner), axis=outer - (outer > inner))
     else:
         raise ValueError("Invalid norm order for matrices.")
-    return _kept(out, x, (row, col)) if keepdims else out
+    return _kept(out, x, (row, col)) if keepdims else numpy_scalar(out)
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):

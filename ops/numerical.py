@@ -31,7 +31,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
-from ._util import shape_of
+from ._util import numpy_scalar, shape_of
 from .linalg import _cross as _cross3
 
 
@@ -213,7 +213,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         slope = (fp[j + 1] - f0) / np.where(flat, 1.0, width)
         inside = np.where(flat, fp[j + 1], f0 + slope * (x - x0))
     out = np.where(xv < xpv[0], fp[0] if left is None else left, inside)
-    return np.where(xv > xpv[-1], fp[-1] if right is None else right, out)
+    return numpy_scalar(np.where(xv > xpv[-1], fp[-1] if right is None else right, out))
 
 
 # -- cross ----------------------------------------------------------------------------------------

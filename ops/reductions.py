@@ -33,7 +33,7 @@ from tape.backend import array_module
 from tape.core import Tracer, primal
 from tape.rules import register_function
 
-from ._util import add_tangents, defprimitive, shape_of
+from ._util import add_tangents, defprimitive, numpy_scalar, shape_of
 
 _NO_VALUE = getattr(np, "_NoValue", None)
 
@@ -450,7 +450,7 @@ def sqrt_of_variance(v):
         return np.sqrt(v)
     flat = primal(v) == 0
     # The inner where keeps sqrt away from 0, so no inf reaches the cotangent.
-    return np.where(flat, 0, np.sqrt(np.where(flat, 1, v)))
+    return numpy_scalar(np.where(flat, 0, np.sqrt(np.where(flat, 1, v))))
 
 
 # -- NaN-ignoring reductions -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from .constbuffer import ConstBuffer
 from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .errors import NonDifferentiableError, TracerConversionError
 
@@ -117,6 +118,8 @@ class _Surface:
                     return self.level.process(prim, inputs, _NO_PARAMS)
                 return prim(*inputs)
         out = kwargs.pop("out", None)
+        if method == "__call__" and out is not None and kwargs.get("where", True) is not True:
+            return _masked_ufunc(ufunc, inputs, kwargs, out)
         if method == "__call__":
             result = _call_ufunc(ufunc, *inputs, **kwargs)
         elif method == "reduce" and ufunc in _REDUCE_AS:
@@ -126,6 +129,13 @@ class _Surface:
         elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
             kwargs.setdefault("axis", 0)
             result = _call_function(_ACCUMULATE_AS[ufunc], *inputs, **kwargs)
+        elif method == "outer" and len(inputs) == 2:
+            a, b = inputs
+            a = np.reshape(a, np.shape(peek(a)) + (1,) * np.ndim(peek(b)))
+            result = _call_ufunc(ufunc, a, b, **kwargs)
+        elif method == "at":
+            name = f"{ufunc.__name__}.at"
+            return _rule(METHOD_RULES, name, f"numpy.{name}")(*inputs)
         else:
             raise _missing(f"numpy.{ufunc.__name__}.{method}")
         if out is None:
@@ -133,6 +143,10 @@ class _Surface:
         return _write_out(out, result, ufunc.__name__)
 
     def __array_function__(self, func, types, args, kwargs):
+        if "out" in kwargs and isinstance(kwargs["out"], Tracer):
+            kwargs = dict(kwargs)   # np.sum(x, out=c), ...: compute, then write into `out`
+            out = kwargs.pop("out")
+            return _write_out(out, _call_function(func, *args, **kwargs), func.__name__)
         return _call_function(func, *args, **kwargs)
 
     __array__ = _refuse_array
@@ -319,6 +333,13 @@ class _Surface:
         return _call_method("astype", self, dtype)
     def copy(self, *a, **k): return _call_method("copy", self)
 
+    def view(self, dtype=None, type=None):
+        if (dtype is not None and np.dtype(dtype) != _dtype_of(peek(self))) or type is not None:
+            raise NonDifferentiableError(
+                f"x.view(dtype) of a traced value ({_describe(self)}) reinterprets its bytes, "
+                "which has no derivative; use x.astype(dtype) to convert the values")
+        return self[...]
+
     def reshape(self, *shape, **k):
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
@@ -412,16 +433,32 @@ def _dtype_of(x):
 
 
 def _write_out(out, result, name):
+    if isinstance(out, tuple) and len(out) > 1:   # np.divmod(a, b, out=(q, r))
+        return tuple(r if o is None else _write_out(o, r, name) for o, r in zip(out, result))
     target = out[0] if isinstance(out, tuple) else out
     if isinstance(target, Tracer):
         target[...] = result
         return target
-    if isinstance(result, Tracer):
+    if isinstance(result, Tracer) and not isinstance(target, ConstBuffer):   # it refuses too
         raise NonDifferentiableError(
             f"numpy.{name}(..., out=...) would write a traced value into a plain array, which "
             "cannot carry a derivative; allocate the output with np.zeros_like(x) instead")
     target[...] = result
     return target
+
+
+def _masked_ufunc(ufunc, inputs, kwargs, out):
+    """`ufunc(*inputs, out=out, where=mask)`: only the selected entries are computed and
+    written, so `np.divide(a, b, out=c, where=b != 0)` gets no nan derivative from the others."""
+    outs = out if isinstance(out, tuple) else (out,)
+    shape = np.shape(peek(outs[0]))
+    mask = np.broadcast_to(primal(kwargs.pop("where")), shape)
+    picked = [np.broadcast_to(x, shape)[mask] for x in inputs]
+    result = _call_ufunc(ufunc, *picked, **kwargs)
+    results = result if isinstance(result, tuple) else (result,)
+    for target, value in zip(outs, results):
+        target[mask] = value
+    return out if isinstance(out, tuple) and len(out) > 1 else outs[0]
 
 
 # ufunc.reduce / ufunc.accumulate spelled as the functions that have rules.
