@@ -72,8 +72,31 @@ _NO_PARAMS: dict = {}
 
 def _inplace(ufunc):
     def iop(self, other):
-        return self._write(_call_ufunc(ufunc, self, other))
+        result = _call_ufunc(ufunc, self, other)
+        got, mine = peek(result), peek(self)
+        if type(mine) is np.ndarray and type(got) is np.ndarray and got.dtype is not mine.dtype:
+            _check_same_kind(ufunc, mine, other, got)
+        return self._write(result)
     return iop
+
+
+_MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
+
+
+def _check_same_kind(ufunc, target: np.ndarray, other, result: np.ndarray) -> None:
+    """NumPy's ``a += b`` keeps a's dtype and refuses a result that does not cast 'same_kind'
+    into it (a float into an integer buffer); a traced array refuses it too, with NumPy's own
+    error, rather than truncate."""
+    kept, got = target.dtype, result.dtype
+    if got == kept or np.can_cast(got, kept, "same_kind"):
+        return
+    empty = (0, 0) if ufunc is np.matmul else (0,)
+    theirs = peek(other)
+    if isinstance(theirs, np.ndarray):
+        theirs = np.empty(empty, theirs.dtype)
+    ufunc(np.empty(empty, kept), theirs, out=np.empty(empty, kept))   # raises NumPy's error
+    raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {got!r} to {kept!r} "
+                    "with casting rule 'same_kind'")
 
 
 def _refuse_array(self, *args, **kwargs):
@@ -117,6 +140,8 @@ class _Surface:
                 if len(inputs) == 1 and self.level.alive:
                     return self.level.process(prim, inputs, _NO_PARAMS)
                 return prim(*inputs)
+        if ufunc is np.matmul and kwargs.get("axes") == _MATMUL_IN_PLACE_AXES:
+            del kwargs["axes"]   # what `a @= b` passes: the default axes
         out = kwargs.pop("out", None)
         if method == "__call__" and out is not None and kwargs.get("where", True) is not True:
             return _masked_ufunc(ufunc, inputs, kwargs, out)

@@ -111,6 +111,63 @@ def _counts(x):
     return n
 
 
+def test_a_float_summed_into_an_integer_buffer_is_refused_as_numpy_refuses_it():
+    # NumPy's `n += x` keeps n's dtype and raises when the result does not cast 'same_kind'
+    # (float into int, int into bool); a traced buffer raised nothing and truncated.
+    def into_int(x):
+        n = np.zeros_like(x, dtype=np.int64)
+        n += x * 10
+        return np.sum(n * x)
+
+    def into_bool(x):
+        b = np.zeros_like(x, dtype=bool)
+        b += (x > 0).astype(np.int64)
+        return np.sum(b * x)
+    for f in (into_int, into_bool):
+        with pytest.raises(TypeError) as plain:
+            f(X0.copy())
+        with pytest.raises(type(plain.value), match="same_kind"):
+            autodiff(ReverseWithPrimal, f, Active, Duplicated(X0.copy(), np.zeros(4)))
+        with pytest.raises(type(plain.value), match="same_kind"):
+            autodiff(Forward, f, Duplicated, Duplicated(X0.copy(), np.ones(4)))
+
+
+def test_in_place_sums_that_numpy_allows_keep_the_buffer_dtype():
+    # float64 into float32 ('same_kind'), ints into ints, and `@=`.
+    def f32(x):
+        n = np.zeros_like(x, dtype=np.float32)
+        n += x * 10
+        n *= np.float64(2.0)
+        assert n.dtype == np.float32
+        return np.sum(n * x)
+    dx = np.zeros(4)
+    _, value = autodiff(ReverseWithPrimal, f32, Active, Duplicated(X0.copy(), dx))
+    np.testing.assert_allclose(value, f32(X0.copy()), rtol=1e-12)
+    np.testing.assert_allclose(dx, 40 * X0, rtol=1e-6)   # d/dx sum(20 x x), n rounded to f32
+
+    def f(x):
+        n = np.zeros_like(x)
+        n += x * 10
+        n *= np.float64(2.0)
+        m = np.zeros(4, dtype=np.int64)
+        m += 1
+        m *= 3
+        b = np.zeros_like(x, shape=(2, 2))
+        b += 1.0
+        b @= np.eye(2) * x[0]
+        return np.sum(n * x) + np.sum(m * x) + np.sum(b)
+    check(f, X0)
+
+
+def test_matmul_in_place_into_a_plain_array_names_the_fix():
+    def f(x):
+        b = np.ones((2, 2))
+        b @= np.eye(2) * x[0]
+        return np.sum(b)
+    with pytest.raises(tape.errors.NonDifferentiableError, match="zeros_like"):
+        autodiff(ReverseWithPrimal, f, Active, Duplicated(X0.copy(), np.zeros(4)))
+
+
 # -- 0-d buffers ----------------------------------------------------------------------------------
 def test_a_zero_dimensional_buffer_written_with_ellipsis_or_out():
     # The reverse of s[...] = v met a NumPy scalar cotangent and raised TypeError.
