@@ -11,7 +11,8 @@ import pytest
 
 import kernels
 import test_memory_scale as scale
-from test_memory_scale import CASES, NAMES, RTOL, compare, kernel, make_args, mismatch
+from test_memory_scale import (CASES, NAMES, RTOL, compare, grad_mismatches, kernel, make_args,
+                               mismatch)
 from weighted import grads, weights_for
 
 RULES = tuple(NAMES)
@@ -110,11 +111,7 @@ def test_nan_cotangent_spreads_as_in_the_reference(rule, period, where):
           "tail read": (0, (1, T - 1, 2)), "final state": (len(weights) - 1, (1, 2, 3))}[where]
     weights[at[0]][at[1]] = np.nan
     with np.errstate(all="ignore"):
-        got = grads(fn, args, weights)
-        with kernels.force_reference():
-            want = grads(fn, args, weights)
-    for n, g, w in zip(NAMES[rule], got, want):
-        assert mismatch(g, w, 1e-10) is None, n
+        assert grad_mismatches(fn, args, weights, NAMES[rule], 1e-10) == {}
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -127,11 +124,7 @@ def test_cotangent_on_some_outputs(rule, which):
     weights = weights_for(fn(*args), seed=3)
     weights = ([weights[0]] + [None] * (len(weights) - 1) if which == "reads only"
                else [None] + weights[1:])
-    got = grads(fn, args, weights)
-    with kernels.force_reference():
-        want = grads(fn, args, weights)
-    for n, g, w in zip(NAMES[rule], got, want):
-        assert mismatch(g, w, RTOL[np.float64]) is None, n
+    assert grad_mismatches(fn, args, weights, NAMES[rule], RTOL[np.float64]) == {}
 
 
 @pytest.mark.parametrize("rule", RULES)
