@@ -80,14 +80,10 @@ class AdjointWriter:
             lines.append(f"{indent}{ct} = {term}")
             self.states[s] = _State(may_be_none, fresh)
             return
-        if st.owned and s not in self.scalar_slots and not self.inplace:
-            lines.append(f"{indent}{ct} = _add_into({ct}, {term})")
-            st.owned = st.owned and (not st.maybe_none or fresh)
-            st.maybe_none = st.maybe_none and may_be_none
-            return
-        if st.owned and self._in_place(s):
-            if may_be_none:
-                lines.append(f"{indent}{ct} = _iadd({ct}, {term})")
+        if st.owned and s not in self.scalar_slots:
+            if may_be_none or not self.inplace:   # a call that sums in place where it may
+                lines.append(f"{indent}{ct} = {'_iadd' if self.inplace else '_add_into'}"
+                             f"({ct}, {term})")
                 st.owned = st.owned and (not st.maybe_none or fresh)
                 st.maybe_none = st.maybe_none and may_be_none
             elif st.maybe_none:
@@ -134,9 +130,6 @@ class AdjointWriter:
 
     def assigned(self, s: int) -> bool:
         return s in self.states
-
-    def _in_place(self, s: int) -> bool:
-        return self.inplace and s not in self.scalar_slots
 
 
 def iadd(ct, term):

@@ -57,9 +57,11 @@ class Program:
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
         needed = self._needed(result_slots, useful)
-        self.keep_residuals = {a for i, a in self.repeats.items()
-                               if needed[i] and useful[i] and self._has_residuals(i)
-                               and not useful[a]}
+        # repeat -> the step whose residuals its reverse reads; a step whose own reverse
+        # never runs keeps its residuals for them
+        self.shared_residuals = {i: a for i, a in self.repeats.items()
+                                 if needed[i] and useful[i] and self._has_residuals(i)}
+        self.keep_residuals = {a for a in self.shared_residuals.values() if not useful[a]}
         self.source, namespace = self._generate(trace, leaf_slots, result_slots, seed_slots,
                                                 grad_slots, nondiff, useful, needed)
         self.n_steps = len(self.steps)
@@ -193,8 +195,7 @@ class Program:
             if s in self.guards:
                 guard(s)
         lines.append("    # primal")
-        last_reader = {a: i for i, a in self.repeats.items() if a in self.keep_residuals
-                       and needed[i] and useful[i] and self._has_residuals(i)}
+        last_reader = {a: i for i, a in self.shared_residuals.items() if a in self.keep_residuals}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
             if not needed[i]:
                 continue
@@ -205,7 +206,7 @@ class Program:
                 a = self.repeats[i]
                 lines.append(f"    {', '.join(f'v{o}' for o in outs)} = "
                              f"{', '.join(f'v{o}' for o in self.steps[a][6])}")
-                if useful[i] and self._has_residuals(i):
+                if i in self.shared_residuals:
                     lines.append(f"    s{i} = s{a}")
                     if a in self.keep_residuals and last_reader[a] == i:
                         lines.append(f"    s{a} = None")   # step a's own reverse never runs

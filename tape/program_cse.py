@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .program import AUGMENTED, PLAIN, DynamicParams, _Hole
+from .signature import _number_key
 
 
 def common_subexpressions(steps, contexts, result_slots, views=frozenset()) -> dict[int, int]:
@@ -80,10 +81,10 @@ def _written_in_place(steps) -> set:
 def _frozen(obj):
     """A hashable key that is equal for two values only when they are the same value."""
     kind = type(obj)
-    if obj is None or kind in (bool, int, str, bytes):
+    if obj is None or kind in (str, bytes):
         return (kind, obj)
-    if kind in (float, complex):
-        return (kind, repr(obj))          # tells -0.0 from 0.0, and nan equals nan
+    if kind in (bool, int, float, complex) or isinstance(obj, np.generic):
+        return _number_key(obj)           # with its type and the signs (-0.0 is not 0.0)
     if kind in (tuple, list):
         return (kind, tuple(_frozen(o) for o in obj))
     if kind is dict:
@@ -92,8 +93,6 @@ def _frozen(obj):
         return (kind, _frozen(obj.start), _frozen(obj.stop), _frozen(obj.step))
     if kind is _Hole:
         return (kind, obj.k)
-    if isinstance(obj, np.generic):
-        return (kind, obj.tobytes())
     if isinstance(obj, np.dtype):
         return (kind, obj)
     return ("object", id(obj))            # arrays, functions, classes: the same object
