@@ -11,17 +11,12 @@ import pytest
 
 import kernels
 import test_memory_scale as scale
-from test_memory_scale import (CASES, NAMES, RTOL, compare, grad_mismatches, kernel, make_args,
-                               mismatch)
+from test_memory_scale import (CASES, NAMES, RTOL, compare, grad_mismatches, has_gate, kernel,
+                               make_args, mismatch, with_bad_entry)
 from weighted import grads, weights_for
 
 RULES = tuple(NAMES)
 PERIODS = (2, 3, 8, 16, 64, 128)
-
-
-def _has_gate(rule, case):
-    return not ((case.startswith("theta") and rule == "hebbian")
-                or (case.startswith("eta") and rule != "titans"))
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -65,7 +60,7 @@ _CANCELS = {("titans", np.float32, "keys_1e3", 128)}
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("period", [2, 16, 128])
 def test_default_equals_reference_over_gate_range(rule, dtype, case, period):
-    if not _has_gate(rule, case):
+    if not has_gate(rule, case):
         pytest.skip("the rule has no such gate")
     if (rule, dtype, case, period) in _CANCELS:
         pytest.xfail("the chunked form's cancellation over a long chunk (known, not fixed)")
@@ -90,12 +85,9 @@ def test_nan_and_inf_inputs_spread_as_in_the_reference(rule, bad, period):
     T = 2 * period + period // 2 + 1
     for name in NAMES[rule]:
         for t in (0, period + 1, 2 * period - 1, T - 1):
-            args = list(make_args(rule, T, 4, lead=(2,), seed=t))
-            i = NAMES[rule].index(name)
-            a = args[i].copy()
-            a[(1, t, 3) if name in ("k", "v", "q") else (1, t) if a.ndim == 2 else (1, 2, 3)] = bad
-            args[i] = a
-            assert compare(kernel(rule, period), tuple(args), NAMES[rule]) == {}, (name, t)
+            args = with_bad_entry(make_args(rule, T, 4, lead=(2,), seed=t), NAMES[rule], name,
+                                  t, bad)
+            assert compare(kernel(rule, period), args, NAMES[rule]) == {}, (name, t)
 
 
 @pytest.mark.parametrize("rule", RULES)

@@ -135,6 +135,22 @@ def grad_mismatches(fn, args, weights, names, rtol):
     return {n: m for n, g, w in zip(names, got, want) if (m := mismatch(g, w, rtol)) is not None}
 
 
+def has_gate(rule, case):
+    """Whether `rule` has the gate that the gate case `case` (of CASES) sets."""
+    return not ((case.startswith("theta") and rule == "hebbian")
+                or (case.startswith("eta") and rule != "titans"))
+
+
+def with_bad_entry(args, names, name, t, bad):
+    """`args` with `bad` at token t of the argument `name` (in one entry of a state)."""
+    args = list(args)
+    i = names.index(name)
+    a = args[i].copy()
+    a[(1, t, 3) if name in ("k", "v", "q") else (1, t) if a.ndim == 2 else (1, 2, 3)] = bad
+    args[i] = a
+    return tuple(args)
+
+
 def kernel(rule, period=None):
     if period is None:
         return RULES[rule]
@@ -160,8 +176,7 @@ def test_default_equals_reference_at_4096_tokens(rule):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("period", [None, 64, 7])
 def test_default_equals_reference_over_gate_range(rule, dtype, case, period):
-    if (case.startswith("theta") and rule == "hebbian") or (case.startswith("eta")
-                                                            and rule != "titans"):
+    if not has_gate(rule, case):
         pytest.skip("the rule has no such gate")
     args = make_args(rule, 200, 8, lead=(2,), dtype=dtype, **CASES[case])
     assert compare(kernel(rule, period), args, NAMES[rule]) == {}
@@ -199,13 +214,8 @@ def test_overflow_gives_the_reference_nan_and_inf(rule, dtype, how, period):
 @pytest.mark.parametrize("period", [None, 16])
 def test_nan_and_inf_inputs_spread_as_in_the_reference(rule, bad, period):
     for name in NAMES[rule]:
-        args = list(make_args(rule, 150, 8, lead=(2,)))
-        i = NAMES[rule].index(name)
-        a = args[i].copy()
-        a[(1, 70, 3) if a.ndim == 3 and name not in ("m0", "s0") else
-          (1, 70) if a.ndim == 2 else (1, 2, 3)] = bad
-        args[i] = a
-        assert compare(kernel(rule, period), tuple(args), NAMES[rule]) == {}, name
+        args = with_bad_entry(make_args(rule, 150, 8, lead=(2,)), NAMES[rule], name, 70, bad)
+        assert compare(kernel(rule, period), args, NAMES[rule]) == {}, name
 
 
 @pytest.mark.parametrize("rule", RULES)
