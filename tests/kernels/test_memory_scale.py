@@ -151,6 +151,17 @@ def with_bad_entry(args, names, name, t, bad):
     return tuple(args)
 
 
+def strided_views(args) -> list:
+    """Views of the same values with non-unit strides (the keys in transposed layout)."""
+    strided = []
+    for a in args:
+        wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        wide[..., ::2] = a
+        strided.append(wide[..., ::2])
+    strided[0] = np.ascontiguousarray(np.swapaxes(args[0], -1, -2)).swapaxes(-1, -2)
+    return strided
+
+
 def kernel(rule, period=None):
     if period is None:
         return RULES[rule]
@@ -278,12 +289,7 @@ def test_argument_errors_equal_the_reference(rule):
 @pytest.mark.parametrize("rule", RULES)
 def test_strided_inputs_equal_contiguous_ones(rule):
     args = make_args(rule, 300, 8, lead=(2,))
-    strided = []
-    for a in args:                  # every argument a view with non-unit strides
-        wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
-        wide[..., ::2] = a
-        strided.append(wide[..., ::2])
-    strided[0] = np.ascontiguousarray(np.swapaxes(args[0], -1, -2)).swapaxes(-1, -2)
+    strided = strided_views(args)
     assert not strided[0].flags.c_contiguous
     with kernels.force_reference():
         want = RULES[rule](*args)
