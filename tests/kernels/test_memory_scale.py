@@ -268,7 +268,7 @@ def test_span_decays_keep_relative_precision_after_small_retentions():
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_argument_errors_equal_the_reference(rule):
+def test_argument_errors_equal_the_reference(rule, period=None):
     good = make_args(rule, 64, 4)
     cases = {"mixed dtype": (1, good[1].astype(np.float32)),
              "wrong shape": (2, good[2][..., :-1]),
@@ -280,7 +280,7 @@ def test_argument_errors_equal_the_reference(rule):
         errors = []
         for forced in (False, True):
             with kernels.force_reference(forced), pytest.raises((TypeError, ValueError)) as e:
-                RULES[rule](*args)
+                kernel(rule, period)(*args)
             errors.append((type(e.value), str(e.value)))
         kernels.force_reference(False)
         assert errors[0] == errors[1], what
