@@ -24,7 +24,8 @@ the pair goes through those matrices instead (`_by_transition`).
 The backward differentiates the chunk function by hand; the gate gradients go through
 ``W = Er Ee`` and ``c = Er ge`` to terms that each span one range of tokens (see
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
-and calls fall back to the sequential reference as in `memory_chunked` (its module docstring).
+and calls fall back to the sequential reference as in `memory_chunked` (its module docstring),
+a chunk transition that cancels included (`transition_parts`).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from . import memory_chunked
 from ._common import max_abs, within_range
 from .memory_chunked import (NumpyOps, Saved, _blocks, _log_gradient, _tr, _triangles,
                              _unblocks, growth, sequential_backward, sequential_forward,
-                             shift_rows, span_decays)
+                             shift_rows, span_decays, transitions_cancel)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -62,6 +63,28 @@ def _shift(a, first):
     """a_{i-1} along the last axis (a_{-1} = first)."""
     xp = array_module(a)
     return xp.concatenate([xp.full(a[..., :1].shape, first, a.dtype), a[..., :-1]], axis=-1)
+
+
+def transition_parts(Phi, grC, cC, geC) -> list:
+    """The parts of the pair's transitions ``Phi [B, N, 2d, 2d]`` (``[M_C S_C] = [M0 S0] Phi +
+    ...``) that `memory_chunked.transitions_cancel` checks, each with the 2-norm of the
+    decays it holds (``grC, cC, geC [B, N]``: ``Phi`` without updates is
+    ``[[grC I, 0], [cC I, geC I]]``): the rows of M0 and of S0 (their cotangents), the columns
+    of M_C and of S_C (the states). Titans' S0 reaches the outputs only through small terms,
+    so each part is checked on its own scale.
+
+    >>> I, Z = np.eye(2), np.zeros((2, 2))
+    >>> Phi = np.block([[0.5 * I, Z], [0.1 * I, 0.25 * I]])[None, None]
+    >>> one = lambda a: np.full((1, 1), a)
+    >>> transitions_cancel(transition_parts(Phi, one(0.5), one(0.1), one(0.25)))
+    False
+    >>> transitions_cancel(transition_parts(Phi * 1e-6, one(0.5), one(0.1), one(0.25)))
+    True
+    """
+    xp = array_module(Phi)
+    d = Phi.shape[-1] // 2
+    return [(Phi[..., :d, :], grC), (Phi[..., d:, :], xp.hypot(cC, geC)),
+            (Phi[..., :, :d], xp.hypot(grC, cC)), (Phi[..., :, d:], geC)]
 
 
 def _by_transition(ops, C: int, d: int) -> bool:
@@ -119,6 +142,17 @@ class _Chunks:
                                          for a in (self.grC, self.geC)], -1)
         self.Phi = self._transition() if _by_transition(ops, C, d) else None
         self.U = None               # the updates, set by the forward run
+
+    def cancels(self) -> bool:
+        """Whether a chunk's transition lost its relative precision to cancellation
+        (`memory_chunked.transitions_cancel`; never with fewer tokens than d, where the
+        transition is not formed on NumPy)."""
+        C, d = self.K.shape[-2:]
+        if C < d:
+            return False
+        Phi = self._transition() if self.Phi is None else self.Phi
+        return transitions_cancel(transition_parts(Phi, *(a[..., 0, 0] for a in
+                                                          (self.grC, self.cC, self.geC))))
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
@@ -218,6 +252,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     ys, all_starts, all_chunks = [], [], []
     for t0, t1, c in _parts(s, C):
         ch = _Chunks(_slice(x, t0, t1), c, ops)
+        if ch.cancels():
+            return sequential_forward(spec, x, init, checkpoint_every, C)
         starts, ch.U, MS = ch.carry(MS)
         ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
         all_starts.append(starts)

@@ -10,7 +10,7 @@ differ (``y_t = M_{c p} q_t`` for token t of chunk c, ``M_{(c+1) p} q_t`` for it
 
 The state at chunk boundaries is computed in the chunked form of
 `kernels.memory_periodic_chunked` (a few batched products per call, a Python step per chunk
-instead of per token), with a hand-written backward. ``backend="reference"`` (or
+instead of per token; long periods cut into `sub_chunks`), with a hand-written backward. ``backend="reference"`` (or
 `kernels.force_reference`) runs the sequential loop of `kernels.memory_ref` over each chunk
 instead; so do calls whose retention (or Titans' momentum gate) is not positive and finite,
 whose inputs hold a NaN or an inf, or whose chunked states or gradients come near overflow
@@ -32,7 +32,7 @@ from . import memory_periodic_chunked as chunked
 from . import memory_ref as ref
 from ._common import batch_size, check_memory_shapes
 from .dispatch import is_reference_forced
-from .memory_chunked import _tr
+from .memory_chunked import _tr, chunk_size
 from .memory_periodic_chunked import Blocks
 
 _SEQS = ("k", "v", "q")
@@ -194,27 +194,68 @@ def _reference_backward(saved, inject, final_s=None) -> dict:
     return out
 
 
+def sub_chunks(period: int, d: int) -> int:
+    """How many equal sub-chunks the chunked form cuts each period into: the fewest whose
+    length divides `period` and is at most `memory_chunked.chunk_size(d)`, or 1 (the whole
+    period) where such a length would be under a quarter of it (a prime period). A period's
+    transition is then the product of its sub-chunks' transitions, carried one after the other
+    as the states are: a transition that decays far below the retention over a long period
+    stays a product of factors that each keep their relative precision (the WY form of one
+    long chunk is their difference, `memory_chunked.transitions_cancel`), and the work per
+    token is the per-token rules' at their measured chunk size.
+
+    >>> sub_chunks(8, 16), sub_chunks(128, 16), sub_chunks(96, 16), sub_chunks(64, 64)
+    (1, 8, 6, 2)
+    >>> sub_chunks(127, 16)
+    1
+    """
+    longest = chunk_size(d)
+    if period <= longest:
+        return 1
+    m = next(m for m in range(-(-period // longest), period + 1) if period % m == 0)
+    return m if 4 * (period // m) >= longest else 1
+
+
+def _split(b: Blocks, m: int) -> Blocks:
+    """`b` with every chunk cut into `m` equal sub-chunks: ``[B, N, C, ...]`` ->
+    ``[B, N m, C / m, ...]``."""
+    B, N, C = b.k.shape[:3]
+    xp = array_module(b.k)
+    return Blocks(*(None if a is None else xp.reshape(a, (B, N * m, C // m) + a.shape[3:])
+                    for a in b))
+
+
 def _states(rule: str, lay: _Layout, backend: str):
-    """``(states, saved, backend)``: the boundary states in the chunked form, or with the loop
-    where the chunked form does not apply or comes near overflow (`backend` then
-    ``"reference"``). A chunked `saved` carries the input growth for its backward."""
+    """``(states, saved, backend)``: the boundary states in the chunked form (`sub_chunks`
+    per period), or with the loop where the chunked form does not apply, cancels or comes near
+    overflow (`backend` then ``"reference"``). A chunked `saved` carries the input growth and
+    the sub-chunk count for its backward."""
     if backend == "chunked" and lay.N and chunked.usable(lay.blocks):
-        grow = chunked.growth(lay.blocks, lay.init)
+        m = sub_chunks(lay.C, lay.d)
+        blocks = _split(lay.blocks, m) if m > 1 else lay.blocks
+        grow = chunked.growth(blocks, lay.init)
         if grow < float("inf"):
-            states, saved = chunked.forward(rule, lay.blocks, lay.init, grow=grow)
+            states, saved = chunked.forward(rule, blocks, lay.init, grow=grow)
             if states is not None:
-                return states, (saved, grow), "chunked"
+                return tuple(st[:, ::m] for st in states), (saved, grow, m), "chunked"
     states, saved = _reference_forward(rule, lay.blocks, lay.init)
     return states, saved, "reference"
 
 
 def _backward(rule: str, lay: _Layout, saved, backend: str, inject, final_s) -> dict:
-    """The chunk transitions' gradients (block layout), re-run with the loop where the chunked
-    backward comes near overflow."""
+    """The chunk transitions' gradients (block layout, of the sub-chunks where the forward
+    cut the periods: `_Layout.unblock` flattens either), re-run with the loop where the
+    chunked backward comes near overflow."""
     if backend == "chunked":
-        g = chunked.backward(saved[0], inject, final_s, grow=saved[1])
+        run, grow, m = saved
+        if m > 1:               # the reads see only every m-th boundary
+            every = lay.xp.zeros((lay.B, lay.N * m + 1) + inject.shape[2:], inject.dtype)
+            every[:, ::m] = inject
+            inject = every
+        g = chunked.backward(run, inject, final_s, grow=grow)
         if g is not None:
             return g
+        inject = inject[:, ::m]
         saved = _reference_forward(rule, lay.blocks, lay.init)[1]
     return _reference_backward(saved, inject, final_s)
 

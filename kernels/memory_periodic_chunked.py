@@ -24,7 +24,9 @@ retentions, and decay ratios over their own spans (`memory_chunked.span_decays`)
 `kernels.memory_periodic` runs the sequential loop instead where `usable` or `growth` rule the
 chunked form out (a retention that is not positive, a NaN or an inf among the inputs), and
 re-runs a call with it when `forward` or `backward` report a result near overflow
-(`_common.within_range`, as in `kernels.memory_chunked`).
+(`_common.within_range`, as in `kernels.memory_chunked`) or `forward` a chunk transition that
+cancels (`memory_chunked.transitions_cancel`: the keys erase the state far faster than the
+retention decays it, and ``Lam - P Q`` loses the small transition's relative precision).
 """
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ import numpy as np
 from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
-from .memory_chunked import NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays
-from .memory_chunked_titans import _decays, _shift
+from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays,
+                             transitions_cancel)
+from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
 class Blocks(NamedTuple):
@@ -112,6 +115,15 @@ class _DeltaHebbian:
         gC = self.gC[:, c]
         return X * gC[..., None, None]
 
+    def transition_parts(self) -> list:
+        """``[(Phi, gC)]``, ``Phi = gC I - P Q`` every chunk's transition (none for the Hebbian
+        rule, whose transition is the decay alone), for `transitions_cancel`."""
+        if self.P is None:
+            return []
+        xp = array_module(self.K)
+        eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
+        return [(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC)]
+
     def grads(self, M0, GC, U=None, dU=None):
         """Gradients of every chunk's transition given the states entering the chunks `M0`
         and the cotangents of the states leaving them `GC` (both ``[B, N, d, d]``), and the
@@ -183,6 +195,18 @@ class _Titans:
         if reverse:
             return xp.concatenate([grC * M, cC * M + geC * S], -1)
         return xp.concatenate([grC * M + cC * S, geC * S], -1)
+
+    def transition_parts(self) -> list:
+        """`memory_chunked_titans.transition_parts` of ``Phi = Lam - P Q``."""
+        xp = array_module(self.K)
+        d = self.d
+        grC, cC, geC = self.coefs
+        Phi = -(self.P @ self.Q)
+        eye = xp.eye(d, dtype=Phi.dtype)
+        Phi[..., :d, :d] += grC[..., None, None] * eye
+        Phi[..., d:, :d] += cC[..., None, None] * eye
+        Phi[..., d:, d:] += geC[..., None, None] * eye
+        return transition_parts(Phi, grC, cC, geC)
 
     def grads(self, X0, G, U=None, dU=None):
         """Gradients of every chunk's transition given the joint states entering the chunks
@@ -284,10 +308,13 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     """The states at every chunk boundary: ``(states, saved)`` with ``states`` a tuple (one
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
     (N: the final state); ``(None, None)`` when they come near overflow for the input growth
-    `grow` (`growth`): the caller then runs the sequential loop."""
+    `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
+    fewer tokens than d): the caller then runs the sequential loop."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
+    if C >= d and transitions_cancel(ch.transition_parts()):
+        return None, None
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
