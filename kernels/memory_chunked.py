@@ -152,30 +152,36 @@ def shift_rows(E):
     return xp.concatenate([xp.zeros_like(E[..., :1, :]), E[..., :-1, :]], axis=-2)
 
 
+def squared_norms(Phi, scale):
+    """``|Phi / scale|_F^2`` of every chunk's ``Phi [B, N, a, b]`` with ``scale [B, N]``."""
+    with np.errstate(all="ignore"):      # a scale of 0 (underflow) gives inf or NaN
+        scaled = Phi / scale[..., None, None]
+        return array_module(Phi).sum(scaled * scaled, axis=(-1, -2))
+
+
 def transitions_cancel(parts) -> bool:
     """Whether a chunk's transition was computed as a difference that cancels: `parts` holds
-    pairs ``(part [B, N, a, b], decay [B, N])`` of rows or columns of every chunk's transition
-    (``X_C = X_0 Phi + ...``) and the 2-norm of the retention's decay over them; true where
+    pairs ``(square, decay)`` (``[B, N]``, both divided by one scale per chunk): the squared
+    Frobenius norm of rows or columns of every chunk's transition (``X_C = X_0 Phi + ...``)
+    and the 2-norm of the retention's decay over them; true where
     ``|part|_F < CANCELLATION_RATIO * decay`` in some chunk. The WY form computes ``Phi`` as the
     decay minus the delta corrections, with an absolute error of a few eps times the decay:
     where the keys erase the state much faster than the retention decays it (``theta |k|^2``
     near ``1 - alpha`` on the same directions over many tokens, d = 1), ``Phi`` is far smaller
     than the decay and loses its relative precision; the sequential loop keeps it. A chunk of
     fewer tokens than d never cancels: the d - C directions orthogonal to its keys keep the
-    decay, so ``|part|_F >= decay``. A decay of 0 (underflow) has no cancellation.
+    decay, so ``|part|_F >= decay``. A decay of 0 (underflow) has no cancellation (NaN).
 
     >>> gC = np.array([[0.5]])
-    >>> transitions_cancel([(np.full((1, 1, 1, 1), 0.4), gC)])     # 0.5 - 0.1
+    >>> transitions_cancel([(squared_norms(np.full((1, 1, 1, 1), 0.4), gC), 1.0)])  # 0.5 - 0.1
     False
-    >>> transitions_cancel([(np.full((1, 1, 1, 1), 1e-9), gC)])    # 0.5 - (0.5 - 1e-9)
+    >>> transitions_cancel([(squared_norms(np.full((1, 1, 1, 1), 1e-9), gC), 1.0)])
     True
     """
-    for part, decay in parts:
-        xp = array_module(part)
-        ratio = CANCELLATION_RATIO.get(str(part.dtype), CANCELLATION_RATIO["float64"])
-        with np.errstate(all="ignore"):      # a decay of 0 gives inf or NaN: not a cancellation
-            scaled = part / decay[..., None, None]
-            if bool(xp.any(xp.sum(scaled * scaled, axis=(-1, -2)) < ratio * ratio)):
+    for square, decay in parts:
+        ratio = CANCELLATION_RATIO.get(str(square.dtype), CANCELLATION_RATIO["float64"])
+        with np.errstate(all="ignore"):
+            if bool(array_module(square).any(square < (ratio * decay) ** 2)):
                 return True
     return False
 
@@ -349,7 +355,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     if not grow < np.inf:
         return sequential_forward(spec, x, init, checkpoint_every, C)
     ch = _Chunks(spec.name, x, C, ops)
-    if ch.PhiT is not None and C >= x.k.shape[-1] and transitions_cancel([(ch.PhiT, ch.gC)]):
+    if (ch.PhiT is not None and C >= x.k.shape[-1]
+            and transitions_cancel([(squared_norms(ch.PhiT, ch.gC), 1.0)])):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)

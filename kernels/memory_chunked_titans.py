@@ -71,7 +71,8 @@ def transition_parts(Phi, grC, cC, geC) -> list:
     decays it holds (``grC, cC, geC [B, N]``: ``Phi`` without updates is
     ``[[grC I, 0], [cC I, geC I]]``): the rows of M0 and of S0 (their cotangents), the columns
     of M_C and of S_C (the states). Titans' S0 reaches the outputs only through small terms,
-    so each part is checked on its own scale.
+    so each part is checked on its own scale. One pass over ``Phi``: its four blocks' squared
+    norms, divided by the chunk's largest decay.
 
     >>> I, Z = np.eye(2), np.zeros((2, 2))
     >>> Phi = np.block([[0.5 * I, Z], [0.1 * I, 0.25 * I]])[None, None]
@@ -82,9 +83,18 @@ def transition_parts(Phi, grC, cC, geC) -> list:
     True
     """
     xp = array_module(Phi)
-    d = Phi.shape[-1] // 2
-    return [(Phi[..., :d, :], grC), (Phi[..., d:, :], xp.hypot(cC, geC)),
-            (Phi[..., :, :d], xp.hypot(grC, cC)), (Phi[..., :, d:], geC)]
+    B, N, w = Phi.shape[:3]
+    d = w // 2
+    scale = xp.maximum(xp.maximum(grC, cC), geC)
+    with np.errstate(all="ignore"):      # a scale of 0 (underflow) gives NaN: no cancellation
+        squares = Phi / scale[..., None, None]
+        squares *= squares
+        q = xp.sum(xp.reshape(xp.sum(xp.reshape(squares, (B, N, w, 2, d)), axis=-1),
+                              (B, N, 2, d, 2)), axis=-2)                    # [B, N, 2, 2]
+        return [(q[..., 0, 0] + q[..., 0, 1], grC / scale),
+                (q[..., 1, 0] + q[..., 1, 1], xp.hypot(cC, geC) / scale),
+                (q[..., 0, 0] + q[..., 1, 0], xp.hypot(grC, cC) / scale),
+                (q[..., 0, 1] + q[..., 1, 1], geC / scale)]
 
 
 def _by_transition(ops, C: int, d: int) -> bool:

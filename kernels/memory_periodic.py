@@ -10,10 +10,11 @@ differ (``y_t = M_{c p} q_t`` for token t of chunk c, ``M_{(c+1) p} q_t`` for it
 
 The state at chunk boundaries is computed in the chunked form of
 `kernels.memory_periodic_chunked` (a few batched products per call, a Python step per chunk
-instead of per token; long periods cut into `sub_chunks`), with a hand-written backward. ``backend="reference"`` (or
-`kernels.force_reference`) runs the sequential loop of `kernels.memory_ref` over each chunk
-instead; so do calls whose retention (or Titans' momentum gate) is not positive and finite,
-whose inputs hold a NaN or an inf, or whose chunked states or gradients come near overflow
+instead of per token; long periods cut into `sub_chunks`), with a hand-written backward.
+``backend="reference"`` (or `kernels.force_reference`) runs the sequential loop of
+`kernels.memory_ref` over each chunk instead; so do calls whose retention (or Titans' momentum
+gate) is not positive and finite, whose inputs hold a NaN or an inf, whose chunk transitions
+cancel, or whose chunked states or gradients come near overflow
 (`kernels.memory_periodic_chunked`): there the loop's values are the ones returned.
 The code is written against the arrays' own module, but `models.layers` calls it on NumPy
 arrays only, and on CuPy arrays it is untested (there is no CUDA version).

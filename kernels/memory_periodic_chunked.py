@@ -38,7 +38,7 @@ from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
 from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays,
-                             transitions_cancel)
+                             squared_norms, transitions_cancel)
 from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
@@ -116,13 +116,13 @@ class _DeltaHebbian:
         return X * gC[..., None, None]
 
     def transition_parts(self) -> list:
-        """``[(Phi, gC)]``, ``Phi = gC I - P Q`` every chunk's transition (none for the Hebbian
-        rule, whose transition is the decay alone), for `transitions_cancel`."""
+        """The squared norm of ``Phi / gC``, ``Phi = gC I - P Q`` every chunk's transition, for
+        `transitions_cancel` (none for the Hebbian rule, whose transition is the decay alone)."""
         if self.P is None:
             return []
         xp = array_module(self.K)
         eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
-        return [(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC)]
+        return [(squared_norms(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC), 1.0)]
 
     def grads(self, M0, GC, U=None, dU=None):
         """Gradients of every chunk's transition given the states entering the chunks `M0`
