@@ -46,11 +46,13 @@ from .api import _argument_names, autodiff
 from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
 from .compiled_call import CompiledSignature, ReplayRaised
+from .compiled_eager import eager_taking
 from .compiled_trace import RANDOM_DRAWS, RandomStates, trace_once
 from .program import GuardFailed, Uncompilable, same_value
 from .signature import _changed, _first_difference, _signature
 from .pytree import is_inactive
 from .split import autodiff_thunk
+from .user_calls import UserCalls
 
 
 class CompileWarning(UserWarning):
@@ -114,7 +116,7 @@ class CompiledFunction:
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
         self._fast = None   # (signature, compiled) of the last plain replay
-        self._fast_failed = None   # (compiled, error) when the fast path's replay failed
+        self._fast_failed = None   # (compiled, error, calls) when the fast path's replay failed
         self._changed_once: set = set()   # signatures whose trace changed what it reads
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
@@ -158,29 +160,32 @@ class CompiledFunction:
         if isinstance(entry, str):
             return self._eager(annotated, entry)
         names = _argument_names(self.f, len(annotated))
+        # What user code returned in this call's runs of f so far: a replay that fails after
+        # running some, then another replay, a trace or an eager call, runs it once in all.
+        calls = UserCalls() if failed is None or failed[2] is None else failed[2]
         pending = []   # programs not confirmed yet: never replayed alone
         if entry:
             self._cache.move_to_end(key)
-            for compiled in entry:
+            for compiled in tuple(entry):   # (a recursive call may trace into `entry`)
                 if compiled.record is not None:
                     pending.append(compiled)
                     continue
                 try:
                     if failed is not None and failed[0] is compiled:
                         raise failed[1]   # the fast path replayed it (and ran user code)
-                    result = compiled.call(annotated, names)
+                    result = compiled.call(annotated, names, calls=calls)
                 except GuardFailed:
                     self._counts["guard_failures"] += 1
                     continue
                 except ReplayRaised as e:
-                    return self._eager(annotated, str(e))
+                    return self._eager(annotated, str(e), calls)
                 self._counts["hits"] += 1
                 self._last = compiled.program
                 self._remember_fast(key, compiled, annotated)
                 return result
             if len(entry) >= self.max_traces and not pending:
-                return self._eager(annotated, self._too_many)
-        return self._trace_and_call(key, annotated, names, pending)
+                return self._eager(annotated, self._too_many, calls)
+        return self._trace_and_call(key, annotated, names, pending, calls)
 
     @property
     def _too_many(self) -> str:
@@ -202,10 +207,11 @@ class CompiledFunction:
             return None
         if compiled.watched and _changed(compiled.watched) is not None:
             return None
+        calls = UserCalls() if compiled.program.calls_user else None
         try:
-            result = compiled._call_plain(args)
+            result = compiled._call_plain(args, calls=calls)
         except (GuardFailed, ReplayRaised) as e:   # the general path decides, without
-            self._fast_failed = (compiled, e)      # running this program a second time
+            self._fast_failed = (compiled, e, calls)   # running this program a second time
             return None
         if result is not None:
             self._counts["hits"] += 1
@@ -247,14 +253,18 @@ class CompiledFunction:
             return "called inside another differentiation"
         return None
 
-    def _eager(self, annotated, reason):
+    def _eager(self, annotated, reason, calls=None):
+        """Answer the call eagerly. `calls`: what user code returned in this call's runs so
+        far (a replay, a trace), taken rather than run again."""
         self._counts["eager_calls"] += 1
         if not self._eager_reasons or self._eager_reasons[-1] != reason:
             self._eager_reasons.append(reason)
+        if calls:
+            return eager_taking(self.mode, self.f, self.ret_activity, annotated, calls)
         ret = () if self.ret_activity is None else (self.ret_activity,)
         return autodiff(self.mode, self.f, *ret, *annotated)
 
-    def _trace_and_call(self, key, annotated, names, pending=()):
+    def _trace_and_call(self, key, annotated, names, pending=(), calls=None):
         """Trace `f` once on this call's arguments and answer the call with that trace's
         program: `f` runs once per call, as in eager mode, so its draws and other side effects
         happen as often as eager ones. A new program is kept unconfirmed; it is replayed
@@ -262,16 +272,20 @@ class CompiledFunction:
         came out the same. A trace that differs from a program that accepts its call, or
         that drew random numbers, makes the signature eager from the next call on. Whether a
         program accepts the call is asked after the trace, of its primal alone, with what the
-        user's rules and inactive functions returned in the trace: they run once per call."""
+        user's rules and inactive functions returned in the trace: they run once per call.
+        `calls`: what user code returned in this call's earlier runs (replays whose guards
+        failed), taken by the trace, and by an eager call after it."""
+        calls = UserCalls() if calls is None else calls
         start = time.perf_counter()
         try:
             states = RandomStates(self.f, annotated)
         except Uncompilable as e:   # what it reads cannot be watched: eager, as it would be
             self._remember(key, str(e))
-            return self._eager(annotated, str(e))
+            return self._eager(annotated, str(e), calls)
         reason, traced, compiled = None, None, None
+        mark = calls.count
         try:
-            traced = trace_once(self, annotated, names, states.watched)
+            traced = trace_once(self, annotated, names, states.watched, calls)
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
             reason = f"tracing failed: {type(e).__name__}: {e}"
         future = None   # why the signature runs eagerly from the next call on
@@ -297,7 +311,7 @@ class CompiledFunction:
                         recorded, traced[0].recorded, traced = traced[0].recorded, {}, None
                         self._compile_seconds += time.perf_counter() - start
                         return self._replay_confirmed(key, program, annotated, names,
-                                                      recorded)
+                                                      recorded, calls)
                 for program, difference in zip(pending, differences):
                     if program.accepts(annotated, names, traced[0]):
                         future = (f"two traces of calls that decide alike differ "
@@ -319,10 +333,10 @@ class CompiledFunction:
         traced = None   # the failed trace's frames are freed before an eager call
         self._compile_seconds += time.perf_counter() - start
         if reason is not None:
-            states.restore()   # the eager call draws what eager autodiff would
+            _restore(states, calls, mark)   # the eager call draws what eager autodiff would
             if not pending:   # (a program of this signature traced: this call's values fail)
                 self._remember(key, reason)
-            return self._eager(annotated, reason)
+            return self._eager(annotated, reason, calls)
         if future is not None:
             if "random" in future:
                 warnings.warn(f"{self.__name__} runs eagerly: {future}", CompileWarning,
@@ -345,15 +359,15 @@ class CompiledFunction:
         except (GuardFailed, ReplayRaised) as e:   # arguments that share memory, say
             if future is None and compiled in self._cache.get(key, ()):
                 self._cache[key].remove(compiled)
-            states.restore()
+            _restore(states, calls, mark)
             return self._eager(annotated, "a fresh trace failed its own guards"
-                               if isinstance(e, GuardFailed) else str(e))
+                               if isinstance(e, GuardFailed) else str(e), calls)
 
-    def _replay_confirmed(self, key, compiled, annotated, names, recorded):
+    def _replay_confirmed(self, key, compiled, annotated, names, recorded, calls):
         try:
             result = compiled.call(annotated, names, recorded)
         except (GuardFailed, ReplayRaised) as e:   # it accepted these arguments: unexpected
-            return self._eager(annotated, str(e))
+            return self._eager(annotated, str(e), calls)
         self._counts["hits"] += 1
         self._last = compiled.program
         self._remember_fast(key, compiled, annotated)
@@ -372,6 +386,15 @@ class CompiledFunction:
             self._changed_once.discard(key)
             if self._fast is not None and self._fast[0] == key:
                 self._fast = None
+
+
+def _restore(states, calls, mark) -> None:
+    """Set the random generators back to before the trace for an eager call, which then
+    draws what eager autodiff would: the trace's user code, if it drew, runs again there (what
+    it returned is forgotten)."""
+    if states.drew():
+        calls.forget_since(mark)
+    states.restore()
 
 
 _FAST_TYPES = (Active, Duplicated, DuplicatedNoNeed, Const)

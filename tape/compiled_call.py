@@ -25,9 +25,14 @@ class ReplayRaised(Exception):
     the call runs eagerly, which raises the error, or lets the function catch it."""
 
 
-def _replay(program, leaves, seeds, recorded=None):
+def _replay(program, leaves, seeds, recorded=None, calls=None):
+    """Run the program. `calls` (tape/user_calls.UserCalls) notes what its user code returns,
+    or gives what it returned in an earlier run of this call."""
     try:
-        return program.run(leaves, seeds, recorded)
+        if calls is None:
+            return program.run(leaves, seeds, recorded)
+        calls.rewind()
+        return program.run(leaves, seeds, recorded, calls)
     except GuardFailed:
         raise
     except Exception as e:   # noqa: BLE001
@@ -149,17 +154,18 @@ class CompiledSignature:
             return True
         return True
 
-    def call(self, annotated, names, recorded=None):
+    def call(self, annotated, names, recorded=None, calls=None):
         """Replay for this call. `recorded`: what user code returned in the trace of this
-        very call (`CompileTrace.recorded`), taken instead of running it again."""
+        very call (`CompileTrace.recorded`), taken instead of running it again; `calls`: what
+        it returned in this call's earlier runs (see `_replay`)."""
         if self.watched and _changed(self.watched) is not None:
             raise GuardFailed("a value the function reads changed")
         if self.plain:
-            fast = self._call_plain(annotated, recorded)
+            fast = self._call_plain(annotated, recorded, calls)
             if fast is not None:
                 return fast
         groups, leaves, seeds, zero_after = self._inputs(annotated, names)
-        results, grads = _replay(self.program, leaves, seeds, recorded)
+        results, grads = _replay(self.program, leaves, seeds, recorded, calls)
         for shadow in zero_after:
             shadow[...] = 0
         n_out = sum(s is not None for s in self.out_slots)
@@ -212,7 +218,7 @@ class CompiledSignature:
                 zero_after.append(shadow)
         return groups, leaves, seeds, zero_after
 
-    def _call_plain(self, annotated, recorded=None):
+    def _call_plain(self, annotated, recorded=None, calls=None):
         """The common case, without pytree machinery: every argument a single array (or an
         Active float), shadows congruent, no argument written. None: take the general path
         (which also names any problem)."""
@@ -236,7 +242,7 @@ class CompiledSignature:
         seeds = []
         if self.ret_slot is not None:
             seeds.append(self.seed.copy())
-        results, grads = _replay(self.program, leaves, seeds, recorded)
+        results, grads = _replay(self.program, leaves, seeds, recorded, calls)
         derivs, k = [], 0
         for ann in annotated:
             if type(ann) is Const:

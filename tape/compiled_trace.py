@@ -20,10 +20,11 @@ from .signature import (Snapshotter, _argument_classes, _rng_key, _watch, genera
                         set_generator_state)
 
 
-def trace_once(owner, annotated, names, watched):
+def trace_once(owner, annotated, names, watched, calls=None):
     """Trace `owner.f` once. The argument arrays are read-only while traced: a write the trace
     would not record (through `np.asarray(c)` or `tape.primal(x)`) raises instead of reaching
-    the caller's array, and the call runs eagerly, which makes it once."""
+    the caller's array, and the call runs eagerly, which makes it once. `calls`
+    (tape/user_calls.UserCalls): what user code returned in this call's earlier runs."""
     frozen = []
 
     def read(x):
@@ -33,7 +34,7 @@ def trace_once(owner, annotated, names, watched):
         return x
 
     try:
-        return _trace_once(owner, annotated, names, watched, read)
+        return _trace_once(owner, annotated, names, watched, read, calls)
     finally:
         _thaw(frozen)
 
@@ -53,8 +54,10 @@ def _thaw(frozen: list) -> None:
         frozen = left
 
 
-def _trace_once(owner, annotated, names, watched, read):
-    with CompileTrace(Snapshotter(watched)) as trace:
+def _trace_once(owner, annotated, names, watched, read, calls):
+    if calls is not None:
+        calls.rewind()
+    with CompileTrace(Snapshotter(watched), calls) as trace:
         call_args, groups, leaf_slots, watched_leaves = [], [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:

@@ -130,8 +130,12 @@ class CompileTrace(ReverseTrace):
     tracer_class = CompiledTracer
     records_inactive = True
 
-    def __init__(self, snapshot):
+    def __init__(self, snapshot, calls=None):
         super().__init__()
+        # What user code returned in earlier runs of this call (tape/user_calls.UserCalls):
+        # taken rather than run again, and this trace's own calls are noted there.
+        self.calls = calls
+        self.in_user_code = 0   # > 0 while a rule or an inactive function of the user's runs
         self.steps: list[tuple] = []
         self.guards: dict[int, tuple] = {}      # slot -> ("truth", bool) | ("equal", value)
         self.snapshot = snapshot                # baked constants: copied, unless watched
@@ -155,7 +159,11 @@ class CompileTrace(ReverseTrace):
 
     def nested_opened(self):
         """A differentiation opens inside the function: stop tracing at once (the call runs
-        eagerly), rather than trace the rest for nothing."""
+        eagerly), rather than trace the rest for nothing. Inside user code, which computes
+        on plain values (a compiled function an inactive one calls), it is that code's own
+        business, as in eager mode."""
+        if self.in_user_code:
+            return
         self.saw_nested = self.raised = True
         raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
                            "autodiff) runs eagerly")
@@ -228,7 +236,8 @@ class CompileTrace(ReverseTrace):
             if prim.augmented_primal is None:
                 raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
             cfg = _REVERSE_CONFIGS[tuple(active)]
-            out, saved = prim.augmented_primal(cfg, *vals, **params)
+            out, saved = (prim.augmented_primal(cfg, *vals, **params) if prim.pure
+                          else self._user(prim.augmented_primal, (cfg, *vals), params))
             step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
             if not prim.pure:
                 self.recorded[len(self.steps)] = (out, saved)
@@ -236,7 +245,8 @@ class CompileTrace(ReverseTrace):
                     and _inlinable(vals, ins, out)):
                 self.inline.add(len(self.steps))
         else:
-            out = prim.impl(*vals, **params)
+            out = (prim.impl(*vals, **params) if prim.pure
+                   else self._user(prim.impl, tuple(vals), params))
             step = (PLAIN, prim, None, tuple(ins), consts, kept)
             if not prim.pure:
                 self.recorded[len(self.steps)] = (out, None)
@@ -245,6 +255,17 @@ class CompileTrace(ReverseTrace):
             self.views.add(len(self.steps))
         made = self._add_step(step, outs, not any(active))
         return tuple(made) if prim.multiple_results else made[0]
+
+    def _user(self, fn, args, kwargs, inactive=False):
+        self.in_user_code += 1
+        try:
+            if self.calls is None:
+                return fn(*args, **kwargs)
+            if inactive:
+                return self.calls.call_inactive(fn, args, kwargs)
+            return self.calls.call(fn, args, kwargs)
+        finally:
+            self.in_user_code -= 1
 
     def _parameters(self, params):
         """``(params for this call, params for the step)``. Traced values among the params
@@ -273,7 +294,7 @@ class CompileTrace(ReverseTrace):
         plain = _fill(template, [t._v for t in found])
         self._note_context()
         try:
-            out = fn(*plain[0], **plain[1])
+            out = self._user(fn, plain[0], plain[1], inactive=True)
         except Exception:
             self.raised = True
             raise
@@ -361,7 +382,10 @@ class _ShapeChecked:
         self.__name__ = getattr(fn, "__name__", "inactive")
 
     def __call__(self, *args, **kwargs):
-        out = self.fn(*args, **kwargs)
+        return self.check(self.fn(*args, **kwargs))
+
+    def check(self, out):
+        """`out`, a result of `fn`, as the step gives it; GuardFailed when its shapes differ."""
         outs = out if self.unpack else (out,)
         if tuple(np.shape(o) for o in outs) != self.shapes:
             raise GuardFailed(f"the shape of a result of {self.__name__}")

@@ -8,10 +8,12 @@ import re
 import numpy as np
 
 from .backend import add_or_none
-from .program import (AUGMENTED, FRESH, INACTIVE, CompileTrace, DynamicParams, GuardFailed,
-                      Uncompilable, _fill, _param_slots, same_value, step_context)
+from .program import (AUGMENTED, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
+                      GuardFailed, Uncompilable, _ShapeChecked, _fill, _param_slots, same_value,
+                      step_context)
 from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
 from .program_cse import common_subexpressions
+from .user_calls import DIRECT, is_user_code
 
 
 class Program:
@@ -23,7 +25,10 @@ class Program:
     - `grad_slots`: the leaves whose cotangents are returned;
     - `by_reference`: whether watched arrays are read at each call (a kept program), or the
       copies the trace took of them (a program that answers the traced call only).
-    The function returns ``(values of result_slots, cotangents of grad_slots)``.
+    The function returns ``(values of result_slots, cotangents of grad_slots)``. Its steps of
+    user code (custom rules, `tape.inactive` functions) run as in eager mode, whatever their
+    results feed, and through ``calls`` (tape/user_calls.UserCalls) when given one; with
+    ``recorded`` (what the tracing call's user code returned, by step) they take those results.
     """
 
     def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots,
@@ -43,6 +48,8 @@ class Program:
         self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
         self.inline = trace.inline
         self.values = trace.values
+        self.user_steps = _user_steps(self.steps)
+        self.calls_user = bool(self.user_steps)
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
         self.inplace = _all_float64(self.values, self.steps)
         # NumPy scalars and 0-d arrays: ``a + b`` of two 0-d arrays is a NumPy scalar, so their
@@ -114,6 +121,32 @@ class Program:
             return f"_array(({args},))"   # same-shape float64 arrays: np.stack(axis=0)
         return None
 
+    def _user_step(self, i, lhs, useful, const) -> str:
+        """The line of step i, user code: called through `calls`, as eager mode calls it (a
+        rule's augmented primal whenever an argument is differentiated, even where its
+        residuals are not needed)."""
+        kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+        if kind == INACTIVE:
+            checked = type(fn) is _ShapeChecked
+            name = getattr(fn, "__name__", "inactive")
+            call = (f"calls.call({const(fn.fn if checked else fn, name)}, "
+                    f"*_fill({const(consts[0], 'a')}, ({''.join(f'v{s}, ' for s in ins)})))")
+            return f"    {lhs} = " + (f"{const(fn, name + '_shapes')}.check({call})" if checked
+                                      else call)
+        args = "".join(f"v{s}, " if s is not None else f"{const(c)}, "
+                       for s, c in zip(ins, consts))
+        if type(params) is DynamicParams:
+            holes = "".join(f"v{s}, " for s in params.slots)
+            kw = f"_fill({const(params.template, 'p')}, ({holes}))"
+        else:
+            kw = const(params if params else _NO_PARAMS, "p")
+        if kind == PLAIN:
+            return f"    {lhs} = calls.call({const(fn.impl, fn.name + '_impl')}, ({args}), {kw})"
+        out = f"({lhs})" if fn.multiple_results else lhs
+        return (f"    {out}, {f's{i}' if useful else '_'} = calls.call("
+                f"{const(fn.augmented_primal, fn.name + '_aug')}, ({const(cfg, 'cfg')}, "
+                f"{args}), {kw})")
+
     def _nondiff(self, trace, leaf_slots):
         """Slots that carry no derivative (the leaves' own flags, then forward through the
         steps: a step with no differentiated input gives nondiff results)."""
@@ -143,7 +176,8 @@ class Program:
         needed = [False] * len(self.steps)
         for i in range(len(self.steps) - 1, -1, -1):
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]
-            if useful[i] or any(o in live for o in outs):
+            # user code runs as often as in eager mode, even when nothing reads its results
+            if useful[i] or any(o in live for o in outs) or i in self.user_steps:
                 needed[i] = True
                 if i in self.repeats:
                     live.update(self.steps[self.repeats[i]][6])
@@ -162,8 +196,8 @@ class Program:
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
               "_fill": _fill, "_iadd": iadd, "_add_into": add_into, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
-              "_array": np.array, "_step_context": step_context}
-        lines = ["def run(leaves, seeds, recorded=None):"]
+              "_array": np.array, "_step_context": step_context, "_DIRECT": DIRECT}
+        lines = ["def run(leaves, seeds, recorded=None, calls=_DIRECT):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
 
@@ -212,6 +246,8 @@ class Program:
                         lines.append(f"    s{a} = None")   # step a's own reverse never runs
             elif kind == FRESH:
                 lines.append(f"    v{outs[0]} = {const(consts[0], 'buffer')}.copy()")
+            elif i in self.user_steps:
+                lines.append(self._user_step(i, lhs, useful[i], const))
             elif kind == INACTIVE:
                 args = ", ".join(f"v{s}" for s in ins)
                 name = getattr(fn, "__name__", "inactive")
@@ -239,7 +275,7 @@ class Program:
                 lines.insert(len(lines) - 1, f"    with _step_context(*{const(trace.contexts[i], 'context')}):")
                 lines[-1] = "    " + lines[-1]
             if i in trace.recorded:   # user code: the tracing call takes what it returned
-                _use_recorded(lines, first_line, i)
+                _use_recorded(lines, first_line, i, kind == AUGMENTED and i in self.user_steps)
             for o in outs:
                 if o in self.guards:
                     guard(o)
@@ -371,14 +407,30 @@ def _release_dead_values(lines: list[str]) -> list[str]:
     return out
 
 
-def _use_recorded(lines: list, first: int, i: int) -> None:
+_NO_PARAMS: dict = {}   # a user step's keyword arguments when it has none (never written)
+
+
+def _user_steps(steps) -> set:
+    """The steps that run user code: a rule of the user's (not `Primitive.pure`), or a
+    `tape.inactive` function that is not one of NumPy's own (tape/user_calls.is_user_code)."""
+    found = set()
+    for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(steps):
+        if kind == INACTIVE:
+            if is_user_code(fn.fn if type(fn) is _ShapeChecked else fn):
+                found.add(i)
+        elif kind in (AUGMENTED, PLAIN) and not fn.pure:
+            found.add(i)
+    return found
+
+
+def _use_recorded(lines: list, first: int, i: int, pair: bool = False) -> None:
     """Make the lines of step i (from `first` on) run only when `recorded` is None; else the
     step's results (and residuals) are what the trace recorded. The call that traced a
     function answers this way: a user's rule or inactive function runs once in that call,
     as in eager mode, even if it keeps state."""
     body = ["    " + line for line in lines[first:]]
     target = body[-1].strip().split(" = ", 1)[0]   # "v5", "v5, v6", "(v5,), s5", ...
-    if target.endswith(f", s{i}"):
+    if pair or target.endswith(f", s{i}"):   # (result, residuals)
         taken = f"    else: {target} = recorded[{i}]"
     else:
         taken = f"    else: {target} = recorded[{i}][0]"

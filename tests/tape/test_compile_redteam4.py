@@ -4,22 +4,17 @@ zeros and NaN constants), cotangents summed in place in float32 and mixed progra
 code (custom rules, `tape.inactive` functions) that keeps state: it must run as often as in
 eager mode on the first, the confirming and later calls.
 
-State that a user rule keeps in a list or dict is seen by the compiled function (it watches
-what the function reads, and runs eagerly when that changes), so the counters here are
-`itertools.count` objects, which it cannot compare: the replay alone decides how often they
-tick.
+The counting user code is tests/tape/compile_user_code.py's.
 """
-import itertools
-import re
-
 import numpy as np
 import pytest
 
 import tape
-from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, custom_rule
+from tape import Active, Const, Duplicated, ReverseWithPrimal
 
 import compile_sequences
 from compile_sequences import sequences
+from compile_user_code import runs_per_call
 
 RP = ReverseWithPrimal
 CALLS = [0, 1, 2, 3, 0, 4]
@@ -171,65 +166,6 @@ def test_mixed_precision_sums_equal_eager_bit_for_bit(exact, name, f, make):
 
 # -- user code that keeps state --------------------------------------------------------------
 
-def _ticks(counter) -> int:
-    return int(re.search(r"\d+", repr(counter)).group())
-
-
-class _Counted:
-    """A custom rule and an inactive function that count their runs."""
-
-    def __init__(self):
-        self.counts = {k: itertools.count() for k in ("impl", "aug", "rev", "inactive")}
-        impl, aug, rev, inactive = (self.counts[k] for k in ("impl", "aug", "rev",
-                                                             "inactive"))
-
-        def double(x):
-            next(impl)
-            return x * 2.0
-
-        def double_aug(cfg, x):
-            next(aug)
-            return x * 2.0, None
-
-        def double_rev(cfg, saved, g):
-            next(rev)
-            return (g * 2.0,)
-        self.rule = custom_rule(double, augmented_primal=double_aug, reverse=double_rev,
-                                check_primal=False)
-
-        @tape.inactive
-        def scale(x):
-            next(inactive)
-            return np.float64(1.5) + 0.0 * np.sum(x)
-        self.scale = scale
-
-    def snapshot(self) -> dict:
-        return {k: _ticks(c) for k, c in self.counts.items()}
-
-
-def _runs_per_call(make_f, types, make_args, calls):
-    """How often each piece of user code ran at each call: compiled, then eager."""
-    out = []
-    for compiled in (True, False):
-        counted = _Counted()
-        f = make_f(counted)
-        g = tape.compile(RP, f, Active, *types) if compiled else None
-        runs = []
-        for c in calls:
-            before = counted.snapshot()
-            args = make_args(c)
-            try:
-                g(*args) if compiled else autodiff(RP, f, Active, *args)
-            except Exception:   # noqa: BLE001  (the counts are compared)
-                pass
-            after = counted.snapshot()
-            runs.append({k: after[k] - before[k] for k in after if after[k] != before[k]})
-        out.append(runs)
-        if compiled:
-            stats = g.stats
-    return out[0], out[1], stats
-
-
 @pytest.mark.parametrize("twice", [False, True])
 def test_user_code_runs_once_per_call_on_the_confirming_call_too(twice):
     """The call that confirms a program asked it whether it accepts the call by replaying
@@ -242,7 +178,7 @@ def test_user_code_runs_once_per_call_on_the_confirming_call_too(twice):
                 y = y + counted.rule(x) * counted.scale(x)
             return np.sum(y ** 2)
         return f
-    compiled, eager, stats = _runs_per_call(make_f, [Duplicated],
+    compiled, eager, stats = runs_per_call(make_f, [Duplicated],
                                             lambda c: [_dup(3, seed=c)], range(5))
     assert compiled == eager, (compiled, eager)
     assert stats.hits == 4 and stats.eager_calls == 0, stats
@@ -253,7 +189,7 @@ def test_a_rule_on_const_arguments_runs_once_per_call():
         def f(x, c):
             return np.sum(counted.rule(x) * counted.rule(c)) * counted.scale(c)
         return f
-    compiled, eager, stats = _runs_per_call(
+    compiled, eager, stats = runs_per_call(
         make_f, [Duplicated, Const],
         lambda c: [_dup(3, seed=c), Const(_rng(c + 3).normal(size=3))], range(5))
     assert compiled == eager, (compiled, eager)
@@ -266,13 +202,11 @@ def test_a_guard_on_a_rule_result_traces_again_without_running_it_again():
             n = int(np.argmax(tape.primal(y)))
             return np.sum(y[n] * y)
         return f
-    compiled, eager, _ = _runs_per_call(make_f, [Duplicated], lambda c: [_dup(3, seed=c)],
+    compiled, eager, _ = runs_per_call(make_f, [Duplicated], lambda c: [_dup(3, seed=c)],
                                         range(6))
     assert compiled == eager, (compiled, eager)
 
 
-@pytest.mark.xfail(strict=True, reason="a confirmed program whose guard fails after user "
-                   "code ran has run it once; the trace that follows runs it again")
 def test_user_code_before_a_failing_guard_runs_once():
     def make_f(counted):
         def f(x):
@@ -281,7 +215,7 @@ def test_user_code_before_a_failing_guard_runs_once():
                 return np.sum(y * y)
             return np.sum(y)
         return f
-    compiled, eager, _ = _runs_per_call(make_f, [Duplicated], lambda c: [_dup(3, seed=c)],
+    compiled, eager, _ = runs_per_call(make_f, [Duplicated], lambda c: [_dup(3, seed=c)],
                                         range(8))
     assert compiled == eager, (compiled, eager)
 
