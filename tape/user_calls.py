@@ -44,6 +44,8 @@ def is_user_code(fn: Callable) -> bool:
         return True
 
 
+_NOTHING_TAKEN: frozenset = frozenset()   # (the first run takes nothing: no set to make)
+
 # A noted call: (callable, args, kwargs, what it returned or raised, whether it raised, number)
 _FN, _ARGS, _KWARGS, _OUTCOME, _RAISED, _ORDER = range(6)
 
@@ -62,7 +64,7 @@ class UserCalls:
         self.log: list[tuple] = []          # this run's calls, in order
         self.earlier: dict | None = None    # id(callable) -> earlier runs' calls, to take
         self.position: dict = {}            # id(callable) -> where this run looks next
-        self.taken: set = set()             # (id, index) of the earlier calls taken
+        self.taken: set = _NOTHING_TAKEN    # (id, index) of the earlier calls taken
         self.count = 0                      # calls noted so far (numbers them)
 
     def __bool__(self) -> bool:
