@@ -17,6 +17,7 @@ import tape
 from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, custom_rule
 from tape.user_calls import UserCalls
 
+from compile_sequences import sequences
 from compile_user_code import Counted, counted_sequences, runs_per_call
 
 RP = ReverseWithPrimal
@@ -314,3 +315,21 @@ def test_a_rule_on_const_arguments_before_a_replay_that_raises():
             return np.sum(np.linalg.solve(m, x * counted.tick(np.diagonal(m))))
         return f
     counted_sequences(make_f, _matrix_args, range(4))
+
+
+def test_user_code_that_draws_before_a_failing_trace_draws_as_eager(recwarn):
+    """The trace fails after an inactive function drew: the generators are set back and the
+    eager call draws again (rather than take the trace's draw): later calls draw what eager
+    mode draws."""
+    draw = tape.inactive(lambda v: np.random.normal(size=v.shape))
+
+    def setup():
+        np.random.seed(7)
+
+        def f(x):
+            y = x * draw(x)
+            if np.sum(x) > 4.0:
+                raise ValueError("too large")
+            return np.sum(y * y)
+        return f, lambda c: [Duplicated(np.full(3, 2.0 - 0.5 * c), np.zeros(3))]
+    sequences(setup, range(5))
