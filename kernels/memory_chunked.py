@@ -71,6 +71,15 @@ MIN_TOKENS = 16     # below this the sequential loop is as fast (measured at d =
 # tolerances against the loop (1e-10 float64, 1e-4 float32) in the erasing regime only at
 # ratios below 5e-6 (float64) and 1.3e-2 (float32): margins of 200x and 8x.
 CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
+# The largest ratio of a chunk transition's Frobenius norm to ``decay * sqrt(d)`` that a float32
+# call runs in float32 (`transitions_grow`). While every token has ``theta |k|^2 <= 2 (1 -
+# alpha)`` the ratio is at most 1 (each token's factor ``(1 - alpha) I - theta k k^T`` is at
+# most ``1 - alpha`` in norm); above, the state grows against the decay inside a chunk and the
+# WY form's triangular solve and products carry that growth: float32 results measured 1e-5 to
+# 4e-4 of their scale away from an exact float64 computation (theta 1.5 to 2, alpha 0 to 0.9,
+# keys clustered; the float32 loop 1e-6 to 9e-6). Such calls run the chunked form in float64
+# (about 1e-15 from exact, more accurate than the float32 loop) and cast back.
+GROWTH_RATIO = 2.0
 
 
 def chunk_size(d: int) -> int:
@@ -184,6 +193,68 @@ def transitions_cancel(parts) -> bool:
             if bool(array_module(square).any(square < (ratio * decay) ** 2)):
                 return True
     return False
+
+
+def transitions_grow(parts, d: int) -> bool:
+    """Whether a float32 call should run in float64 (`GROWTH_RATIO`): `parts` as for
+    `transitions_cancel` (float32 squares; other dtypes never grow here), true where
+    ``|part|_F > GROWTH_RATIO * decay * sqrt(d)`` in some chunk.
+
+    >>> gC = np.array([[0.5]], np.float32)
+    >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 0.9, np.float32), gC), 1.0)], 1)
+    False
+    >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 1.5, np.float32), gC), 1.0)], 1)
+    True
+    """
+    for square, decay in parts:
+        if square.dtype != np.float32:
+            return False
+        with np.errstate(all="ignore"):
+            if bool(array_module(square).any(square > GROWTH_RATIO ** 2 * d * decay ** 2)):
+                return True
+    return False
+
+
+class Promoted(NamedTuple):
+    """Residuals of a float32 call run in float64 (`transitions_grow`)."""
+
+    x: ref.Seq            # the call's inputs (their dtype and shapes, as in `Saved`)
+    saved: object         # the float64 run's residuals
+    init: tuple           # the initial states, to re-run the loop if the backward falls back
+    chunk: int
+    growth: float
+
+
+def promoted_forward(run, spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every, C: int,
+                     grow: float, ops):
+    """`run` (a chunked `forward`) on float64 copies of a float32 call, its results cast back;
+    the float32 loop where they come near the float32 overflow (`_common.within_range`), as a
+    float32 chunked run would."""
+    xp = array_module(x.k)
+    wide = ref.Seq(*(None if a is None else a.astype(xp.float64) for a in x))
+    y, finals, saved = run(spec, wide, tuple(m.astype(xp.float64) for m in init),
+                           checkpoint_every, C, ops)
+    if not within_range(xp, (y,) + tuple(finals), grow, x.k.dtype):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
+    return (y.astype(x.k.dtype), tuple(m.astype(x.k.dtype) for m in finals),
+            Promoted(x, saved, tuple(init), C, grow))
+
+
+def promoted_backward(run, spec: ref.Rule, saved: Promoted, dy, dfinals: tuple,
+                      need: frozenset):
+    """`run` (the chunked `backward`) of a `promoted_forward` run, the gradients cast back (or
+    the float32 loop's where they come near the float32 overflow)."""
+    xp = array_module(saved.x.k)
+    dtype = saved.x.k.dtype
+    wide = None if dy is None else dy.astype(np.float64)
+    g = run(spec, saved.saved, wide, tuple(None if a is None else a.astype(np.float64)
+                                           for a in dfinals), need)
+    made = [a for n, a in g.items() if n != "init" and a is not None] + list(g["init"])
+    if not within_range(xp, made, saved.growth, dtype):
+        return sequential_backward(spec, Saved(saved.x, saved.chunk, None, None, saved.init,
+                                               saved.growth), dy, dfinals, need)
+    return {n: (tuple(m.astype(dtype) for m in a) if n == "init" else
+                None if a is None else a.astype(dtype)) for n, a in g.items()}
 
 
 def _blocks(a, s: int, C: int, fill: float = 0.0):
@@ -355,9 +426,12 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     if not grow < np.inf:
         return sequential_forward(spec, x, init, checkpoint_every, C)
     ch = _Chunks(spec.name, x, C, ops)
-    if (ch.PhiT is not None and C >= x.k.shape[-1]
-            and transitions_cancel([(squared_norms(ch.PhiT, ch.gC), 1.0)])):
-        return sequential_forward(spec, x, init, checkpoint_every, C)
+    if ch.PhiT is not None:
+        parts = [(squared_norms(ch.PhiT, ch.gC), 1.0)]
+        if C >= x.k.shape[-1] and transitions_cancel(parts):
+            return sequential_forward(spec, x, init, checkpoint_every, C)
+        if transitions_grow(parts, x.k.shape[-1]):
+            return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
@@ -371,6 +445,8 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     """Gradients of a chunked forward run, in the format of `memory_ref.backward`."""
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
+    if isinstance(saved, Promoted):
+        return promoted_backward(backward, spec, saved, dy, dfinals, need)
     x, C, starts, ch = saved[:4]
     xp = array_module(x.k)
     s, B, d = x.k.shape

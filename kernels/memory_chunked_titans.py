@@ -25,7 +25,8 @@ The backward differentiates the chunk function by hand; the gate gradients go th
 ``W = Er Ee`` and ``c = Er ge`` to terms that each span one range of tokens (see
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
 and calls fall back to the sequential reference as in `memory_chunked` (its module docstring),
-a chunk transition that cancels included (`transition_parts`).
+a chunk transition that cancels included (`transition_parts`); float32 calls whose transitions
+grow against the decays run in float64 (`memory_chunked.transitions_grow`).
 """
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from . import memory_chunked
 from ._common import max_abs, within_range
-from .memory_chunked import (NumpyOps, Saved, _blocks, _log_gradient, _tr, _triangles,
-                             _unblocks, growth, sequential_backward, sequential_forward,
-                             shift_rows, span_decays, transitions_cancel)
+from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
+                             _triangles, _unblocks, growth, promoted_backward, promoted_forward,
+                             sequential_backward, sequential_forward, shift_rows, span_decays,
+                             transitions_cancel, transitions_grow)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -153,16 +155,21 @@ class _Chunks:
         self.Phi = self._transition() if _by_transition(ops, C, d) else None
         self.U = None               # the updates, set by the forward run
 
-    def cancels(self) -> bool:
-        """Whether a chunk's transition lost its relative precision to cancellation
-        (`memory_chunked.transitions_cancel`; never with fewer tokens than d, where the
-        transition is not formed on NumPy)."""
+    def transition_check(self) -> Optional[str]:
+        """``"cancel"`` where a chunk's transition lost its relative precision to cancellation
+        (`memory_chunked.transitions_cancel`), ``"grow"`` where a float32 call should run in
+        float64 (`memory_chunked.transitions_grow`, on the parts of M0's rows and S0's rows
+        and M_C's columns: S_C's columns against the momentum's decay alone are far above it
+        for ordinary gates), else None; never with fewer tokens than d, where the transition
+        is not formed on NumPy."""
         C, d = self.K.shape[-2:]
         if C < d:
-            return False
+            return None
         Phi = self._transition() if self.Phi is None else self.Phi
-        return transitions_cancel(transition_parts(Phi, *(a[..., 0, 0] for a in
-                                                          (self.grC, self.cC, self.geC))))
+        parts = transition_parts(Phi, *(a[..., 0, 0] for a in (self.grC, self.cC, self.geC)))
+        if transitions_cancel(parts):
+            return "cancel"
+        return "grow" if transitions_grow(parts[:3], d) else None
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
@@ -262,8 +269,11 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     ys, all_starts, all_chunks = [], [], []
     for t0, t1, c in _parts(s, C):
         ch = _Chunks(_slice(x, t0, t1), c, ops)
-        if ch.cancels():
+        check = ch.transition_check()
+        if check == "cancel":
             return sequential_forward(spec, x, init, checkpoint_every, C)
+        if check == "grow":
+            return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
         starts, ch.U, MS = ch.carry(MS)
         ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
         all_starts.append(starts)
@@ -282,6 +292,8 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     """Gradients of a chunked Titans run, in the format of `memory_ref.backward`."""
     if isinstance(saved, ref.Saved):
         return ref.backward(spec, saved, dy, dfinals, need)
+    if isinstance(saved, Promoted):
+        return promoted_backward(backward, spec, saved, dy, dfinals, need)
     x, C, all_starts, all_chunks = saved[:4]
     xp = array_module(x.k)
     s, B, d = x.k.shape

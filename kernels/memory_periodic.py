@@ -31,7 +31,7 @@ from tape.rules import custom_rule
 
 from . import memory_periodic_chunked as chunked
 from . import memory_ref as ref
-from ._common import batch_size, check_memory_shapes
+from ._common import batch_size, check_memory_shapes, within_range
 from .dispatch import is_reference_forced
 from .memory_chunked import _tr, chunk_size
 from .memory_periodic_chunked import Blocks
@@ -229,16 +229,30 @@ def _split(b: Blocks, m: int) -> Blocks:
 def _states(rule: str, lay: _Layout, backend: str):
     """``(states, saved, backend)``: the boundary states in the chunked form (`sub_chunks`
     per period), or with the loop where the chunked form does not apply, cancels or comes near
-    overflow (`backend` then ``"reference"``). A chunked `saved` carries the input growth and
-    the sub-chunk count for its backward."""
+    overflow (`backend` then ``"reference"``); a float32 call whose transitions grow against
+    the decays (`memory_chunked.transitions_grow`) runs in float64. A chunked `saved` carries
+    the input growth, the sub-chunk count and the call's dtype where it ran in float64 (else
+    None) for its backward."""
     if backend == "chunked" and lay.N and chunked.usable(lay.blocks):
         m = sub_chunks(lay.C, lay.d)
         blocks = _split(lay.blocks, m) if m > 1 else lay.blocks
         grow = chunked.growth(blocks, lay.init)
         if grow < float("inf"):
-            states, saved = chunked.forward(rule, blocks, lay.init, grow=grow)
+            init, dtype = lay.init, None
+            states, saved = chunked.forward(rule, blocks, init, grow=grow)
+            if saved is chunked.GROW:     # float32 transitions that grow: run in float64
+                dtype = blocks.k.dtype
+                blocks = chunked.Blocks(*(None if a is None else a.astype(lay.xp.float64)
+                                          for a in blocks))
+                init = tuple(a.astype(lay.xp.float64) for a in init)
+                states, saved = chunked.forward(rule, blocks, init, grow=grow)
+            if states is not None and dtype is not None:     # the float32 loop near its overflow
+                if not within_range(lay.xp, states, grow, dtype):
+                    states = None
+                else:
+                    states = tuple(st.astype(dtype) for st in states)
             if states is not None:
-                return tuple(st[:, ::m] for st in states), (saved, grow, m), "chunked"
+                return tuple(st[:, ::m] for st in states), (saved, grow, m, dtype), "chunked"
     states, saved = _reference_forward(rule, lay.blocks, lay.init)
     return states, saved, "reference"
 
@@ -248,12 +262,23 @@ def _backward(rule: str, lay: _Layout, saved, backend: str, inject, final_s) -> 
     cut the periods: `_Layout.unblock` flattens either), re-run with the loop where the
     chunked backward comes near overflow."""
     if backend == "chunked":
-        run, grow, m = saved
+        run, grow, m, dtype = saved
         if m > 1:               # the reads see only every m-th boundary
             every = lay.xp.zeros((lay.B, lay.N * m + 1) + inject.shape[2:], inject.dtype)
             every[:, ::m] = inject
             inject = every
-        g = chunked.backward(run, inject, final_s, grow=grow)
+        if dtype is None:
+            g = chunked.backward(run, inject, final_s, grow=grow)
+        else:                   # a float32 call run in float64 (`_states`)
+            wide = lay.xp.float64
+            g = chunked.backward(run, inject.astype(wide), None if final_s is None else
+                                 final_s.astype(wide), grow=grow)
+            if g is not None and within_range(lay.xp, list(g["init"]) + [
+                    v for n, v in g.items() if n != "init"], grow, dtype):
+                g = {n: (tuple(a.astype(dtype) for a in v) if n == "init" else
+                         v.astype(dtype)) for n, v in g.items()}
+            else:
+                g = None
         if g is not None:
             return g
         inject = inject[:, ::m]

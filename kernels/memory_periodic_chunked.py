@@ -26,7 +26,9 @@ chunked form out (a retention that is not positive, a NaN or an inf among the in
 re-runs a call with it when `forward` or `backward` report a result near overflow
 (`_common.within_range`, as in `kernels.memory_chunked`) or `forward` a chunk transition that
 cancels (`memory_chunked.transitions_cancel`: the keys erase the state far faster than the
-retention decays it, and ``Lam - P Q`` loses the small transition's relative precision).
+retention decays it, and ``Lam - P Q`` loses the small transition's relative precision); it
+runs a float32 call in float64 where `forward` reports transitions that grow against the
+decays (`memory_chunked.transitions_grow`).
 """
 from __future__ import annotations
 
@@ -38,8 +40,13 @@ from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
 from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays,
-                             squared_norms, transitions_cancel)
+                             squared_norms, transitions_cancel, transitions_grow)
 from .memory_chunked_titans import _decays, _shift, transition_parts
+
+
+# What `forward` returns as its residuals for a float32 call whose transitions grow against the
+# decays (`memory_chunked.transitions_grow`): the caller runs it in float64.
+GROW = "grow"
 
 
 class Blocks(NamedTuple):
@@ -309,12 +316,17 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
     (N: the final state); ``(None, None)`` when they come near overflow for the input growth
     `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
-    fewer tokens than d): the caller then runs the sequential loop."""
+    fewer tokens than d): the caller then runs the sequential loop; ``(None, GROW)`` for a
+    float32 call to run in float64 (`transitions_grow`, checked as cancellation is)."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
-    if C >= d and transitions_cancel(ch.transition_parts()):
-        return None, None
+    if C >= d:
+        parts = ch.transition_parts()
+        if transitions_cancel(parts):
+            return None, None
+        if transitions_grow(parts[:3], d):      # Titans: not S_C's columns (as per token)
+            return None, GROW
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
