@@ -76,9 +76,11 @@ CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
 # alpha)`` the ratio is at most 1 (each token's factor ``(1 - alpha) I - theta k k^T`` is at
 # most ``1 - alpha`` in norm); above, the state grows against the decay inside a chunk and the
 # WY form's triangular solve and products carry that growth: float32 results measured 1e-5 to
-# 4e-4 of their scale away from an exact float64 computation (theta 1.5 to 2, alpha 0 to 0.9,
-# keys clustered; the float32 loop 1e-6 to 9e-6). Such calls run the chunked form in float64
-# (about 1e-15 from exact, more accurate than the float32 loop) and cast back.
+# 5e-5 of their scale away from an exact float64 computation (delta, d = 32 and 64, theta 1.5
+# to 2, alpha 0 to 0.9, keys clustered; the float32 loop 2e-6 to 5e-6). Such calls run the
+# chunked form in float64 (about 1e-15 from exact) and cast back. Not checked where a chunk
+# has fewer tokens than d and the transition is not formed (Titans per token at d = 64,
+# periodic sub-chunks shorter than d): there Titans' ds0 measured up to 4e-4 (loop 5e-6).
 GROWTH_RATIO = 2.0
 
 
