@@ -196,17 +196,19 @@ def evaluate_peer(net: Any, data: Any, max_batches: int,
     return float(sum(losses) / len(losses)) if losses else float("nan")
 
 
-def train_peer(name: str, cfg: Any, tcfg: Any, on_tokens: Optional[Callable] = None) -> dict:
+def train_peer(name: str, cfg: Any, tcfg: Any, on_tokens: Optional[Callable] = None,
+               net: Any = None) -> dict:
     """Train the peer `name` under `tcfg` on `training_data(cfg, tcfg)`, evaluating on the
     same steps as `models.train.train` (every ``eval_every`` steps on ``eval_batches`` chunks,
     at the end on ``final_eval_batches``). `on_tokens(kind, array)` sees every array the model
-    reads (``"train"`` or ``"val"``), in order."""
+    reads (``"train"`` or ``"val"``), in order. `net` (default: `build_peer`) is the model to
+    train, for a caller that scores it afterwards (benchmarks/chunk_context.py)."""
     import torch
 
     from ..optim import warmup_cosine
     from .peer_nets import parameter_count
 
-    net = build_peer(name, cfg, tcfg.seed)
+    net = build_peer(name, cfg, tcfg.seed) if net is None else net
     params = [p for p in net.parameters() if p.requires_grad]
     # Hecate's AdamW decays matrices only (`models.optim.matrices_only`).
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": tcfg.weight_decay},
