@@ -2,6 +2,7 @@
 
     python benchmarks/chunk_context.py --run runs/DIR        # a trained run, by position
     python benchmarks/chunk_context.py --peers               # PyTorch peers, ~3 min
+    python benchmarks/chunk_context.py --peers --contexts 128,512,1024
     python benchmarks/chunk_context.py --peers --steps 20    # a smoke run, not a result
 
 `hecate train` reads each stream in chunks of ``seq_len`` (128) bytes; attention restarts at
@@ -15,7 +16,8 @@ how large it could be on this data at this size:
   rows.
 * ``--peers``: the same question for the PyTorch peers of `hecate bench peers`
   (`models.bench.lm_peers`: same corpus, split, schedule and tokens per step), trained here:
-  the transformer with a context of 128 tokens and of 512 (batch 8 x 128 and 2 x 512), each
+  the transformer with a context of 128 tokens and of 512 (``--contexts``; the batch keeps
+  the tokens per step: 8 x 128, 2 x 512), each
   128-token validation chunk scored with the tokens before it in the context (up to the
   model's context) and without them; and the 1-layer GRU that carries its state, scored
   carried and reset. "Cost" is restarted minus with-context: what any state carried across
@@ -138,8 +140,9 @@ def gru_costs(net: Any, streams: np.ndarray) -> tuple:
     return out[False], out[True]
 
 
-def peers(steps: int) -> list:
-    """Train the transformer at contexts 128 and 512 and the carried GRU; one row each."""
+def peers(steps: int, contexts: tuple = (CHUNK, 4 * CHUNK)) -> list:
+    """Train the transformer at each of `contexts` (multiples of 128 that divide 1024) and the
+    carried GRU; one row each."""
     import torch
 
     from models.bench import lm_peers
@@ -149,7 +152,7 @@ def peers(steps: int) -> list:
     tcfg = dataclasses.replace(tcfg, eval_every=10 ** 9, final_eval_batches=1)
     streams = validation_streams()
     rows = []
-    for context in (CHUNK, 4 * CHUNK):
+    for context in contexts:
         c = dataclasses.replace(cfg, seq_len=context)
         t = dataclasses.replace(tcfg, batch_size=tcfg.batch_size * CHUNK // context)
         net = lm_peers.build_peer("transformer", c, t.seed)
@@ -191,12 +194,21 @@ def main(argv: list | None = None) -> int:
                    help="a `hecate train` run directory (repeatable)")
     p.add_argument("--peers", action="store_true", help="train and score the PyTorch peers")
     p.add_argument("--steps", type=int, default=800, help="peer training steps (default 800)")
+    p.add_argument("--contexts", default="128,512", metavar="LIST",
+                   help="transformer contexts, multiples of 128 dividing 1024 (default 128,512)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
     if not args.run and not args.peers:
         p.error("give --run DIR and/or --peers")
     if args.steps < 1:
         p.error(f"--steps must be a positive integer; got {args.steps}")
+    try:
+        contexts = tuple(int(c) for c in args.contexts.split(","))
+    except ValueError:
+        contexts = ()
+    if not contexts or any(c < CHUNK or c % CHUNK or 1024 % c for c in contexts):
+        p.error(f"--contexts must be a comma-separated list of 128, 256, 512 or 1024; "
+                f"got {args.contexts!r}")
     rows = []
     for run_dir in args.run:
         losses = hecate_positions(run_dir)
@@ -205,7 +217,7 @@ def main(argv: list | None = None) -> int:
         from models.bench.lm_peers import TORCH_MISSING, torch_available
         if not torch_available():
             p.error(TORCH_MISSING)
-        rows += peers(args.steps)
+        rows += peers(args.steps, contexts)
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
