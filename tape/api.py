@@ -68,13 +68,16 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
 # Reverse mode
 
 
-def _reverse(mode, f, ret_activity, annotated, names):
+def _reverse(mode, f, ret_activity, annotated, names, make_trace=ReverseTrace):
+    """Reverse mode: record `f`, sweep, write the shadows. `make_trace(strong_zero=...,
+    nan_check=...)` makes the trace that records (tape.compile's eager fallback passes one
+    whose user code takes results its earlier runs in the same call returned)."""
     if ret_activity in (Duplicated, DuplicatedNoNeed):
         raise ActivityError(
             "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
             "write the result into a Duplicated argument whose shadow is the seed")
     width = batch_width(annotated, names)
-    with ReverseTrace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
+    with make_trace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         out, groups = record_reverse(trace, f, annotated, names)
         seeds = {}
         holomorphic = None

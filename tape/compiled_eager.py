@@ -8,11 +8,11 @@ taken result is recorded as eager mode records it, so its reverse rule runs in t
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
-from .activities import Active, Mode
-from .api import (_argument_names, _seed_return, _strip, _write_primals, derivatives,
-                  guess_return, record_reverse, sweep)
+from .activities import Mode
+from .api import _argument_names, _reverse
 from .config import _REVERSE_CONFIGS
 from .core import Primitive, ReverseTrace, Tracer
 from .rules import _plain, _plain_one
@@ -23,9 +23,10 @@ class TakingTrace(ReverseTrace):
     """An eager reverse trace whose user code takes what `calls` noted for its inputs."""
 
     records_inactive = True   # the calls of `tape.inactive` functions come to call_inactive
+    records_untraced = True   # ... and those of the user's rules on plain values to process
 
-    def __init__(self, calls: UserCalls):
-        super().__init__()
+    def __init__(self, calls: UserCalls, **options):
+        super().__init__(**options)
         self.calls = calls
 
     def nested_opened(self) -> None:
@@ -33,6 +34,8 @@ class TakingTrace(ReverseTrace):
         calls inactive functions as usual)."""
 
     def process(self, prim, args, params):
+        if not any(isinstance(a, Tracer) for a in args):   # a user's rule on plain values
+            return self.calls.call(prim.impl, args, params)
         if prim.pure or prim.augmented_primal is None:
             return super().process(prim, args, params)
         mine = tuple(isinstance(a, Tracer) and a.level is self for a in args)
@@ -55,11 +58,11 @@ def _taken(prim: Primitive, outcome: tuple) -> Primitive:
 
 def eager_taking(mode: Mode, f: Callable, ret_activity, annotated: list,
                  calls: UserCalls) -> tuple:
-    """``autodiff(mode, f, ret_activity, *annotated)`` for a reverse mode without modifiers
-    or batched activities (those never replay), taking the results of user code from `calls`.
+    """``autodiff(mode, f, ret_activity, *annotated)`` for a reverse mode, taking the results
+    of user code from `calls`: eager mode's own reverse pass, recorded by a `TakingTrace`.
 
     >>> import numpy as np
-    >>> from tape import Reverse, Duplicated
+    >>> from tape import Active, Duplicated, Reverse
     >>> x, dx = np.array([1.0, 2.0]), np.zeros(2)
     >>> eager_taking(Reverse, lambda x: np.sum(x * x), Active, [Duplicated(x, dx)],
     ...              UserCalls())
@@ -67,18 +70,6 @@ def eager_taking(mode: Mode, f: Callable, ret_activity, annotated: list,
     >>> dx
     array([2., 4.])
     """
-    names = _argument_names(f, len(annotated))
     calls.rewind()
-    with TakingTrace(calls) as trace:
-        out, groups = record_reverse(trace, f, annotated, names)
-        seeds = {}
-        holomorphic = None
-        if guess_return(ret_activity, out) is Active:
-            holomorphic = _seed_return(out, trace, seeds, None, mode)
-        cts = sweep(trace, groups, seeds, None, holomorphic=holomorphic)
-        for arg in groups:   # as in eager mode: only after the sweep
-            _write_primals(arg)
-    result = (derivatives(annotated, groups, cts, None),)
-    if mode.with_primal:
-        result += (_strip(out, trace),)
-    return result
+    return _reverse(mode, f, ret_activity, annotated, _argument_names(f, len(annotated)),
+                    make_trace=functools.partial(TakingTrace, calls))

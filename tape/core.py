@@ -104,6 +104,10 @@ class Primitive:
                 if top is None or t.depth > top.depth:
                     top = t
         if top is None:
+            if not self.pure:
+                traces = _TRACE_STACK.get()
+                if traces and traces[-1].records_untraced:
+                    return traces[-1].process(self, args, params)
             return self.impl(*args, **params)
         if not top.alive:
             raise _escaped(self)
@@ -212,6 +216,10 @@ class Trace:
     written_arguments: Sequence = ()
     # Whether calls of `tape.inactive` functions go to `call_inactive` (a compiling trace).
     records_inactive = False
+    # Whether a user's rule (a primitive that is not `pure`) called on plain values only, no
+    # tracer among them, comes to `process` when this trace is the innermost: a compiling
+    # trace makes it a step that each replay runs, as eager mode runs it at each call.
+    records_untraced = False
     # Installed by the layers above (core imports neither): tape.batching reruns a rule once
     # per direction when it cannot take a batched cotangent or tangent, and tape.modifiers
     # wraps the sweep or the forward `process` with NaN checks in NaN-check mode.

@@ -24,104 +24,16 @@ from .aliasing import refuse_stale_reads
 from .config import _REVERSE_CONFIGS
 from .core import ReverseTrace, Tracer, peek
 from .program_adjoint import INLINE_KINDS
+# The values of the trace; GuardFailed and Uncompilable are also imported from here.
+from .program_tracer import CompiledTracer, GuardFailed, Uncompilable  # noqa: F401
 from .residuals import operands
-from .tracer import ReverseTracerArray, _refuse, _KEEP_ARRAY
-
-
-class GuardFailed(Exception):
-    """A replayed program met a value that the traced Python code decided on differently."""
-
-
-class Uncompilable(Exception):
-    """The function does something a replay could not reproduce; it runs eagerly instead."""
-
+from .tracer import FUNCTION_RULES
 
 # Step kinds
 AUGMENTED = "aug"     # a differentiated primitive: augmented_primal, and its reverse rule
 PLAIN = "impl"        # a primitive on nondiff values only: its impl
 INACTIVE = "inactive"  # a `tape.inactive` function (argmax, comparisons, ...)
 FRESH = "fresh"       # a new buffer (np.zeros_like): a copy of the traced one
-
-
-class CompiledTracer(ReverseTracerArray):
-    """A value of a compiling trace. `nondiff` values carry no derivative; reading their
-    contents from Python (rather than passing them to a primitive) records a guard."""
-
-    __slots__ = ("_v", "nondiff", "const_argument")
-
-    def __init__(self, value, trace, slot, nondiff=False):
-        self._v = value
-        self.level = trace
-        self.slot = slot
-        self.nondiff = nondiff
-        self.const_argument = None
-
-    @property
-    def value(self):
-        if self.nondiff:
-            self.level.guard_value(self)
-        return self._v
-
-    @value.setter
-    def value(self, v):
-        self._v = v
-
-    def peek_value(self):
-        # A shape read of an inactive result (np.nonzero's) keeps its step, whose replay
-        # checks the shape (`_ShapeChecked`).
-        if self.slot in self.level.inactive_slots:
-            self.level.shapes_read.add(self.slot)
-        return self._v
-
-    def primal_value(self):
-        # `tape.primal` of any value of this trace: Python computes with its contents, so the
-        # program checks them at each call (a differentiated value as much as a nondiff one).
-        self.level.guard_value(self)
-        return self._v
-
-    def parameter_value(self):
-        # A nondiff value passed as a primitive's parameter (an index) stays traced: the step
-        # reads it from its slot at each replay instead of guarding it.
-        return self if self.nondiff else self._v
-
-    def _rebind(self, new):
-        if self.const_argument is not None:
-            raise Uncompilable(f"the function writes into {self.const_argument}, a Const "
-                               "argument")
-        if not (isinstance(new, CompiledTracer) and new.level is self.level):
-            raise Uncompilable("a value of another differentiation was written into a buffer")
-        self._v, self.slot, self.nondiff = new._v, new.slot, new.nondiff
-
-    def __bool__(self):
-        decision = bool(self._v)
-        self.level.guard_truth(self, decision)
-        return decision
-
-    # Python numbers from nondiff values are decisions (guarded); from differentiated values
-    # they are refused, as in eager mode.
-    def _number(kind, refusal):
-        def convert(self, *args):
-            if not self.nondiff:
-                return refusal(self, *args)
-            return getattr(self.value, kind)(*args)
-        return convert
-
-    __int__ = _number("__int__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
-    __index__ = _number("__index__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
-    __float__ = _number("__float__", _refuse("float(x)", _KEEP_ARRAY))
-    __complex__ = _number("__complex__", _refuse("complex(x)", _KEEP_ARRAY))
-    item = _number("item", _refuse("x.item()", _KEEP_ARRAY))
-    tolist = _number("tolist", _refuse("x.tolist()", _KEEP_ARRAY))
-    del _number
-
-    def __array__(self, dtype=None, copy=None):
-        if not self.nondiff:
-            return ReverseTracerArray.__array__(self, dtype, copy)
-        value = np.asarray(self.value)
-        return value if dtype is None else value.astype(dtype)
-
-    def __hash__(self):
-        return object.__hash__(self)
 
 
 class CompileTrace(ReverseTrace):
@@ -156,6 +68,12 @@ class CompileTrace(ReverseTrace):
         # Steps whose results may share memory with an operand (a NumPy view): a value the
         # caller gets back may be one of those operands' memory too (tape/program_cse.py).
         self.views: set[int] = set()
+
+    @property
+    def records_untraced(self) -> bool:
+        """A user's rule on plain values is a step (`Primitive.__call__`), unless it is called
+        by user code, whose own step runs it."""
+        return not self.in_user_code
 
     def nested_opened(self):
         """A differentiation opens inside the function: stop tracing at once (the call runs
@@ -289,7 +207,9 @@ class CompileTrace(ReverseTrace):
             return fn(*[peek(a) for a in args], **kwargs)
         found = []
         template = _template((args, kwargs), self, found)
-        if not found:   # no traced value anywhere in the arguments
+        if not found and (self.in_user_code or not is_user_code(fn)):
+            # NumPy's own function of constants: a constant of the program. (User code on
+            # constants is a step all the same: each replay runs it, as eager mode does.)
             return fn(*args, **kwargs)
         plain = _fill(template, [t._v for t in found])
         self._note_context()
@@ -327,6 +247,18 @@ class CompileTrace(ReverseTrace):
 
     def guard_truth(self, t: CompiledTracer, decision: bool) -> None:
         self.guards.setdefault(t.slot, ("truth", decision))
+
+
+def is_user_code(fn) -> bool:
+    """Whether `fn` may keep state: anything but NumPy's own ufuncs and functions (those the
+    engine routes as inactive, such as comparisons and np.argmax), which are functions of their
+    arguments and are run again freely."""
+    if isinstance(fn, np.ufunc):
+        return False
+    try:
+        return fn not in FUNCTION_RULES
+    except TypeError:   # an unhashable callable object
+        return True
 
 
 _SHAPE_ONLY = {np.ndim, np.shape, np.size, np.result_type, np.iscomplexobj, np.isrealobj}

@@ -26,22 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
-
-from .program import GuardFailed, Uncompilable, same_value
-from .rules import FUNCTION_RULES
-
-
-def is_user_code(fn: Callable) -> bool:
-    """Whether `fn` may keep state: anything but NumPy's own ufuncs and functions (those the
-    engine routes as inactive, such as comparisons and np.argmax), which are functions of their
-    arguments and are run again freely."""
-    if isinstance(fn, np.ufunc):
-        return False
-    try:
-        return fn not in FUNCTION_RULES
-    except TypeError:   # an unhashable callable object
-        return True
+# is_user_code is also imported from here
+from .program import GuardFailed, Uncompilable, is_user_code, same_value  # noqa: F401
 
 
 _NOTHING_TAKEN: frozenset = frozenset()   # (the first run takes nothing: no set to make)

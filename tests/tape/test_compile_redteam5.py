@@ -227,35 +227,26 @@ def _const_probe(probe, ints=False):
 LABELS = {0: 1.0, 1: 2.0, 2: 3.0}
 
 
-@pytest.mark.xfail(strict=True, reason="CompiledTracer.__hash__ is object.__hash__: a dict "
-                   "lookup with a Const element misses (program.py)")
 def test_a_dict_lookup_with_a_const_element():
     _const_probe(lambda x, c: LABELS.get(c[0], -1.0), ints=True)
 
 
-@pytest.mark.xfail(strict=True, reason="set membership and Counter of Const elements hash by "
-                   "identity")
 def test_set_membership_and_counts_of_const_elements():
     _const_probe(lambda x, c: float(c[0] in {0, 2}) + float(len(set(c))), ints=True)
 
 
-@pytest.mark.xfail(strict=True, reason="an argmax index hashes by identity in a dict lookup")
 def test_a_dict_lookup_with_an_argmax_index():
     _const_probe(lambda x, c: LABELS.get(np.argmax(x), -1.0))
 
 
-@pytest.mark.xfail(strict=True, reason="a Const argument is not an ndarray while traced "
-                   "(eager: ConstBuffer, an ndarray subclass)")
 def test_isinstance_of_a_const_argument():
     _const_probe(lambda x, c: 2.0 if isinstance(c, np.ndarray) else 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="a Const element is not a NumPy integer while traced")
 def test_isinstance_of_a_const_element():
     _const_probe(lambda x, c: 2.0 if isinstance(c[0], (int, np.integer)) else 1.0, ints=True)
 
 
-@pytest.mark.xfail(strict=True, reason="a comparison's mask is not an ndarray while traced")
 def test_isinstance_of_a_mask():
     _const_probe(lambda x, c: 2.0 if isinstance(c > 0, np.ndarray) else 1.0)
 

@@ -306,9 +306,6 @@ def test_a_taken_rule_result_keeps_its_reverse_rule_in_an_eager_call():
     assert next(aug) == 6 and next(rev) == 6
 
 
-@pytest.mark.xfail(strict=True, reason="eager mode calls a rule on untraced values outside "
-                   "the trace, where the eager call after a replay raised cannot take its "
-                   "result: it runs again")
 def test_a_rule_on_const_arguments_before_a_replay_that_raises():
     def make_f(counted):
         def f(x, m):
