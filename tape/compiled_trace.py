@@ -13,6 +13,7 @@ from .activities import Active, Const
 from .aliasing import watch_arguments
 from .api import _is_float, _reverse_argument, _seed_return, guess_return
 from .core import Tracer
+from .errors import NonDifferentiableError
 from .modifiers import is_complex
 from .program import CompileTrace, Uncompilable, same_value
 from .pytree import flatten, unflatten
@@ -57,7 +58,7 @@ def _thaw(frozen: list) -> None:
 def _trace_once(owner, annotated, names, watched, read, calls):
     if calls is not None:
         calls.rewind()
-    with CompileTrace(Snapshotter(watched), calls) as trace:
+    with _CallTrace(Snapshotter(watched), calls) as trace:
         call_args, groups, leaf_slots, watched_leaves = [], [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
@@ -100,6 +101,40 @@ def _trace_once(owner, annotated, names, watched, read, calls):
     return trace, leaf_slots, out, groups, ret_active
 
 
+class _CallTrace(CompileTrace):
+    """The trace of a call, which also refuses what eager mode refuses of a copy of a Const
+    argument (`np.copy(c)`, `c.copy()`, and what is computed from it): eager mode makes such a
+    copy a buffer of the differentiation, meant to be filled (tape/constbuffer.py), so that
+    Python numbers from it raise there (`float(np.copy(c)[0])`). Here they stop the trace
+    instead of being guarded, and the call runs eagerly, with eager mode's outcome. A copy
+    of anything computed from a Const argument counts (eager mode decides by the array's
+    type, a ConstBuffer for the argument and its views only): refusing more than eager mode
+    does costs speed only."""
+
+    def __init__(self, snapshot, calls=None):
+        super().__init__(snapshot, calls)
+        self.from_consts: set[int] = set()    # slots of values computed from Const arguments
+        self.const_copies: set[int] = set()   # ... copies of them, and values computed from those
+
+    def process(self, prim, args, params):
+        ins = [a.slot for a in args if isinstance(a, Tracer) and a.level is self]
+        out = super().process(prim, args, params)
+        if self.from_consts and any(s in self.from_consts for s in ins):
+            outs = [t.slot for t in (out if prim.multiple_results else (out,))]
+            self.from_consts.update(outs)
+            if prim.name == "copy" or any(s in self.const_copies for s in ins):
+                self.const_copies.update(outs)
+        return out
+
+    def guard_value(self, t) -> None:
+        if t.slot in self.const_copies:
+            self.raised = True   # (if the function catches it, no program: it runs eagerly)
+            raise NonDifferentiableError(
+                "a plain value of a copy of a Const argument (or of something computed from "
+                "one): eager mode makes such a copy a traced buffer, which gives none")
+        super().guard_value(t)
+
+
 def _const_argument(value, trace, leaf_slots, name, read):
     """A Const argument as the function sees it while traced: its arrays are nondiff values of
     the trace (so that each replay reads the new ones), its other leaves are as they are."""
@@ -107,6 +142,7 @@ def _const_argument(value, trace, leaf_slots, name, read):
         t = trace.new_leaf(read(value), nondiff=True)
         t.const_argument = str(name)
         leaf_slots.append((t.slot, True))
+        trace.from_consts.add(t.slot)
         return t
     leaves, td = flatten(value)
     if td is None or not any(isinstance(x, np.ndarray) for x in leaves):
@@ -117,6 +153,7 @@ def _const_argument(value, trace, leaf_slots, name, read):
             t = trace.new_leaf(read(x), nondiff=True)
             t.const_argument = str(name)
             leaf_slots.append((t.slot, True))
+            trace.from_consts.add(t.slot)
             made.append(t)
         else:
             made.append(x)

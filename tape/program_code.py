@@ -13,6 +13,7 @@ from .program import (AUGMENTED, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicPa
                       step_context)
 from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
 from .program_cse import common_subexpressions
+from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
 
@@ -63,7 +64,13 @@ class Program:
             and self.scatters.get(i) == self.scatters.get(a)}
         nondiff = self._nondiff(trace, leaf_slots)
         useful = self._useful(seed_slots, nondiff)
-        needed = self._needed(result_slots, useful)
+        # unused steps that may raise run; those that may only warn, where warnings raise
+        runs = [unused_step_runs(step, i in trace.contexts, self.values)
+                for i, step in enumerate(self.steps)]
+        needed = self._needed(result_slots, useful, {i for i, r in enumerate(runs)
+                                                      if r == ALWAYS})
+        self.when_strict = {i for i, n in enumerate(self._needed(
+            result_slots, useful, {i for i, r in enumerate(runs) if r})) if n and not needed[i]}
         # repeat -> the step whose residuals its reverse reads; a step whose own reverse
         # never runs keeps its residuals for them
         self.shared_residuals = {i: a for i, a in self.repeats.items()
@@ -168,16 +175,18 @@ class Program:
                 reach.update(s for s, a in zip(ins, cfg.active) if a)
         return useful
 
-    def _needed(self, result_slots, useful):
+    def _needed(self, result_slots, useful, unused_runs):
         """Per step: whether the primal part must run (its results are read, guarded, or
-        needed by a reverse rule). A repeated step needs the results of the step it repeats
-        (and its own operands only for an inline reverse, which reads them)."""
+        needed by a reverse rule, or it is among `unused_runs`: it may raise, as eager mode's
+        step would). A repeated step needs the results of the step it repeats (and its own
+        operands only for an inline reverse, which reads them)."""
         live = set(result_slots) | set(self.guards) | self.shapes_read
         needed = [False] * len(self.steps)
         for i in range(len(self.steps) - 1, -1, -1):
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]
             # user code runs as often as in eager mode, even when nothing reads its results
-            if useful[i] or any(o in live for o in outs) or i in self.user_steps:
+            if (useful[i] or any(o in live for o in outs) or i in self.user_steps
+                    or i in unused_runs):
                 needed[i] = True
                 if i in self.repeats:
                     live.update(self.steps[self.repeats[i]][6])
@@ -228,10 +237,13 @@ class Program:
         for s, _ in leaf_slots:
             if s in self.guards:
                 guard(s)
+        if self.when_strict:   # unused steps that may warn run where warnings raise
+            ns["_warnings_raise"] = warnings_raise
+            lines.append("    strict = _warnings_raise()")
         lines.append("    # primal")
         last_reader = {a: i for i, a in self.shared_residuals.items() if a in self.keep_residuals}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
-            if not needed[i]:
+            if not needed[i] and i not in self.when_strict:
                 continue
             first_line = len(lines)
             lhs = ", ".join(f"v{o}" for o in outs) + ("," if len(outs) == 1 and kind != FRESH
@@ -276,6 +288,9 @@ class Program:
                 lines[-1] = "    " + lines[-1]
             if i in trace.recorded:   # user code: the tracing call takes what it returned
                 _use_recorded(lines, first_line, i, kind == AUGMENTED and i in self.user_steps)
+            if i in self.when_strict:   # (one statement per line: a value it reads last is
+                lines[first_line:] = [f"    if strict: {line.strip()}"   # released after it)
+                                      for line in lines[first_line:]]
             for o in outs:
                 if o in self.guards:
                     guard(o)

@@ -57,14 +57,18 @@ def operands(values: Sequence, params: dict) -> Iterator:
     yield from values
     for p in params.values():
         if type(p) in (tuple, list):
+            if type(p) is list:   # an index list `x[idx] = v`, which f may change later
+                yield p
             yield from p
         else:
             yield p
 
 
 def caller_arrays(values: Sequence, params: dict) -> list:
-    """The arrays among `operands(values, params)` that their owner may still write into."""
-    return [x for x in operands(values, params) if _is_caller_array(x)]
+    """The arrays among `operands(values, params)` that their owner may still write into, and
+    the Python lists among them (``x * [1.0, 2.0]``, an index ``x[rows, 0]``): the function
+    may change those too after the use (``rows[0] = 1``)."""
+    return [x for x in operands(values, params) if type(x) is list or _is_caller_array(x)]
 
 
 def _shares(x, arrays) -> bool:
@@ -90,7 +94,14 @@ def protect(saved: Any, arrays: list) -> Any:
         return saved
     if type(saved) is np.ndarray or type(saved).__module__.startswith("cupy"):
         return saved.copy() if _shares(saved, arrays) else saved
+    if type(saved) is list and any(saved is a for a in arrays):
+        return _list_copy(saved)
     return _map_items(saved, protect, arrays)
+
+
+def _list_copy(items: list) -> list:
+    """A caller's list as it is now, the lists inside it copied too (``[[1, 0], [0, 2]]``)."""
+    return [_list_copy(v) if type(v) is list else v for v in items]
 
 
 def _map_items(saved: Any, fn, arg) -> Any:

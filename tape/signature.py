@@ -434,17 +434,22 @@ def _shallow_items(items) -> bool:
 
 
 class Snapshotter:
-    """Copies of the arrays a trace bakes into its program, taken when each is used: a copy
-    keeps the value the trace saw even if the function changes the array later in the same
-    call. The copies of watched arrays (`originals`) go back to the arrays themselves in a
-    program that is kept (`restore_references`): it reads them by reference at each call, and
-    the watch compares their contents."""
+    """Copies of the arrays and lists a trace bakes into its program, taken when each is used:
+    a copy keeps the value the trace saw even if the function changes the array (or list)
+    later in the same call. The copies of watched arrays (`originals`) go back to the arrays
+    themselves in a program that is kept (`restore`): it reads them by reference at each call,
+    and the watch compares their contents. Only a copy of the contents the array holds when
+    the call begins (and again when it ends, or the program is not kept) goes back: where
+    the function changed the array within the call (`w *= 2`, used, `w /= 2`; a scratch
+    buffer it refills), the steps that saw other contents keep them, by value, as the same
+    code computes them at each call from the same watched contents."""
 
     def __init__(self, watched):
         self.by_reference = {id(v): v for v in (get() for _, get, _ in watched)
                              if isinstance(v, np.ndarray)}
-        self.originals: dict[int, np.ndarray] = {}   # id(copy) -> watched array
-        self.latest: dict[int, tuple] = {}           # id(array) -> (array, its latest copy)
+        self.originals: dict[int, tuple] = {}   # id(copy) -> (copy, watched array)
+        self.latest: dict[int, tuple] = {}      # id(array) -> (array, its latest copy)
+        self.restorable: dict[int, np.ndarray] | None = None   # id(copy) -> array, for restore
 
     def __call__(self, obj):
         if isinstance(obj, np.ndarray):
@@ -455,19 +460,26 @@ class Snapshotter:
             copy = obj.copy()
             self.latest[id(obj)] = (obj, copy)
             if id(obj) in self.by_reference:
-                self.originals[id(copy)] = obj
+                self.originals[id(copy)] = (copy, obj)
             return copy
-        if type(obj) in (tuple, list):
+        if type(obj) is list:   # always a new list: f may change its own later in the call
+            return [self(o) for o in obj]
+        if type(obj) is tuple:
             items = [self(o) for o in obj]
-            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+            return obj if all(a is b for a, b in zip(items, obj)) else tuple(items)
         if type(obj) is dict:
             return {k: self(v) for k, v in obj.items()}
         return obj
 
     def restore(self, obj):
-        """`obj` (a constant, params) with the copies of watched arrays replaced by them."""
+        """`obj` (a constant, params) with the copies of watched arrays that hold the arrays'
+        contents now (after the trace: those of the call's start, for a kept program)
+        replaced by the arrays."""
+        if self.restorable is None:
+            self.restorable = {k: array for k, (copy, array) in self.originals.items()
+                               if same_value(array, copy)}
         if isinstance(obj, np.ndarray):
-            return self.originals.get(id(obj), obj)
+            return self.restorable.get(id(obj), obj)
         if type(obj) in (tuple, list):
             items = [self.restore(o) for o in obj]
             return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
