@@ -81,35 +81,44 @@ register_function(np.full_like, full_like)
 
 
 # -- copy: the identity, producing a private buffer ----------------------------------------------
-def _copied(x):
+def _copied(x, order="C"):
     # A traced Python float holds no .copy of its own; NumPy's copy of it is a 0-d array.
-    return x.copy() if hasattr(x, "copy") else np.array(x)
+    # The copy keeps NumPy's memory layout (`order`), which ravel/reshape with 'A'/'K' read.
+    return x.copy(order=order) if hasattr(x, "copy") else np.array(x)
 
 
 copy = defprimitive("copy", _copied,
-                    lambda cfg, x: (_copied(x), None),
+                    lambda cfg, x, order="C": (_copied(x, order), None),
                     lambda cfg, saved, g: (g,),
-                    lambda cfg, primals, tangents: (_copied(primals[0]), _copied(tangents[0])))
+                    lambda cfg, primals, tangents, order="C": (_copied(primals[0], order),
+                                                               _copied(tangents[0], order)))
 
 
-def _copy_method(x):
-    out = copy(x)
+def _copy_method(x, order="C"):
+    """ndarray.copy (C order unless told): a private buffer, in NumPy's memory layout."""
+    out = copy(x) if order == "C" else copy(x, order=order)
     out.owned = True
     return out
 
 
+def _np_copy(a, order="K", subok=False):
+    return _copy_method(a, order=order)
+
+
 register_method("copy", _copy_method)
-register_function(np.copy, lambda a, *args, **kwargs: _copy_method(a))
+register_function(np.copy, _np_copy)
 
 
 # -- astype: cotangents go back in the input's dtype ---------------------------------------------
-def _cast(x, dtype):
+def _cast(x, dtype, order="K"):
     # A traced Python float holds no .astype of its own.
-    return x.astype(dtype) if hasattr(x, "astype") else np.asarray(x).astype(dtype)
+    if hasattr(x, "astype"):
+        return x.astype(dtype, order=order) if order != "K" else x.astype(dtype)
+    return np.asarray(x).astype(dtype)
 
 
-def _astype_augmented(cfg, x, dtype):
-    return _cast(x, dtype), np.result_type(x)
+def _astype_augmented(cfg, x, dtype, order="K"):
+    return _cast(x, dtype, order), np.result_type(x)
 
 
 def _astype_reverse(cfg, in_dtype, g):
@@ -118,18 +127,18 @@ def _astype_reverse(cfg, in_dtype, g):
     return (g.astype(in_dtype),)
 
 
-def _astype_forward(cfg, primals, tangents, dtype):
-    return _cast(primals[0], dtype), _cast(tangents[0], dtype)
+def _astype_forward(cfg, primals, tangents, dtype, order="K"):
+    return _cast(primals[0], dtype, order), _cast(tangents[0], dtype, order)
 
 
-astype = defprimitive("astype", lambda x, dtype: _cast(x, dtype), _astype_augmented,
-                      _astype_reverse, _astype_forward)
+astype = defprimitive("astype", _cast, _astype_augmented, _astype_reverse, _astype_forward)
 
 
-def _astype_method(x, dtype):
+def _astype_method(x, dtype, order="K"):
+    """ndarray.astype: integer and boolean casts carry no derivative; `order` is NumPy's."""
     if not np.issubdtype(np.dtype(dtype), np.inexact):
-        return _cast(primal(x), dtype)   # integer/bool casts carry no derivative
-    return astype(x, dtype=dtype)
+        return _cast(primal(x), dtype, order)   # integer/bool casts carry no derivative
+    return astype(x, dtype=dtype) if order == "K" else astype(x, dtype=dtype, order=order)
 
 
 register_method("astype", _astype_method)

@@ -8,7 +8,9 @@ Complex rules follow the transpose convention of docs/complex.md (see `ops.linal
 
 Conventions and assumptions (derivatives exist only where the function is smooth):
 
-- inv, solve, det, slogdet, matrix_power(n < 0) assume an invertible matrix.
+- inv, solve, slogdet, matrix_power(n < 0) assume an invertible matrix. det's first
+  derivative (the cofactor matrix, through an SVD) holds for singular matrices too; its
+  second derivatives assume an invertible one.
 - eigh, eigvalsh, cholesky and the hermitian=True paths of svd and pinv read ONE triangle of
   their input (eigh/eigvalsh: UPLO, default 'L'; cholesky: the lower one, or the upper one with
   upper=True; svd/pinv: the lower one) and ignore the diagonal's imaginary part. Their
@@ -47,6 +49,7 @@ import operator
 
 import numpy as np
 
+from tape.backend import array_module
 from tape.core import primal
 from tape.rules import inactive, register_function
 
@@ -110,24 +113,56 @@ def _solve(a, b):
 register_function(np.linalg.solve, _solve)
 
 
-# -- det and slogdet: d log|det a| = tr(a^-1 da) ---------------------------------------------------
+# -- det: d det a = <C, da> with the cofactor matrix C = adj(a)^T (= det(a) a^-T) ----------------
+def _cofactor_value(a):
+    """adj(a)^T through the SVD a = U diag(s) V^H: adj(a) = det(U) det(V^H) V adj(diag s) U^H
+    with adj(diag s) = diag(prod_{j != i} s_j). Unlike det(a) a^-T it needs no inverse: exact
+    for a singular `a` (rank n - 1 keeps one term, rank <= n - 2 gives 0)."""
+    xp = array_module(a)
+    if a.shape[-1] == 0:
+        return xp.zeros_like(a)
+    u, s, vh = xp.linalg.svd(a)
+    ones = xp.ones_like(s[..., :1])
+    before = xp.cumprod(xp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
+    after = xp.cumprod(xp.concatenate([ones, s[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+    others = (before * after).astype(u.dtype)           # prod_{j != i} s_j, no division
+    phase = xp.linalg.det(u) * xp.linalg.det(vh)        # +-1, or a unit complex number
+    adjugate = (xp.conj(xp.swapaxes(vh, -1, -2)) * others[..., None, :]) @ xp.conj(
+        xp.swapaxes(u, -1, -2))
+    return xp.swapaxes(adjugate * phase[..., None, None], -1, -2)
+
+
+def _cofactor_derivative_at(a, c, da, transpose_da):
+    # dC = tr(a^-1 da) C - C da^T a^-T for an invertible a (second derivatives of det assume
+    # one, as inv's do); `transpose_da` gives the reverse rule's adjoint of this map.
+    b = _mT(inv(a))
+    if transpose_da:
+        return _expand2(np.sum(da * c, axis=(-2, -1))) * b - b @ _mT(da) @ c
+    return _expand2(np.sum(b * da, axis=(-2, -1))) * c - c @ _mT(da) @ b
+
+
+cofactor = defprimitive(
+    "cofactor", _cofactor_value, lambda cfg, a: (cofactor(a), a),
+    lambda cfg, a, g: (_cofactor_derivative_at(a, cofactor(a), g, True),),
+    lambda cfg, primals, tangents: (
+        cofactor(primals[0]),
+        _cofactor_derivative_at(primals[0], cofactor(primals[0]), tangents[0], False)))
+
+
 def _logdet_tangent(a, ta):
     return np.sum(_mT(inv(a)) * ta, axis=(-2, -1))
 
 
 def _det_augmented(cfg, a):
-    d = det(a)
-    return d, (a, d)
+    return det(a), a
 
 
-def _det_reverse(cfg, saved, g):
-    a, d = saved
-    return (_expand2(g * d) * _mT(inv(a)),)
+def _det_reverse(cfg, a, g):
+    return (_expand2(g) * cofactor(a),)
 
 
 def _det_forward(cfg, primals, tangents):
-    d = det(primals[0])
-    return d, d * _logdet_tangent(primals[0], tangents[0])
+    return det(primals[0]), np.sum(cofactor(primals[0]) * tangents[0], axis=(-2, -1))
 
 
 det = defprimitive("det", lambda a: np.linalg.det(a), _det_augmented, _det_reverse, _det_forward,

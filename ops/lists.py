@@ -30,7 +30,7 @@ import sys
 
 import numpy as np
 
-from tape.core import ON_FIRST_TRACE, ON_LAST_TRACE, Tracer, primal
+from tape.core import ON_FIRST_TRACE, ON_LAST_TRACE, Tracer, peek, primal
 from tape.errors import NonDifferentiableError, TracerConversionError
 from tape import tracer
 from tape.tracer import FUNCTION_RULES
@@ -41,6 +41,7 @@ from .shape import reshape
 
 # NumPy's own constructors, taken before any wrapper can be installed.
 _np_array, _np_asarray, _np_einsum = np.array, np.asarray, np.einsum
+_np_asfortranarray = np.asfortranarray
 _COPY_ERROR = ("Unable to avoid copy while creating an array as requested.")
 
 
@@ -57,9 +58,10 @@ def _plain(obj):
     return obj
 
 
-def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0):
-    """``np.array(obj, dtype, copy=copy, ndmin=ndmin)`` for an `obj` holding traced values:
-    nested lists and tuples of traced values (0-d or arrays), numbers and arrays.
+def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0, order: str | None = "K"):
+    """``np.array(obj, dtype, copy=copy, ndmin=ndmin, order=order)`` for an `obj` holding
+    traced values: nested lists and tuples of traced values (0-d or arrays), numbers and arrays.
+    The result has NumPy's memory layout (`order`), which ravel/reshape with 'A'/'K' read.
 
     The dtype, the shape and the errors (ragged nesting, ``copy=False``) are NumPy's own: NumPy
     builds the plain array first. Floating and complex results are traced (a nested stack of
@@ -72,7 +74,7 @@ def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0):
     (7.0,)
     """
     if isinstance(obj, Tracer):
-        return _from_tracer(obj, dtype, copy, ndmin)
+        return _in_layout(_from_tracer(obj, dtype, copy, ndmin, order), order, copy)
     like = _np_array(_plain(obj), dtype=dtype, copy=copy, ndmin=ndmin)
     if not has_tracer(obj):
         return like
@@ -83,7 +85,20 @@ def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0):
                 "derivative; give numbers of one numeric type (or dtype=float)")
         return like
     out = _build(obj, like.dtype)
-    return _with_ndmin(out, ndmin)
+    return _in_layout(_with_ndmin(out, ndmin), order, copy)
+
+
+def _in_layout(out, order, copy):
+    """`out` with the contiguity order 'C' or 'F' asks for: a copy in that order when it has
+    another layout (NumPy's error when `copy` is False)."""
+    flags = getattr(peek(out), "flags", None) if isinstance(out, Tracer) else None
+    if order not in ("C", "F") or flags is None:
+        return out
+    if flags.c_contiguous if order == "C" else flags.f_contiguous:
+        return out
+    if copy is False:
+        raise ValueError(_COPY_ERROR)
+    return out.copy(order=order)
 
 
 def _build(obj, dtype):
@@ -93,13 +108,14 @@ def _build(obj, dtype):
     return stack_p(*parts, axis=0)
 
 
-def _from_tracer(t, dtype, copy, ndmin):
+def _from_tracer(t, dtype, copy, ndmin, order="K"):
+    order = "K" if order is None else order
     if dtype is not None and np.dtype(dtype) != t.dtype:
         if copy is False:
             raise ValueError(_COPY_ERROR)
-        out = t.astype(dtype)   # a new array; integer and boolean casts come back plain
+        out = t.astype(dtype, order=order)   # a new array; integer/boolean casts come back plain
     elif copy:
-        out = t.copy()          # np.array copies by default: a private buffer
+        out = t.copy(order=order)   # np.array copies by default: a private buffer
     else:
         out = t                 # np.asarray returns its argument itself
     return _with_ndmin(out, ndmin)
@@ -118,7 +134,7 @@ def _array(fn, args, kwargs):
 
 
 def _array_args(object, dtype=None, *, copy=True, order="K", subok=True, ndmin=0, like=None):
-    return traced_array(object, dtype, copy=copy, ndmin=ndmin)
+    return traced_array(object, dtype, copy=copy, ndmin=ndmin, order=order)
 
 
 def _asarray(fn, args, kwargs):
@@ -126,15 +142,14 @@ def _asarray(fn, args, kwargs):
 
 
 def _asarray_args(a, dtype=None, order=None, *, device=None, copy=None, like=None):
-    return traced_array(a, dtype, copy=copy)
+    return traced_array(a, dtype, copy=copy, order=order)
 
 
 def _contiguous(fn, args, kwargs):
-    return _contiguous_args(*args, **kwargs)
-
-
-def _contiguous_args(a, dtype=None, *, like=None):
-    return traced_array(a, dtype, ndmin=1)   # both return at least 1-d arrays
+    """np.ascontiguousarray and np.asfortranarray: at least 1-d, in C or Fortran layout."""
+    def contiguous(a, dtype=None, *, like=None):
+        return traced_array(a, dtype, ndmin=1, order="F" if fn is _np_asfortranarray else "C")
+    return contiguous(*args, **kwargs)
 
 
 def _chkfinite(fn, args, kwargs):
@@ -142,7 +157,7 @@ def _chkfinite(fn, args, kwargs):
 
 
 def _chkfinite_args(a, dtype=None, order=None):
-    out = traced_array(a, dtype)
+    out = traced_array(a, dtype, order=order)
     if not np.isfinite(primal(out)).all():
         raise ValueError("array must not contain infs or NaNs")
     return out

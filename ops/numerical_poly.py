@@ -117,8 +117,10 @@ def polyval(p, x):
     if isinstance(p, np.poly1d) or isinstance(x, np.poly1d):
         raise NotImplementedError("np.polyval with np.poly1d arguments is not supported on "
                                   "traced values; pass the coefficient array")
-    if not isinstance(p, Tracer):
-        p = np.asarray(p) if not isinstance(p, (list, tuple)) else p
+    if isinstance(p, (list, tuple)) and not any(isinstance(c, Tracer) for c in p):
+        p = np.asarray(p)   # as NumPy does: [1.0, 2.0] is float64, whatever x's dtype
+    elif not isinstance(p, (Tracer, list, tuple)):
+        p = np.asarray(p)
     if not isinstance(x, Tracer):
         x = np.asarray(x)
     y = np.zeros_like(peek(x))

@@ -178,10 +178,10 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         if not rowvar and shape_of(Y)[0] != 1:
             Y = Y.T
         X = np.concatenate([X, Y], axis=0)
-    if dtype is not None:
+    if dtype is None:
+        dtype = np.result_type(peek(X), np.float64)   # NumPy's: float32 data is computed in float64
+    if np.result_type(peek(X)) != dtype:
         X = X.astype(dtype)
-    elif np.result_type(peek(X)).kind not in "fc":
-        X = X.astype(np.float64)
     if ddof is None:
         ddof = 0 if bias else 1
     w = None

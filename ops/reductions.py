@@ -76,10 +76,24 @@ def _given(value) -> bool:
     return value is not None and value is not _NO_VALUE
 
 
+# What a masked reduction becomes without where=: the masked entries replaced by the
+# reduction's neutral value (mean, var, std: the selected entries themselves).
+_WITHOUT_WHERE = {
+    "sum": "np.sum(np.where(mask, x, 0))", "nansum": "np.nansum(np.where(mask, x, 0))",
+    "prod": "np.prod(np.where(mask, x, 1))", "max": "np.max(np.where(mask, x, -np.inf))",
+    "min": "np.min(np.where(mask, x, np.inf))",
+    "mean": "np.sum(np.where(mask, x, 0), axis) / np.sum(mask, axis), or np.mean(x[mask])"}
+
+
 def _refuse(name, out=None, where=None):
-    if out is not None or (_given(where) and where is not True):
+    if _given(where) and where is not True:
+        fix = _WITHOUT_WHERE.get(name, f"np.{name}(x[mask]) for a whole-array reduction")
         raise NotImplementedError(
-            f"np.{name} with out= or where= is not supported on traced values")
+            f"np.{name} with where= is not supported on traced values; select the entries "
+            f"with np.where instead: {fix}")
+    if out is not None:
+        raise NotImplementedError(
+            f"np.{name} with out= is not supported on traced values; assign the result instead")
 
 
 def _cast(x, dtype):

@@ -76,7 +76,12 @@ _reshape = linear("reshape", lambda x, shape, order="C": np.reshape(x, shape, or
 
 
 def reshape(a, shape, order="C"):
-    """np.reshape. When NumPy returns a view, writes into the result reach `a`, as in NumPy."""
+    """np.reshape. When NumPy returns a view, writes into the result reach `a`, as in NumPy.
+    Order 'A' reads and writes in Fortran order when `a` is Fortran-contiguous (and not also
+    C-contiguous), as NumPy decides, and is resolved before recording: the reverse rule
+    reshapes a cotangent whose own layout says nothing about `a`'s."""
+    if order == "A":
+        order = "F" if _is_fortran(peek(a)) else "C"
     out = _reshape(a, shape=shape, order=order)
     base_shape = shape_of(a)
     return mark_view(out, a, to_base=lambda v: _reshape(v, shape=base_shape, order=order),
@@ -133,13 +138,65 @@ register_function(np.broadcast_to, _broadcast_to_function)
 
 
 # -- compositions of reshape and transpose ---------------------------------------------------------
+def _is_fortran(value) -> bool:
+    """NumPy's PyArray_ISFORTRAN: Fortran-contiguous and not C-contiguous."""
+    flags = getattr(value, "flags", None)
+    return flags is not None and flags.f_contiguous and not flags.c_contiguous
+
+
+def keep_order_permutation(value) -> np.ndarray | None:
+    """The C-order flat indices of `value` in the order ``np.ravel(value, 'K')`` reads them:
+    NumPy's own ravel applied to an index array laid out with the same shape and strides (so
+    negative, permuted and zero strides follow NumPy exactly). None when a stride is not a
+    multiple of the item size.
+
+    >>> keep_order_permutation(np.arange(6.0).reshape(2, 3).T[::-1])
+    array([0, 2, 4, 1, 3, 5])
+    """
+    shape, strides, itemsize = tuple(value.shape), tuple(value.strides), value.itemsize
+    if any(s % itemsize for s in strides):
+        return None
+    steps = [s // itemsize for s in strides]
+    low = sum((n - 1) * s for n, s in zip(shape, steps) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, steps) if s > 0)
+    memory = np.zeros(max(high - low + 1, 1), dtype=np.intp)
+    labels = np.lib.stride_tricks.as_strided(
+        memory[-low:], shape, tuple(s * memory.itemsize for s in steps))
+    # Elements sharing memory (zero strides) share a label: they hold the same value.
+    labels[...] = np.arange(int(np.prod(shape)), dtype=np.intp).reshape(shape)
+    return np.ravel(labels, "K")
+
+
+def _ravel_keep_order(a):
+    value = peek(a)
+    if _is_fortran(value):
+        return reshape(a, shape=(-1,), order="F")
+    perm = keep_order_permutation(value) if np.ndim(value) > 1 else None
+    if perm is None:
+        return reshape(a, shape=(-1,), order="C")
+    c_order = np.arange(perm.size).reshape(shape_of(a))
+    if np.array_equal(perm, c_order.ravel()):
+        return reshape(a, shape=(-1,), order="C")
+    if np.array_equal(perm, c_order.ravel("F")):
+        return reshape(a, shape=(-1,), order="F")
+    # Axes by decreasing stride: where NumPy returns a view, a transposed reshape is one too.
+    axes = tuple(sorted(range(np.ndim(value)), key=lambda d: -value.strides[d]))
+    if np.array_equal(perm, np.transpose(c_order, axes).ravel()):
+        return reshape(transpose(a, axes=axes), shape=(-1,), order="C")
+    return reshape(a, shape=(-1,), order="C")[array_module(a).asarray(perm)]
+
+
 def ravel(a, order="C"):
-    """np.ravel. Orders 'A' and 'K' read in Fortran order when the primal is Fortran-contiguous
-    (only), as NumPy does for such arrays, and in C order otherwise."""
-    if order in ("A", "K"):
-        flags = getattr(peek(a), "flags", None)
-        fortran = flags is not None and flags.f_contiguous and not flags.c_contiguous
-        order = "F" if fortran else "C"
+    """np.ravel. Order 'A' reads in Fortran order when the primal is Fortran-contiguous (only),
+    'K' in the order NumPy's own ravel reads the primal's memory (any strides), as NumPy does.
+
+    >>> ravel(np.asfortranarray(np.arange(6.0).reshape(2, 3)), "K")
+    array([0., 3., 1., 4., 2., 5.])
+    """
+    if order == "K":
+        return _ravel_keep_order(a)
+    if order == "A":
+        order = "F" if _is_fortran(peek(a)) else "C"
     return reshape(a, shape=(-1,), order=order)
 
 

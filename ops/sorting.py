@@ -160,9 +160,24 @@ def _merge_reduced(a, axis):
     return np.reshape(x, (-1,) + tuple(shape[i] for i in kept)), axes
 
 
-def _quantile(a, q, axis, keepdims, ignore_nan=False):
+def _lerp(below, above, frac, weak_dtype=None):
+    """NumPy's `_lerp`: below + (above - below) t, or above - (above - below)(1 - t) where
+    t >= 0.5. With `weak_dtype` the weights are rounded to it, as NumPy's Python-float weight
+    (a scalar q) is under weak promotion, so a float32 input gives a float32 result."""
+    rest = 1 - frac
+    upper = primal(frac) >= 0.5
+    if weak_dtype is not None:
+        xp = array_module(below)
+        frac, rest = xp.asarray(frac, dtype=weak_dtype), xp.asarray(rest, dtype=weak_dtype)
+    diff = above - below
+    return np.where(upper, above - diff * rest, below + diff * frac)
+
+
+def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
     """Linear-interpolation quantiles over `axis`. A slice holding NaN gives NaN, or with
-    `ignore_nan` the quantile of its other entries (NaN when it has none)."""
+    `ignore_nan` the quantile of its other entries (NaN when it has none). `weak`: q was a
+    Python number (NumPy keeps the input's float dtype); `median`: the mean of the middle two
+    entries, as np.median computes it."""
     shape = shape_of(a)
     x, axes = _merge_reduced(a, axis)
     n = shape_of(x)[0]
@@ -173,8 +188,10 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False):
     if nan.any():
         # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
         s = np.where(nan, 0, s)
+    dtype = np.result_type(peek(a))
+    weak_dtype = dtype if weak and dtype.kind == "f" else None
     if not isinstance(q, Tracer):
-        q = xp.asarray(q, dtype=np.result_type(peek(a), np.float64))
+        q = xp.asarray(q, dtype=np.result_type(dtype, np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
     if ignore_nan:
         count = n - nan_count            # valid entries per slice, shape `rest`
@@ -195,7 +212,10 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False):
             lo, hi = int(lo), int(hi)    # a basic index: a cheap getitem and scatter
         frac = np.reshape(frac, q_shape + (1,) * len(rest))
         below, above = s[lo], s[hi]
-    out = below + frac * (above - below)
+    if median:
+        out = np.where(primal(frac) == 0, below, (below + above) / 2)
+    else:
+        out = _lerp(below, above, frac, weak_dtype)
     undefined = (nan_count == n) if ignore_nan else (nan_count > 0)
     if undefined.any():
         if ignore_nan:
@@ -231,7 +251,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims)
+    return _quantile(a, q, axis, keepdims, weak=type(q) in (int, float))
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -243,7 +263,7 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
-    return _quantile(a, np.true_divide(q, 100), axis, keepdims)
+    return _quantile(a, np.true_divide(q, 100), axis, keepdims, weak=type(q) in (int, float))
 
 
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
@@ -253,7 +273,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     array([2., 3.])
     """
     _unsupported(out, "linear", None, None)
-    return _quantile(a, 0.5, axis, keepdims)
+    return _quantile(a, 0.5, axis, keepdims, weak=True, median=True)
 
 
 def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -265,7 +285,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims, ignore_nan=True)
+    return _quantile(a, q, axis, keepdims, ignore_nan=True, weak=type(q) in (int, float))
 
 
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -277,7 +297,8 @@ def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="line
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
-    return _quantile(a, np.true_divide(q, 100), axis, keepdims, ignore_nan=True)
+    return _quantile(a, np.true_divide(q, 100), axis, keepdims, ignore_nan=True,
+                     weak=type(q) in (int, float))
 
 
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
@@ -287,7 +308,7 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     array([1.5, 3. ])
     """
     _unsupported(out, "linear", None, None)
-    return _quantile(a, 0.5, axis, keepdims, ignore_nan=True)
+    return _quantile(a, 0.5, axis, keepdims, ignore_nan=True, weak=True, median=True)
 
 
 for _np_fn, _rule in [(np.quantile, quantile), (np.percentile, percentile), (np.median, median),

@@ -1,4 +1,7 @@
 """Errors raised by the engine. Each one says what was wrong and where."""
+import importlib
+
+import numpy as np
 
 
 class HecateError(Exception):
@@ -56,10 +59,8 @@ class TracerConversionError(NonDifferentiableError):
         if caller is not None and caller[0] == "scipy":
             module, function = caller[1], caller[2]
             return (f"{module}.{function} was called on a traced value; SciPy's functions "
-                    f"compute on plain arrays, so the derivative would be lost. Use the "
-                    f"differentiable tape.{module} (`from tape.{module} import ...`, SciPy's "
-                    f"names and signatures) instead, or, where it is missing, a "
-                    f"tape.custom_rule around {module}.{function}")
+                    f"compute on plain arrays, so the derivative would be lost. "
+                    + _scipy_replacement(module, function))
         if caller is not None and caller[2].startswith("vectorize"):
             return ("np.vectorize calls its function on plain elements, so the derivative "
                     "would be lost. Call the function on the whole array instead (written with "
@@ -75,6 +76,27 @@ class TracerConversionError(NonDifferentiableError):
                 "first, np.array([a, b]).")
 
 
+def _scipy_replacement(module: str, function: str) -> str:
+    """What to use instead of SciPy's `module.function`: tape's counterpart where it exists,
+    else NumPy's function of that name, else a custom rule."""
+    try:
+        # Looked up by name when the message is read: tape.scipy is optional (it needs SciPy).
+        counterpart = importlib.import_module(f"tape.{module}")
+    except ImportError:
+        counterpart = None
+    found = counterpart
+    for part in function.split("."):
+        found = getattr(found, part, None)
+    if found is not None:
+        return (f"Use the differentiable tape.{module}.{function} (`from tape.{module} import "
+                f"{function.partition('.')[0]}`, SciPy's signature) instead")
+    if module.count(".") == 1 and callable(getattr(np, function, None)):
+        return f"Use np.{function}, which is differentiated, instead"
+    where = f"tape.{module} has no {function}" if counterpart else f"there is no tape.{module}"
+    return (f"{where}: write it with NumPy operations (those are differentiated), or wrap "
+            f"{module}.{function} in a tape.custom_rule")
+
+
 def _function_name(frame) -> str:
     """`vectorize.__call__`, `rv_continuous.logpdf`: the method's class where there is one."""
     owner = frame.f_locals.get("self")
@@ -82,6 +104,24 @@ def _function_name(frame) -> str:
     if owner is None:
         return name
     return f"{type(owner).__name__.removesuffix('_gen')}.{name}"   # scipy.stats' norm_gen
+
+
+def _public_module(module: str) -> str:
+    """`scipy.linalg` for `scipy.linalg._decomp_cholesky`; `scipy` for `scipy._lib._util`."""
+    return ".".join(p for p in module.split(".")[:2] if not p.startswith("_"))
+
+
+def _wrapped_function(frame):
+    """(public module, name) of the library function a decorator's wrapper frame closes over
+    (functools.wraps keeps it in the closure), or None."""
+    package = frame.f_globals.get("__name__", "").partition(".")[0]
+    for var in frame.f_code.co_freevars:
+        wrapped = frame.f_locals.get(var)
+        module = getattr(wrapped, "__module__", None) or ""
+        if callable(wrapped) and module.startswith(package + ".") and \
+                _public_module(module) != package:
+            return _public_module(module), getattr(wrapped, "__name__", var)
+    return None
 
 
 def _library_caller(frame):
@@ -92,8 +132,13 @@ def _library_caller(frame):
         module = frame.f_globals.get("__name__", "")
         package = module.partition(".")[0]
         if package in ("scipy", "numpy"):
-            public = ".".join(p for p in module.split(".")[:2] if not p.startswith("_"))
-            found = (package, public, _function_name(frame))
+            public, name = _public_module(module), _function_name(frame)
+            if public == package:
+                # A decorator's wrapper in a private module (scipy._lib's batching `wrapper`)
+                # names neither the module nor the function; the function it wraps does.
+                public, name = _wrapped_function(frame) or (public, name)
+            if found is None or public != package or found[1] == package:
+                found = (package, public, name)
         elif package not in ("tape", "ops", "kernels") and found is not None:
             return found
         frame = frame.f_back

@@ -219,6 +219,9 @@ class _Surface:
     dtype = property(lambda self: _dtype_of(peek(self)))
     T = property(lambda self: _call_function(np.transpose, self))
     mT = property(lambda self: _call_function(np.swapaxes, self, -1, -2))
+    itemsize = property(lambda self: _dtype_of(peek(self)).itemsize)
+    nbytes = property(lambda self: np.size(peek(self)) * _dtype_of(peek(self)).itemsize)
+    strides = property(lambda self: np.asarray(peek(self)).strides)
 
     @property
     def real(self):
@@ -268,6 +271,8 @@ class _Surface:
     __mod__, __rmod__ = _binary(np.remainder)
     __pow__, __rpow__ = _binary(np.power)
     __matmul__, __rmatmul__ = _binary(np.matmul)
+    __divmod__ = lambda self, other: _call_ufunc(np.divmod, self, other)
+    __rdivmod__ = lambda self, other: _call_ufunc(np.divmod, other, self)
     __lt__ = lambda self, other: _call_ufunc(np.less, self, other)
     __le__ = lambda self, other: _call_ufunc(np.less_equal, self, other)
     __gt__ = lambda self, other: _call_ufunc(np.greater, self, other)
@@ -344,7 +349,7 @@ class _Surface:
     def diagonal(self, *a, **k): return _call_function(np.diagonal, self, *a, **k)
     def trace(self, *a, **k): return _call_function(np.trace, self, *a, **k)
     def ravel(self, *a, **k): return _call_function(np.ravel, self, *a, **k)
-    def flatten(self): return _call_function(np.ravel, self).copy()
+    def flatten(self, order="C"): return _call_function(np.ravel, self, order).copy()
     def argmax(self, *a, **k): return _call_function(np.argmax, self, *a, **k)
     def argmin(self, *a, **k): return _call_function(np.argmin, self, *a, **k)
     def argsort(self, *a, **k): return _call_function(np.argsort, self, *a, **k)
@@ -353,10 +358,25 @@ class _Surface:
     def all(self, *a, **k): return _call_function(np.all, self, *a, **k)
     def any(self, *a, **k): return _call_function(np.any, self, *a, **k)
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
-        if not copy and np.dtype(dtype) == _dtype_of(peek(self)):
+        if not copy and np.dtype(dtype) == _dtype_of(peek(self)) and _has_layout(self, order):
             return self   # NumPy returns the array itself: later writes are seen through it
-        return _call_method("astype", self, dtype)
-    def copy(self, *a, **k): return _call_method("copy", self)
+        return _call_method("astype", self, dtype, order=order)
+    def copy(self, order="C"): return _call_method("copy", self, order=order)
+    def compress(self, condition, axis=None, out=None):
+        return _call_function(np.compress, condition, self, axis=axis, out=out)
+    def searchsorted(self, v, side="left", sorter=None):
+        return _call_function(np.searchsorted, self, v, side=side, sorter=sorter)
+    def choose(self, choices, out=None, mode="raise"):
+        return _call_function(np.choose, self, choices, out=out, mode=mode)
+    def put(self, indices, values, mode="raise"):
+        _call_function(np.put, self, indices, values, mode=mode)   # in place, as NumPy
+
+    def resize(self, *new_shape, refcheck=True):
+        raise NonDifferentiableError(
+            f"x.resize() resizes a traced value ({_describe(self)}) in place, which is not "
+            "supported; write x = np.resize(x, shape) (repeating the values) or "
+            "x = np.concatenate([x.ravel(), np.zeros(k)]).reshape(shape) (ndarray.resize's "
+            "zero fill).")
 
     def view(self, dtype=None, type=None):
         if (dtype is not None and np.dtype(dtype) != _dtype_of(peek(self))) or type is not None:
@@ -455,6 +475,15 @@ def _is_view_index(index, ndim: int) -> bool:
 def _dtype_of(x):
     dt = getattr(x, "dtype", None)
     return dt if dt is not None else np.result_type(x)
+
+
+def _has_layout(tracer, order) -> bool:
+    """Whether the traced value already has the memory layout `order` asks for (so that NumPy
+    would not copy): 'C' and 'F' need that contiguity, 'A' and 'K' take any layout."""
+    flags = getattr(peek(tracer), "flags", None)
+    if order not in ("C", "F") or flags is None:
+        return True
+    return flags.c_contiguous if order == "C" else flags.f_contiguous
 
 
 def _write_out(out, result, name):

@@ -1,5 +1,8 @@
 """tape.scipy.integrate: differentiable counterparts of scipy.integrate.
 
+`trapezoid(y, x=None, dx=1.0, axis=-1)` is scipy.integrate.trapezoid (NumPy's np.trapezoid,
+differentiable in `y`, `x` and `dx`).
+
 `odeint(func, y0, t, args=(), **kwargs)` solves ``dy/dt = func(y, t, *args)`` with SciPy's
 LSODA (scipy.integrate.odeint, which it calls) and is differentiable with respect to `y0`, the
 times `t` and every traced value in `args` (arrays, numbers, or pytrees of them):
@@ -49,7 +52,7 @@ from tape.batching import Batched
 from tape.errors import BatchingFallback, PytreeError
 from tape.pytree import flatten, unflatten
 
-__all__ = ["odeint"]
+__all__ = ["odeint", "trapezoid"]
 
 # Keyword arguments about func's own Jacobian: they do not describe the augmented systems.
 _JACOBIAN_OPTIONS = ("Dfun", "col_deriv", "ml", "mu")
@@ -279,3 +282,13 @@ def odeint(func: Callable, y0: Any, t: Any, args: tuple = (), **kwargs: Any) -> 
                          f"{shape_of(t)}")
     system = _System(func, treedef, tfirst)
     return _odeint(y0, t, *leaves, system=system, options=tuple(sorted(kwargs.items())))
+
+
+def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Any:
+    """scipy.integrate.trapezoid: the trapezoidal rule along `axis` (np.trapezoid's
+    differentiable rule).
+
+    >>> float(trapezoid(np.array([0.0, 1.0, 4.0]), dx=0.5))
+    1.5
+    """
+    return np.trapezoid(y, x=x, dx=dx, axis=axis)

@@ -113,3 +113,54 @@ def squeeze_output(out: Any) -> Any:
     (3,)
     """
     return np.squeeze(out) if 1 in np.shape(out) else out
+
+
+class _Distribution:
+    """A distribution: a namespace of methods with SciPy's names. Calling it with parameters
+    freezes them, as scipy.stats does: ``norm(loc, scale).logpdf(x)``."""
+
+    name = ""
+
+    def __repr__(self) -> str:
+        return f"<tape.scipy.stats.{self.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> "FrozenDistribution":
+        """The distribution with its parameters fixed (scipy.stats' frozen distribution).
+
+        >>> from tape.scipy.stats import norm
+        >>> float(norm(1.0, 2.0).cdf(1.0))
+        0.5
+        """
+        return FrozenDistribution(self, args, kwargs)
+
+
+class FrozenDistribution:
+    """A distribution with fixed parameters: each method takes the variable (and any further
+    argument) and passes the frozen parameters after it, as SciPy's frozen distributions do.
+    Only the methods of the distribution itself exist (logpdf, cdf, ...; no mean or rvs).
+
+    >>> from tape.scipy.stats import t
+    >>> frozen = t(3.0, loc=1.0)
+    >>> float(frozen.cdf(1.0)), float(frozen.logpdf(1.0)) == float(t.logpdf(1.0, 3.0, loc=1.0))
+    (0.5, True)
+    """
+
+    def __init__(self, dist: _Distribution, args: tuple, kwargs: dict):
+        self.dist, self.args, self.kwds = dist, args, kwargs
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(type(self.dist), name, None) if not name.startswith("_") else None
+        if method is None or not callable(method):
+            raise AttributeError(
+                f"the frozen tape.scipy.stats.{self.dist.name} has no method {name!r}; it has "
+                "the distribution's own: "
+                + ", ".join(n for n in dir(type(self.dist)) if not n.startswith("_")))
+        bound = getattr(self.dist, name)
+
+        def frozen(x: Any, **kwargs: Any) -> Any:
+            return bound(x, *self.args, **self.kwds, **kwargs)
+        frozen.__doc__ = bound.__doc__
+        return frozen
+
+    def __repr__(self) -> str:
+        return f"<frozen tape.scipy.stats.{self.dist.name}{self.args!r}>"

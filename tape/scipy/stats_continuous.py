@@ -30,18 +30,10 @@ from numpy.typing import ArrayLike
 
 from ops.scipy_special_rules import elementwise_rule, no_closed_form
 
-from .stats_common import as_value, guard, log_scale, nan_where_invalid, plain, select, standardize
+from .stats_common import (_Distribution, as_value, guard, log_scale, nan_where_invalid, plain,
+                           select, standardize)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-class _Distribution:
-    """A distribution: a namespace of methods with SciPy's names."""
-
-    name = ""
-
-    def __repr__(self) -> str:
-        return f"<tape.scipy.stats.{self.name}>"
 
 
 # -- norm ------------------------------------------------------------------------------------------

@@ -3,19 +3,17 @@ mind: ODE integrators, filters, likelihoods, solvers, attention, sorting, FFTs, 
 
 Each program runs on plain arrays (the reference primal) and under `autodiff`: the primal must
 equal NumPy's, the reverse gradient central finite differences (float64), the forward JVP the
-reverse gradient along a direction. Known bugs are strict xfails whose reason holds a minimal
-repro.
+reverse gradient along a direction. The findings of this red team and their fixes (memory
+layout, float32 statistics, singular det, error messages, ndarray methods) are tested in
+test_eager_redteam2_fixes.py.
 """
 from __future__ import annotations
 
-import importlib
 import re
 
 import numpy as np
 import pytest
-import scipy.integrate
 import scipy.linalg
-import scipy.optimize
 import scipy.special as sp
 import scipy.stats
 from hypothesis import given, settings
@@ -486,133 +484,3 @@ def test_unsupported_numpy_calls_name_the_function():
                        (lambda a: np.percentile(a, 30, method="nearest"), "nearest")]:
         with pytest.raises((NotImplementedError, tape.NonDifferentiableError), match=name):
             autodiff(Reverse, lambda a: np.sum(call(a)), Active, Active(x.copy()))
-
-
-# -- known bugs: strict xfails, each with its minimal repro -----------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "silent wrong gradient: a.reshape(2,3).T.reshape(-1, order='A') (an F-contiguous source) "
-    "gives the C-order gradient in reverse mode; the primal and forward mode are right. "
-    "ops/shape.py:73-75 reshapes the C-contiguous cotangent with order='A' again"))
-def test_reshape_order_a_of_a_transposed_array():
-    check(lambda a: np.reshape(a.reshape(2, 3).T, 6, order="A") @ np.arange(1.0, 7.0),
-          np.arange(6.0))
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "silent wrong primal: np.asfortranarray(a.reshape(2,3)).ravel('K') is [0,3,1,4,2,5] in "
-    "NumPy, [0,1,2,3,4,5] traced: Fortran-ordered copies (asfortranarray, np.array(order='F'), "
-    "copy(order='F'), astype(order='F'), empty_like of an F array) lose their layout "
-    "(ops/lists.py:136), which ravel/reshape with order 'A'/'K' read (ops/shape.py:139)"))
-@pytest.mark.parametrize("make_fortran", [
-    lambda m: np.asfortranarray(m), lambda m: np.array(m, order="F"), lambda m: m.copy(order="F"),
-    lambda m: m.astype(np.float64, order="F")], ids=["asfortranarray", "array", "copy", "astype"])
-def test_fortran_ordered_copies_keep_their_layout(make_fortran):
-    check(lambda a: make_fortran(a.reshape(2, 3)).ravel("K") @ np.arange(1.0, 7.0), np.arange(6.0))
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "silent wrong primal: a.reshape(3,4).T[:, ::-1].ravel('K') (negative strides) follows "
-    "memory order in NumPy, C order traced (ops/shape.py:139-142 knows only C and F)"))
-def test_ravel_k_of_a_view_with_negative_strides():
-    check(lambda a: a.reshape(3, 4).T[:, ::-1].ravel("K") @ np.arange(1.0, 13.0), np.arange(12.0))
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "float32 data: the traced result's dtype differs from NumPy's (values differ by ~1e-7): "
-    "np.quantile(x32, 0.3) and median/percentile/nanquantile are float64 (NumPy float32, "
-    "ops/sorting.py:177); np.polyval([1.0, 2.0], x32), np.cov(x32), np.corrcoef(x32) stay "
-    "float32 (NumPy computes in float64, ops/rearranging.py:183)"))
-@pytest.mark.parametrize("f", [
-    lambda x: np.quantile(x, 0.3), lambda x: np.median(x), lambda x: np.nanpercentile(x, 30.0),
-    lambda x: np.polyval([1.0, 2.0], x), lambda x: np.cov(np.stack([x, x ** 2])),
-    lambda x: np.corrcoef(np.stack([x, x ** 2]))],
-    ids=["quantile", "median", "nanpercentile", "polyval-list", "cov", "corrcoef"])
-def test_float32_statistics_have_numpys_dtype(f):
-    want = f(X32.copy())
-    value = autodiff(ForwardWithPrimal, f, Duplicated(X32.copy(), np.ones(4, np.float32)))[1]
-    assert np.asarray(value).dtype == want.dtype
-    np.testing.assert_array_equal(value, want)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "crash on valid input: np.linalg.det of an exactly singular matrix ([[1,2],[2,4]]) is 0 "
-    "in NumPy, but its reverse and forward rules call inv(a) (ops/linalg.py:123-130) and raise "
-    "LinAlgError('Singular matrix'); the derivative (the adjugate [[4,-2],[-2,1]]) exists"))
-@pytest.mark.parametrize("mode", ["reverse", "forward"])
-def test_det_of_a_singular_matrix(mode):
-    A = np.array([[1.0, 2.0], [2.0, 4.0]])
-    adjugate_t = np.array([[4.0, -2.0], [-2.0, 1.0]])
-    if mode == "reverse":
-        (g,), value = autodiff(ReverseWithPrimal, np.linalg.det, Active, Active(A.copy()))
-        np.testing.assert_allclose(g, adjugate_t, atol=1e-12)
-    else:
-        t, value = autodiff(ForwardWithPrimal, np.linalg.det, Duplicated(A.copy(), np.eye(2)))
-        assert t == pytest.approx(5.0)
-    assert value == 0.0
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "unclear error: `b = np.zeros(3); b[0] = x[0]` raises ValueError('setting an array element "
-    "with a sequence.'); the explanation (allocate with np.zeros_like) is only in __cause__ "
-    "(NumPy wraps the tracer's __float__ refusal, tape/tracer.py:178)"))
-def test_a_traced_scalar_written_into_a_plain_buffer_explains_the_fix():
-    def f(x):
-        b = np.zeros(3)
-        b[0] = x[0]
-        return np.sum(b)
-    with pytest.raises(tape.NonDifferentiableError, match="zeros_like"):
-        autodiff(Reverse, f, Active, Active(np.array([1.0, 2.0, 3.0])))
-
-
-def _suggested_replacement_exists(message: str, function: str) -> bool:
-    found = re.search(r"tape\.(scipy(?:\.\w+)?)", message)
-    if found is None:
-        return False
-    try:
-        module = importlib.import_module("tape." + found.group(1))
-    except ImportError:
-        return False
-    return hasattr(module, function)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "unclear error: SciPy calls refused on traced values name a replacement that does not "
-    "exist or the wrong function: scipy.linalg.cholesky -> 'scipy.wrapper ... tape.scipy' "
-    "(SciPy 1.17's batching decorator frame, tape/errors.py:87-100), scipy.optimize.rosen -> "
-    "'tape.scipy.optimize' (no such module), scipy.integrate.trapezoid -> tape.scipy.integrate "
-    "(odeint only; np.trapezoid works)"))
-@pytest.mark.parametrize("call, function", [
-    (lambda a: scipy.linalg.cholesky(np.eye(3) + np.outer(a, a)), "cholesky"),
-    (lambda a: scipy.optimize.rosen(a), "rosen"),
-    (lambda a: scipy.integrate.trapezoid(a), "trapezoid")], ids=["cholesky", "rosen", "trapezoid"])
-def test_scipy_refusals_name_an_existing_replacement(call, function):
-    with pytest.raises(tape.NonDifferentiableError) as info:
-        autodiff(Reverse, lambda a: np.sum(call(a)), Active, Active(np.array([1.0, 2.0, 0.5])))
-    assert function in str(info.value)
-    assert _suggested_replacement_exists(str(info.value), function)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "missing coverage behind a misleading hint: scipy.stats.norm(0, 1).logpdf(x) on a traced x "
-    "points to tape.scipy.stats, whose norm(0.0, 1.0) raises TypeError(''_Norm' object is not "
-    "callable'): frozen distributions are not supported"))
-def test_frozen_distribution_from_tape_scipy_stats():
-    x = np.array([0.1, 1.2, -0.5])
-    (g,), = autodiff(Reverse, lambda a: np.sum(tstats.norm(0.0, 1.0).logpdf(a)), Active,
-                     Active(x.copy()))
-    np.testing.assert_allclose(g, -x)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "crash: ndarray methods that a traced array lacks or takes fewer arguments for: "
-    "x.flatten('F') -> TypeError (tape/tracer.py:347 takes no order), x.compress, x.put, "
-    "x.searchsorted -> AttributeError, divmod(x, 0.3) -> TypeError (no __divmod__), although "
-    "np.ravel(order=), np.compress, np.put, np.divmod are differentiated"))
-@pytest.mark.parametrize("method", [
-    lambda a: a.reshape(2, 3).flatten("F"), lambda a: a.reshape(2, 3).flatten(order="F"),
-    lambda a: a.compress([True, False, True]), lambda a: a[np.sort(a).searchsorted(0.5) % 6],
-    lambda a: divmod(a, 0.3)[1], lambda a: (lambda b: (b.put([0, 1], 3 * a[:2]), b)[1])(a.copy())],
-    ids=["flatten-F", "flatten-order", "compress", "searchsorted", "divmod", "put"])
-def test_ndarray_methods_on_traced_arrays(method):
-    check(lambda a: np.sum(method(a) * np.arange(1.0, np.size(method(np.ones(6))) + 1.0)),
-          np.linspace(0.1, 1.1, 6))
