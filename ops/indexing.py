@@ -119,10 +119,12 @@ scatter_add = defprimitive("scatter_add", _scatter_impl, _scatter_augmented, _sc
 def _setitem_impl(old, value, index, inplace):
     if isinstance(value, Tracer) and not isinstance(old, Tracer):
         # An outer level's value written into a plain buffer: the buffer joins that level.
-        old = value.level.constant(old.copy())
+        old = value.level.constant(old.copy(order="K"))
     elif not inplace:
-        # A 0-d cotangent may arrive as a NumPy scalar, which has no item assignment.
-        old = np.array(old) if isinstance(old, np.generic) else old.copy()
+        # A 0-d cotangent may arrive as a NumPy scalar, which has no item assignment. The copy
+        # keeps the buffer's memory layout ("K"), as the write into it does in NumPy: a
+        # Fortran-ordered buffer must stay one for ravel("K") and reshape(order="A").
+        old = np.array(old) if isinstance(old, np.generic) else old.copy(order="K")
     old[index] = value
     return old
 
@@ -164,7 +166,7 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
     if t_old is None:
         t_old = np.zeros_like(out)
     elif not inplace:
-        t_old = np.array(t_old) if isinstance(t_old, np.generic) else t_old.copy()
+        t_old = np.array(t_old) if isinstance(t_old, np.generic) else t_old.copy(order="K")
     # The same assignment on the tangent keeps the same values, so repeats need no care here.
     t_old[index] = 0 if t_value is None else t_value
     return out, t_old

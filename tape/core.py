@@ -16,7 +16,7 @@ import numpy as np
 
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
                      _FORWARD_CONFIGS, _REVERSE_CONFIGS, RuleConfig, config_for, config_table)
-from .errors import EscapedTracerError, OnceDifferentiableError
+from .errors import EscapedTracerError, OnceDifferentiableError, reraise_hidden_cause
 from .aliasing import refuse_stale_reads
 from .residuals import caller_arrays, detach_outer, protect
 
@@ -250,6 +250,7 @@ class Trace:
             STRONG_ZERO.reset(self._strong_zero_token)
         _TRACE_STACK.reset(self._token)
         self.alive = False
+        reraise_hidden_cause(exc[1])
         return False
 
     def call_root(self, f: Callable, args: Sequence, needs_primal: bool = True,

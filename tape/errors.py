@@ -183,3 +183,30 @@ class NaNError(HecateError, FloatingPointError):
 class BatchingFallback(TypeError):
     """Raised inside a rule that cannot take batched (batch-mode) values; the trace catches it
     and runs the rule once per direction instead."""
+
+
+def reraise_hidden_cause(error: BaseException | None) -> None:
+    """Raise the engine's own error where NumPy's C code replaced it with a vaguer one.
+
+    ``buffer[i] = x`` with a traced ``x`` and a plain ``buffer`` asks the tracer for a float;
+    the tracer refuses with a `NonDifferentiableError` that names the fix, but NumPy's
+    item assignment turns any error of a sequence-like value into ``ValueError: setting an
+    array element with a sequence.``, keeping the explanation only as ``__cause__``. A trace
+    that ends on such an error raises the explanation instead, with the traceback of the
+    user's line. Anything else is left alone (returns None).
+
+    >>> try:
+    ...     try:
+    ...         raise NonDifferentiableError("allocate with np.zeros_like(x)")
+    ...     except NonDifferentiableError as cause:
+    ...         raise ValueError("setting an array element with a sequence.") from cause
+    ... except ValueError as hidden:
+    ...     reraise_hidden_cause(hidden)
+    Traceback (most recent call last):
+        ...
+    tape.errors.NonDifferentiableError: allocate with np.zeros_like(x)
+    """
+    cause = getattr(error, "__cause__", None)
+    if (type(error) is ValueError and isinstance(cause, NonDifferentiableError)
+            and "setting an array element" in str(error)):
+        raise type(cause)(*cause.args).with_traceback(error.__traceback__) from None

@@ -39,8 +39,8 @@ constant parameters: they move or select values (a constant index was checked by
 and compute nothing that can overflow, divide by zero or be invalid (unless told to cast
 to a `dtype`)."""
 
-_LINALG = frozenset(("cholesky", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq",
-                     "pinv", "qr", "slogdet", "solve", "svd", "svdvals"))
+_LINALG = frozenset(("cholesky", "cofactor", "det", "eig", "eigh", "eigvals", "eigvalsh", "inv",
+                     "lstsq", "pinv", "qr", "slogdet", "solve", "svd", "svdvals"))
 """Factorizations, inverses and solves: LinAlgError for some matrices (singular, not positive
 definite, no convergence)."""
 

@@ -245,11 +245,6 @@ def test_frozen_distribution_from_tape_scipy_stats():
         frozen.rvs(3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "unclear error: `b = np.zeros(3); b[0] = x[0]` raises ValueError('setting an array element "
-    "with a sequence.'); the explanation (allocate with np.zeros_like) is only in __cause__. "
-    "NumPy's DOUBLE_setitem replaces any error of a sequence-like value (tracers define "
-    "__getitem__) with that ValueError, so only autodiff (tape/api.py) can re-raise the cause"))
 def test_a_traced_scalar_written_into_a_plain_buffer_explains_the_fix():
     def f(x):
         b = np.zeros(3)
@@ -257,6 +252,29 @@ def test_a_traced_scalar_written_into_a_plain_buffer_explains_the_fix():
         return np.sum(b)
     with pytest.raises(tape.NonDifferentiableError, match="zeros_like"):
         autodiff(Reverse, f, Active, Active(np.array([1.0, 2.0, 3.0])))
+    # NumPy's item assignment hides the explanation behind "setting an array element with a
+    # sequence."; the trace raises the explanation itself, in every mode.
+    with pytest.raises(tape.NonDifferentiableError, match="zeros_like"):
+        autodiff(Forward, f, Duplicated(np.array([1.0, 2.0, 3.0]), np.ones(3)))
+
+
+def test_a_write_keeps_a_fortran_buffer_fortran_ordered():
+    # The write copied the buffer in C order, so ravel("K") read it in another order: 75
+    # where NumPy gives 70 (and a wrong gradient).
+    w = np.arange(1.0, 7.0)
+
+    def f(x):
+        m = np.asfortranarray(x.reshape(2, 3)) * 1.0
+        m[0, 0] = 5.0 * x[1]
+        return m.ravel("K") @ w
+
+    x = np.arange(6.0) + 0.5
+    dx = np.zeros(6)
+    _, value = autodiff(ReverseWithPrimal, f, Active, Duplicated(x.copy(), dx))
+    np.testing.assert_allclose(value, f(x), rtol=1e-13)
+    np.testing.assert_allclose(dx, [0.0, 8.0, 5.0, 2.0, 4.0, 6.0], rtol=1e-13)
+    tangent, = autodiff(Forward, f, Duplicated(x.copy(), np.ones(6)))
+    np.testing.assert_allclose(tangent, 25.0, rtol=1e-13)
 
 
 @pytest.mark.parametrize("reduction, fix", [
