@@ -296,6 +296,8 @@ class Program:
                     guard(o)
         lines.append("    # adjoint")
         lines.append("    if seeds is None: return None")   # asked whether its guards hold
+        if self.calls_user:   # every guard held: what user code got need not live on
+            lines.append("    calls.primal_done()")
         adjoint_start = len(lines)
         writer = AdjointWriter(lines, self.inplace, self.scalar_slots)
         for k, s in enumerate(seed_slots):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tape
-from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, custom_rule
+from tape import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff, custom_rule
 from tape.user_calls import UserCalls
 
 from compile_sequences import sequences
@@ -330,3 +330,37 @@ def test_user_code_that_draws_before_a_failing_trace_draws_as_eager(recwarn):
             return np.sum(y * y)
         return f, lambda c: [Duplicated(np.full(3, 2.0 - 0.5 * c), np.zeros(3))]
     sequences(setup, range(5))
+
+
+def test_an_adjoint_that_raises_raises_as_eager_and_the_replay_holds_nothing_after_its_primal():
+    """A replay lets go of what user code got once its primal is over (a kernel's inputs are
+    not held through the adjoint); a reverse rule that raises then makes the eager call that
+    follows raise the same error (user code runs again there: the call raises anyway)."""
+    def double_aug(cfg, x):
+        return x * 2.0, None
+
+    def double_rev(cfg, saved, g):
+        if np.sum(g) > 100:
+            raise FloatingPointError("reverse refused")
+        return (g * 2.0,)
+    rule = custom_rule(lambda x: x * 2.0, augmented_primal=double_aug, reverse=double_rev,
+                            check_primal=False)
+
+    def f(x, s):
+        return np.sum(rule(x) * s)
+    g = tape.compile(Reverse, f, Active, Duplicated, Const)
+    for s in (np.ones(3), np.ones(3), np.ones(3), np.full(3, 1000.0), np.ones(3)):
+        results = []
+        for run in (lambda *a: autodiff(Reverse, f, Active, *a), g):
+            dx = np.zeros(3)
+            try:
+                run(Duplicated(np.ones(3), dx), Const(s))
+                results.append(("ok", dx.tolist()))
+            except FloatingPointError as e:
+                results.append(("raised", str(e)))
+        assert results[0] == results[1], results
+    assert "calls.primal_done()" in str(g)
+    calls = UserCalls()
+    calls.call(rule, (np.ones(2),), {})
+    calls.primal_done()
+    assert not calls
