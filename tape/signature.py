@@ -346,7 +346,11 @@ methods it calls."""
 _CONTAINERS = (list, tuple, dict, collections.deque)
 """Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
 _LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy", "reprlib",
-                        "dataclasses", "typing", "enum", "abc"))
+                        "dataclasses", "typing", "enum", "abc",
+                        # Test frameworks: an `assert` that pytest rewrote names its helpers
+                        # (`@pytest_ar`), and walking them reached the session's whole state
+                        # (36,795 values by the end of a test suite, 60 ms per trace).
+                        "_pytest", "pytest", "pluggy", "hypothesis"))
 
 
 def _attribute_names(obj) -> list:
