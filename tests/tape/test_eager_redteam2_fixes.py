@@ -24,32 +24,7 @@ from tape import (Active, Duplicated, Forward, ForwardWithPrimal, Reverse, Rever
                   ReverseWithPrimal, autodiff)
 from tape.scipy import stats as tstats
 
-
-def _fd(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for j in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[j] += eps
-        down[j] -= eps
-        grad[j] = (float(f(up)) - float(f(down))) / (2 * eps)
-    return grad
-
-
-def check(f, x, rtol=1e-6):
-    """Primal against NumPy; reverse gradient against central differences; forward JVP
-    against the reverse gradient."""
-    x = np.array(x, dtype=float)
-    want = f(x.copy())
-    want_grad = _fd(f, x)
-    (grad,), value = autodiff(ReverseWithPrimal, f, Active, Active(x.copy()))
-    np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-300)
-    scale = max(np.max(np.abs(want_grad)), 1e-8)
-    np.testing.assert_allclose(grad, want_grad, rtol=0, atol=rtol * scale)
-    v = np.linspace(-1.0, 1.0, x.size).reshape(x.shape) + 0.25
-    tangent, value = autodiff(ForwardWithPrimal, f, Duplicated(x.copy(), v))
-    np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-300)
-    np.testing.assert_allclose(tangent, np.sum(grad * v), rtol=1e-9, atol=1e-12 * scale)
-    return grad
+from test_eager_redteam2 import check
 
 
 # -- memory layout: what ravel/reshape/flatten with 'A'/'K' read follows NumPy -------------------
