@@ -189,12 +189,10 @@ def transitions_cancel(parts) -> bool:
     >>> transitions_cancel([(squared_norms(np.full((1, 1, 1, 1), 1e-9), gC), 1.0)])
     True
     """
-    for square, decay in parts:
+    def below(square, decay):
         ratio = CANCELLATION_RATIO.get(str(square.dtype), CANCELLATION_RATIO["float64"])
-        with np.errstate(all="ignore"):
-            if bool(array_module(square).any(square < (ratio * decay) ** 2)):
-                return True
-    return False
+        return square < (ratio * decay) ** 2
+    return _in_some_chunk(parts, below)
 
 
 def transitions_grow(parts, d: int) -> bool:
@@ -208,11 +206,16 @@ def transitions_grow(parts, d: int) -> bool:
     >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 1.5, np.float32), gC), 1.0)], 1)
     True
     """
+    if any(square.dtype != np.float32 for square, _ in parts):
+        return False
+    return _in_some_chunk(parts, lambda square, decay: square > GROWTH_RATIO ** 2 * d * decay ** 2)
+
+
+def _in_some_chunk(parts, test) -> bool:
+    """Whether ``test(square, decay)`` holds in some chunk of some part (NaN compares false)."""
     for square, decay in parts:
-        if square.dtype != np.float32:
-            return False
         with np.errstate(all="ignore"):
-            if bool(array_module(square).any(square > GROWTH_RATIO ** 2 * d * decay ** 2)):
+            if bool(array_module(square).any(test(square, decay))):
                 return True
     return False
 
