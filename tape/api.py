@@ -307,7 +307,9 @@ def _python_scalar(v):
 # Forward mode
 
 
-def _forward(mode, f, ret_activity, annotated, names):
+def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
+    """Forward mode: push the tangents through `f`, write back the buffers it wrote.
+    `make_trace` as for `_reverse` (tape.compile's eager fallback passes one)."""
     if ret_activity is Active:
         raise ActivityError("Active is not allowed in forward mode; use Duplicated")
     width = batch_width(annotated, names)
@@ -316,7 +318,7 @@ def _forward(mode, f, ret_activity, annotated, names):
         # Batch mode: the W tangents travel as one array with a leading axis.
         return trace.new_leaf(x, dx if width is None else stack_directions(dx))
 
-    with ForwardTrace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
+    with make_trace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         call_args, groups = _trace_arguments(annotated, names, _forward_argument, make_leaf)
         # A primitive differentiated directly is told what the caller needs (RuleConfig).
         no_need = ret_activity in (DuplicatedNoNeed, BatchDuplicatedNoNeed)

@@ -47,7 +47,9 @@ from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
 from .compiled_call import CompiledSignature, ReplayRaised
 from .compiled_eager import eager_taking
+from .compiled_forward import ForwardSignature, trace_forward_once
 from .compiled_trace import RANDOM_DRAWS, RandomStates, trace_once
+from .core import Primitive
 from .program import GuardFailed, Uncompilable, same_value
 from .signature import _changed, _first_difference, _signature
 from .pytree import is_inactive
@@ -109,6 +111,9 @@ class CompiledFunction:
         if activities:   # the return activity comes first, as for autodiff_thunk
             self.ret_activity, activities = activities[0], activities[1:]
         self.arg_types = activities
+        forward = mode.kind == "forward"
+        self._trace_once = trace_forward_once if forward else trace_once
+        self._signature_class = ForwardSignature if forward else CompiledSignature
         self.max_traces, self.max_programs = max_traces, max_programs
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._last = None
@@ -134,8 +139,9 @@ class CompiledFunction:
         if self._last is None:
             return f"<compiled {self.__name__}: not traced yet>"
         p = self._last
+        rule = "forward" if self.mode.kind == "forward" else "reverse"
         return (f"# compiled {self.__name__} ({self.mode}): {p.n_steps} steps traced, "
-                f"{p.n_kept} replayed, {p.n_adjoint} with a reverse rule\n{p.source}")
+                f"{p.n_kept} replayed, {p.n_adjoint} with a {rule} rule\n{p.source}")
 
     __repr__ = __str__
 
@@ -241,9 +247,12 @@ class CompiledFunction:
 
     def _eager_reason(self, annotated):
         mode = self.mode
-        if mode.kind != "reverse":
-            return "forward mode runs eagerly"
-        if self.ret_activity in (Duplicated, DuplicatedNoNeed):
+        if mode.kind == "forward":
+            if self.ret_activity is Active or any(type(a) is Active for a in annotated):
+                return "Active in forward mode (eager mode says what to use instead)"
+            if isinstance(self.f, Primitive):
+                return "a primitive differentiated directly runs eagerly"
+        elif self.ret_activity in (Duplicated, DuplicatedNoNeed):
             return "a Duplicated return needs a seed (eager mode says how to pass one)"
         if mode.strong_zero or mode.nan_check or mode.holomorphic:
             return "mode modifiers (strong zero, NaN check, holomorphic) run eagerly"
@@ -285,7 +294,7 @@ class CompiledFunction:
         reason, traced, compiled = None, None, None
         mark = calls.count
         try:
-            traced = trace_once(self, annotated, names, states.watched, calls)
+            traced = self._trace_once(self, annotated, names, states.watched, calls)
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
             reason = f"tracing failed: {type(e).__name__}: {e}"
         future = None   # why the signature runs eagerly from the next call on
@@ -323,8 +332,8 @@ class CompiledFunction:
                 if future is None and len(self._cache.get(key, ())) >= self.max_traces:
                     future, once = self._too_many, True   # this call only, as before
             try:
-                compiled = CompiledSignature.build(self, traced, states.watched, annotated,
-                                           kept=future is None)
+                compiled = self._signature_class.build(self, traced, states.watched,
+                                                       annotated, kept=future is None)
             except Exception as e:   # noqa: BLE001
                 reason = f"tracing failed: {type(e).__name__}: {e}"
         recorded = None

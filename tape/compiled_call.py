@@ -137,7 +137,7 @@ class CompiledSignature:
         if self.watched and _changed(self.watched) is not None:
             return False
         try:
-            groups, leaves, seeds, _ = self._inputs(annotated, names)
+            leaves, seeds = self._accept_inputs(annotated, names)
         except GuardFailed:
             return False
         ours, taken = self.record.steps, {}
@@ -147,12 +147,17 @@ class CompiledSignature:
                 if same is not None:
                     taken[k] = value if same else _SHAPE_CHANGED
         try:
-            self.program.run(leaves, None, taken)   # no seeds: the primal alone
+            self.program.run(leaves, seeds, taken)
         except GuardFailed:
             return False
         except Exception:   # noqa: BLE001
             return True
         return True
+
+    def _accept_inputs(self, annotated, names):
+        """The leaves and seeds of a run that only asks whether the guards hold: no seeds,
+        the primal alone."""
+        return self._inputs(annotated, names)[1], None
 
     def call(self, annotated, names, recorded=None, calls=None):
         """Replay for this call. `recorded`: what user code returned in the trace of this

@@ -12,9 +12,9 @@ import functools
 from typing import Callable
 
 from .activities import Mode
-from .api import _argument_names, _reverse
-from .config import _REVERSE_CONFIGS
-from .core import Primitive, ReverseTrace, Tracer
+from .api import _argument_names, _forward, _reverse
+from .config import _FORWARD_CONFIGS, _REVERSE_CONFIGS
+from .core import ForwardTrace, Primitive, ReverseTrace, Tracer
 from .rules import _plain, _plain_one
 from .user_calls import UserCalls
 
@@ -49,6 +49,39 @@ class TakingTrace(ReverseTrace):
                                         {k: _plain_one(v) for k, v in kwargs.items()})
 
 
+class TakingForwardTrace(ForwardTrace):
+    """An eager forward trace whose user code takes what `calls` noted for its inputs."""
+
+    records_inactive = True
+    records_untraced = True
+
+    def __init__(self, calls: UserCalls, **options):
+        super().__init__(**options)
+        self.calls = calls
+
+    def nested_opened(self) -> None:
+        """A differentiation opened inside the function: eager mode allows it."""
+
+    def process(self, prim, args, params):
+        if not any(isinstance(a, Tracer) for a in args):   # a user's rule on plain values
+            return self.calls.call(prim.impl, args, params)
+        if prim.pure or prim.forward is None:
+            return super().process(prim, args, params)
+        mine = [isinstance(a, Tracer) and a.level is self for a in args]
+        tans = [a.tangent if m else None for a, m in zip(args, mine)]
+        if all(t is None for t in tans):   # the impl, through the branch above
+            return super().process(prim, args, params)
+        vals = [a.value if m else a for a, m in zip(args, mine)]
+        outcome = self.calls.call(prim.forward, (_FORWARD_CONFIGS[tuple(
+            t is not None for t in tans)], vals, tans), params)
+        taken = Primitive(prim.name, prim.impl, prim.augmented_primal, prim.reverse,
+                          lambda cfg, primals, tangents, **p: outcome,
+                          prim.differentiable_rules, prim.multiple_results)
+        return super().process(taken, args, params)
+
+    call_inactive = TakingTrace.call_inactive
+
+
 def _taken(prim: Primitive, outcome: tuple) -> Primitive:
     """`prim`, whose augmented primal gives `outcome` (its result and residuals) instead of
     running: the record and the reverse rule are the rule's own."""
@@ -58,8 +91,9 @@ def _taken(prim: Primitive, outcome: tuple) -> Primitive:
 
 def eager_taking(mode: Mode, f: Callable, ret_activity, annotated: list,
                  calls: UserCalls) -> tuple:
-    """``autodiff(mode, f, ret_activity, *annotated)`` for a reverse mode, taking the results
-    of user code from `calls`: eager mode's own reverse pass, recorded by a `TakingTrace`.
+    """``autodiff(mode, f, ret_activity, *annotated)``, taking the results of user code from
+    `calls`: eager mode's own pass, recorded by a `TakingTrace` (a `TakingForwardTrace` in
+    forward mode).
 
     >>> import numpy as np
     >>> from tape import Active, Duplicated, Reverse
@@ -71,5 +105,9 @@ def eager_taking(mode: Mode, f: Callable, ret_activity, annotated: list,
     array([2., 4.])
     """
     calls.rewind()
-    return _reverse(mode, f, ret_activity, annotated, _argument_names(f, len(annotated)),
+    names = _argument_names(f, len(annotated))
+    if mode.kind == "forward":
+        return _forward(mode, f, ret_activity, annotated, names,
+                        make_trace=functools.partial(TakingForwardTrace, calls))
+    return _reverse(mode, f, ret_activity, annotated, names,
                     make_trace=functools.partial(TakingTrace, calls))

@@ -34,6 +34,7 @@ AUGMENTED = "aug"     # a differentiated primitive: augmented_primal, and its re
 PLAIN = "impl"        # a primitive on nondiff values only: its impl
 INACTIVE = "inactive"  # a `tape.inactive` function (argmax, comparisons, ...)
 FRESH = "fresh"       # a new buffer (np.zeros_like): a copy of the traced one
+FORWARD = "fwd"       # a primitive with a tangent in (forward mode): its forward rule
 
 
 class CompileTrace(ReverseTrace):
@@ -91,7 +92,7 @@ class CompileTrace(ReverseTrace):
         slot = self.n_slots
         self.n_slots = slot + 1
         self.values[slot] = _describe(value)
-        return CompiledTracer(value, self, slot, nondiff)
+        return self.tracer_class(value, self, slot, nondiff)
 
     def constant(self, value) -> CompiledTracer:
         """A fresh buffer (np.zeros_like): each replay starts from a copy of this one."""
@@ -108,7 +109,7 @@ class CompileTrace(ReverseTrace):
         self.steps.append(step + (slots,))
         for o, s in zip(outs, slots):
             self.values[s] = _describe(o)
-        return [CompiledTracer(o, self, s, nondiff) for o, s in zip(outs, slots)]
+        return [self.tracer_class(o, self, s, nondiff) for o, s in zip(outs, slots)]
 
     def process(self, prim, args, params):
         try:
@@ -128,6 +129,43 @@ class CompileTrace(ReverseTrace):
                 list(now_filters) if now_filters != filters else None)
 
     def _process(self, prim, args, params):
+        vals, ins, active, consts, params, kept = self._operands(prim, args, params)
+        if any(active):
+            if prim.augmented_primal is None:
+                raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
+            cfg = _REVERSE_CONFIGS[tuple(active)]
+            out, saved = (prim.augmented_primal(cfg, *vals, **params) if prim.pure
+                          else self._user(prim.augmented_primal, (cfg, *vals), params))
+            step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
+            if not prim.pure:
+                self.recorded[len(self.steps)] = (out, saved)
+            if (getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
+                    and _inlinable(vals, ins, out)):
+                self.inline.add(len(self.steps))
+        else:
+            out = self._plain_step(prim, vals, params)
+            step = (PLAIN, prim, None, tuple(ins), consts, kept)
+        return self._made(prim, step, out, vals, not any(active))
+
+    def _plain_step(self, prim, vals, params):
+        """A primitive's impl on values none of which is differentiated (a PLAIN step)."""
+        out = (prim.impl(*vals, **params) if prim.pure
+               else self._user(prim.impl, tuple(vals), params))
+        if not prim.pure:
+            self.recorded[len(self.steps)] = (out, None)
+        return out
+
+    def _made(self, prim, step, out, vals, nondiff):
+        """The tracers of a step's results (`out`), once the step is written down."""
+        outs = list(out) if prim.multiple_results else [out]
+        if _may_view(outs, vals):
+            self.views.add(len(self.steps))
+        made = self._add_step(step, outs, nondiff)
+        return tuple(made) if prim.multiple_results else made[0]
+
+    def _operands(self, prim, args, params):
+        """``(values, slots, differentiated flags, constants, params for this call, params
+        for the step)`` of a primitive's call on `args`."""
         self._note_context()
         vals, ins, active = [], [], []
         for a in args:
@@ -150,29 +188,7 @@ class CompileTrace(ReverseTrace):
                                self.written_arguments)
         consts = tuple(None if s is not None else self.snapshot(v) for v, s in zip(vals, ins))
         params, kept = self._parameters(params)
-        if any(active):
-            if prim.augmented_primal is None:
-                raise NotImplementedError(f"`{prim.name}` has no reverse-mode rule")
-            cfg = _REVERSE_CONFIGS[tuple(active)]
-            out, saved = (prim.augmented_primal(cfg, *vals, **params) if prim.pure
-                          else self._user(prim.augmented_primal, (cfg, *vals), params))
-            step = (AUGMENTED, prim, cfg, tuple(ins), consts, kept)
-            if not prim.pure:
-                self.recorded[len(self.steps)] = (out, saved)
-            if (getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
-                    and _inlinable(vals, ins, out)):
-                self.inline.add(len(self.steps))
-        else:
-            out = (prim.impl(*vals, **params) if prim.pure
-                   else self._user(prim.impl, tuple(vals), params))
-            step = (PLAIN, prim, None, tuple(ins), consts, kept)
-            if not prim.pure:
-                self.recorded[len(self.steps)] = (out, None)
-        outs = list(out) if prim.multiple_results else [out]
-        if _may_view(outs, vals):
-            self.views.add(len(self.steps))
-        made = self._add_step(step, outs, not any(active))
-        return tuple(made) if prim.multiple_results else made[0]
+        return vals, ins, active, consts, params, kept
 
     def _user(self, fn, args, kwargs, inactive=False):
         self.in_user_code += 1

@@ -34,23 +34,7 @@ class Program:
 
     def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots,
                  by_reference: bool = True):
-        if trace.saw_nested:
-            raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
-                               "autodiff) runs eagerly")
-        if trace.raised:
-            raise Uncompilable("an operation raised while traced and the function went on (it "
-                               "caught the error): a replay could not take the same branch")
-        if by_reference:   # a kept program reads the watched arrays themselves at each call
-            restore = trace.snapshot.restore
-            trace.steps = [step[:4] + (restore(step[4]), restore(step[5])) + step[6:]
-                           for step in trace.steps]
-        self.steps = trace.steps
-        self.guards = trace.guards
-        self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
-        self.inline = trace.inline
-        self.values = trace.values
-        self.user_steps = _user_steps(self.steps)
-        self.calls_user = bool(self.user_steps)
+        self._take_steps(trace, by_reference)
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
         self.inplace = _all_float64(self.values, self.steps)
         # NumPy scalars and 0-d arrays: ``a + b`` of two 0-d arrays is a NumPy scalar, so their
@@ -84,6 +68,26 @@ class Program:
         exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
         self.run = namespace["run"]
         self.steps = None   # what replay needs is in the generated function
+
+    def _take_steps(self, trace: CompileTrace, by_reference: bool) -> None:
+        """The trace's steps, guards and values, once it is known they can be replayed."""
+        if trace.saw_nested:
+            raise Uncompilable("a differentiation inside the function (tape.checkpoint, a nested "
+                               "autodiff) runs eagerly")
+        if trace.raised:
+            raise Uncompilable("an operation raised while traced and the function went on (it "
+                               "caught the error): a replay could not take the same branch")
+        if by_reference:   # a kept program reads the watched arrays themselves at each call
+            restore = trace.snapshot.restore
+            trace.steps = [step[:4] + (restore(step[4]), restore(step[5])) + step[6:]
+                           for step in trace.steps]
+        self.steps = trace.steps
+        self.guards = trace.guards
+        self.shapes_read = trace.shapes_read   # inactive results whose shape Python read
+        self.inline = trace.inline
+        self.values = trace.values
+        self.user_steps = _user_steps(self.steps)
+        self.calls_user = bool(self.user_steps)
 
     def _scatters(self) -> dict:
         """Steps whose reverse is written out by `AdjointWriter` rather than called: gathers
@@ -400,15 +404,16 @@ def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
         raise Uncompilable("the result holds a value the trace did not make")
 
 
-_VALUE = re.compile(r"\bv(\d+)\b")
+VALUES = re.compile(r"\b(v\d+)\b")
+"""The names of a program's values (``v<slot>``); forward programs add tangents (``t<slot>``)."""
 
 
-def _release_dead_values(lines: list[str]) -> list[str]:
+def _release_dead_values(lines: list[str], pattern: re.Pattern = VALUES) -> list[str]:
     """Drop each value right after the line that uses it last, as the eager sweep frees
     residuals as it goes: memory is reused rather than freshly mapped."""
     last = {}
     for n, line in enumerate(lines):
-        for name in _VALUE.findall(line.split("#")[0]):
+        for name in pattern.findall(line.split("#")[0]):
             last[name] = n
     after: dict[int, list[str]] = {}
     for name, n in last.items():
@@ -419,8 +424,8 @@ def _release_dead_values(lines: list[str]) -> list[str]:
         out.append(line)
         if n in after:
             indent = line[:len(line) - len(line.lstrip())]
-            out.append(indent + " = ".join(f"v{k}" for k in sorted(after[n], key=int))
-                       + " = None")
+            names = sorted(after[n], key=lambda name: (name[0], int(name[1:])))
+            out.append(indent + " = ".join(names) + " = None")
     return out
 
 

@@ -61,6 +61,8 @@ class CompiledTracer(ReverseTracerArray):
     contents from Python (rather than passing them to a primitive) records a guard."""
 
     __slots__ = ("_v", "nondiff", "const_argument")
+    # The class name of eager mode's tracers, which their repr and some errors show.
+    eager_name = _EAGER_NAME
 
     def __init__(self, value, trace, slot, nondiff=False):
         self._v = value
@@ -143,7 +145,7 @@ class CompiledTracer(ReverseTracerArray):
     def __class__(self):
         if self.nondiff and _asked_by_user(sys._getframe(1)):
             return type(self._v)
-        return CompiledTracer
+        return type(self)
 
     def __hash__(self):
         if not self._as_numpy():
@@ -178,7 +180,8 @@ class CompiledTracer(ReverseTracerArray):
     def __format__(self, spec):
         if not self._as_numpy():
             if spec:   # object.__format__'s error, naming eager mode's tracer
-                raise TypeError(f"unsupported format string passed to {_EAGER_NAME}.__format__")
+                raise TypeError(f"unsupported format string passed to "
+                                f"{self.eager_name}.__format__")
             return str(self)
         return self._raising(format, self.value, spec)
 
@@ -193,7 +196,7 @@ class CompiledTracer(ReverseTracerArray):
 
     def _tracer_repr(self) -> str:
         """The repr eager mode gives a tracer (differentiated values, and engine messages)."""
-        return f"{_EAGER_NAME}(level={self.level.depth}, {self.primal_value()!r})"
+        return f"{self.eager_name}(level={self.level.depth}, {self.primal_value()!r})"
 
 
 def _kept_value(x):

@@ -1,0 +1,210 @@
+"""Forward and ForwardWithPrimal for `tape.compile` (tape/compiled.py): one trace of a call in
+forward mode, and how a call's arguments map onto its program (tape/program_forward.py) and
+its results back onto the return value (primal, tangent), the buffers the function wrote and
+their shadows, as eager `autodiff(Forward, ...)` gives them (tape/api.py `_forward`)."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .activities import Const, Duplicated, DuplicatedNoNeed
+from .api import _forward_argument, _is_float, _python_scalar, _tangent_of
+from .aliasing import watch_arguments
+from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
+from .compiled_trace import _CallTrace, _const_argument, _thaw, aliased, const_leaves
+from .core import Tracer
+from .program import GuardFailed
+from .program_forward import ForwardCompileTrace, ForwardProgram
+from .pytree import flatten, unflatten
+from .signature import Snapshotter, _changed, _is_scalar
+
+
+def trace_forward_once(owner, annotated, names, watched, calls=None):
+    """Trace `owner.f` once in forward mode (as `compiled_trace.trace_once` in reverse mode:
+    the argument arrays are read-only while traced). Returns ``(trace, leaf_slots,
+    tangent_leaves, out, groups)``."""
+    frozen = []
+
+    def read(x):
+        if isinstance(x, np.ndarray) and x.flags.writeable:
+            x.flags.writeable = False
+            frozen.append(x)
+        return x
+
+    try:
+        return _trace(owner, annotated, names, watched, read, calls)
+    finally:
+        _thaw(frozen)
+
+
+class _ForwardCallTrace(_CallTrace, ForwardCompileTrace):
+    """The forward trace of a call, refusing what eager mode refuses of a copy of a Const
+    argument (see `compiled_trace._CallTrace`)."""
+
+
+def _trace(owner, annotated, names, watched, read, calls):
+    if calls is not None:
+        calls.rewind()
+    with _ForwardCallTrace(Snapshotter(watched), calls) as trace:
+        call_args, groups, leaf_slots, tangent_leaves, watched_leaves = [], [], [], [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                call_args.append(_const_argument(ann.val, trace, leaf_slots, name, read))
+                continue
+            arg = _forward_argument(ann, name)
+            for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
+                if _is_float(x):
+                    t = trace.new_leaf(read(x))
+                    trace.tangents[t.slot] = dx   # eager mode's tangent is the shadow itself
+                    leaf_slots.append((t.slot, False))
+                    tangent_leaves.append(t.slot)
+                    arg.tracers.append(t)
+                    arg.first_slots.append(t.slot)
+                    if isinstance(x, np.ndarray):
+                        watched_leaves.append((functools.partial(arg.path, i), x, t))
+                elif isinstance(x, np.ndarray):   # an index array beside the weights
+                    t = trace.new_leaf(read(x), nondiff=True)
+                    t.const_argument = arg.path(i)
+                    leaf_slots.append((t.slot, True))
+                    arg.tracers.append(t)
+                    arg.first_slots.append(None)
+                else:
+                    arg.tracers.append(x)
+                    arg.first_slots.append(None)
+            groups.append(arg)
+            call_args.append(unflatten(arg.treedef, arg.tracers))
+        watch_arguments(watched_leaves)
+        out = owner.f(*call_args)
+    return trace, leaf_slots, tangent_leaves, out, groups
+
+
+class ForwardSignature(CompiledSignature):
+    """A forward program and how the arguments of a call map onto it."""
+
+    @classmethod
+    def build(cls, owner, traced, watched, annotated, kept=True):
+        trace, leaf_slots, tangent_leaves, out, groups = traced
+        out_leaves, out_td = flatten(out) if out is not None else ([], None)
+        out_slots = [x.slot if isinstance(x, Tracer) else None for x in out_leaves]
+        writes = []
+        for g, arg in enumerate(groups):
+            for i, t in enumerate(arg.tracers):
+                first_slot = arg.first_slots[i]
+                if first_slot is not None and t.slot != first_slot:
+                    writes.append((g, i, t.slot, True))
+        wants_tangent = owner.ret_activity is not Const and out is not None
+        result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
+        tangent_results = ([s for s in out_slots if s is not None] if wants_tangent else []) + [
+            w[2] for w in writes]
+        program = ForwardProgram(trace, leaf_slots, tangent_leaves, result_slots,
+                                 tangent_results, kept)
+        template = None if out_td is None else (out_td, [
+            (_AS_COMPUTED if x.nondiff else None) if isinstance(x, Tracer) else x
+            for x in out_leaves])
+        compiled = cls(program, template, out_slots, writes, [], watched, None, owner)
+        compiled.wants_tangent = wants_tangent
+        compiled.plain = not writes and all(
+            _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
+            else type(ann) is Const
+            or type(ann) in (Duplicated, DuplicatedNoNeed)
+            and type(ann.val) is np.ndarray and ann.val.dtype.kind == "f"
+            for ann in annotated)
+        compiled.record = trace
+        return compiled
+
+    def _accept_inputs(self, annotated, names):
+        groups, leaves, tangents = self._inputs(annotated, names)
+        return leaves, tangents
+
+    def call(self, annotated, names, recorded=None, calls=None):
+        """Replay for this call (see `CompiledSignature.call`)."""
+        if self.watched and _changed(self.watched) is not None:
+            raise GuardFailed("a value the function reads changed")
+        if self.plain:
+            fast = self._call_plain(annotated, recorded, calls)
+            if fast is not None:
+                return fast
+        groups, leaves, tangents = self._inputs(annotated, names)
+        results, result_tangents = _replay(self.program, leaves, tangents, recorded, calls)
+        n_out = sum(s is not None for s in self.out_slots)
+        n_tangents = len(result_tangents) - len(self.writes)
+        for (g, i, _, _), value, tangent in zip(self.writes, results[n_out:],
+                                                result_tangents[n_tangents:]):
+            groups[g].leaves[i][...] = value   # as eager mode writes them back, leaf by leaf
+            shadow = groups[g].shadows[i]
+            if tangent is None:
+                shadow[...] = 0
+            else:
+                shadow[...] = tangent
+        return self._answer(results[:n_out], result_tangents[:n_tangents])
+
+    def _inputs(self, annotated, names):
+        """The program's leaves and tangents for a call, and the argument groups."""
+        groups, leaves, tangents, consts, differentiated = [], [], [], [], []
+        for ann, name in zip(annotated, names):
+            if type(ann) is Const:
+                arrays = const_leaves(ann.val)
+                leaves.extend(arrays)
+                consts.extend(arrays)
+                continue
+            arg = _forward_argument(ann, name)
+            for x, dx in zip(arg.leaves, arg.shadows):
+                if _is_float(x):
+                    leaves.append(x)
+                    tangents.append(dx)
+                    differentiated.append(x)
+                elif isinstance(x, np.ndarray):
+                    leaves.append(x)
+                    consts.append(x)
+            groups.append(arg)
+        if self.writes and aliased(differentiated, consts):
+            raise GuardFailed("arguments share memory")
+        return groups, leaves, tangents
+
+    def _call_plain(self, annotated, recorded=None, calls=None):
+        """Every argument a single array (or a Const number), shadows congruent, nothing
+        written. None: take the general path (which also names any problem)."""
+        leaves, tangents = [], []
+        for ann in annotated:
+            x = ann.val
+            if type(ann) is Const:
+                if type(x) is np.ndarray:
+                    leaves.append(x)
+                continue
+            dx = getattr(ann, "dval", None)
+            if type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype:
+                return None
+            leaves.append(x)
+            tangents.append(dx)
+        results, result_tangents = _replay(self.program, leaves, tangents, recorded, calls)
+        return self._answer(results, result_tangents)
+
+    def _answer(self, values, tangents):
+        """What eager forward mode returns: ``(tangent, primal)``, ``(tangent,)``,
+        ``(primal,)`` or ``()`` (tape/api.py `_forward`)."""
+        mode, ret = self.owner.mode, self.owner.ret_activity
+        primal_out = self._primal(values)
+        if ret is Const:
+            return (primal_out,) if mode.with_primal else ()
+        tangent_out = None
+        if self.wants_tangent:
+            td, consts = self.out_template
+            primal_leaves = flatten(primal_out)[0]
+            it_value, it_tangent = iter(values), iter(tangents)
+            out = []
+            for s, c in zip(self.out_slots, consts):
+                if s is None:   # a constant of the result: a zero tangent
+                    t = _tangent_of(c, None)
+                else:
+                    value, t = next(it_value), next(it_tangent)
+                    if t is None:
+                        t = _tangent_of(value, None)
+                out.append(t)
+            if len(primal_leaves) == len(out):
+                out = [_python_scalar(t) if type(p) in (float, complex) else t
+                       for t, p in zip(out, primal_leaves)]
+            tangent_out = unflatten(td, out)
+        if mode.with_primal and ret is not DuplicatedNoNeed:
+            return (tangent_out, primal_out)
+        return (tangent_out,)

@@ -1,0 +1,305 @@
+"""Compiled forward mode: the compiling trace that pushes tangents, and its generated program.
+
+`ForwardCompileTrace` runs the user's function once as eager forward mode does
+(`tape.core.ForwardTrace.process`): a primitive with a tangent among its operands runs its
+forward (JVP) rule, ``prim.forward(cfg, primals, tangents, **params)`` with the config of
+`_FORWARD_CONFIGS` and a complex result's tangent made complex (`_complex_like`); one without
+runs its impl. It writes the same steps as the reverse trace (tape/program.py), with a
+`FORWARD` kind for the first, so that guards, the closure watch, fresh buffers, error states and
+the user's code are handled alike.
+
+`ForwardProgram` writes the steps as one Python function ``run(leaves, tangents)`` returning
+``(values of result_slots, tangents of tangent_slots)``: each tangent is a local ``t<slot>``
+(None where eager mode's is None: a Const path does no tangent work). A forward step whose
+tangents reach neither a returned tangent nor a buffer written back runs its impl only (dead
+tangent code), and elementwise rules are written out inline with the arithmetic of their
+forward rules (ops/elementwise.py), so results equal eager ones bit for bit.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .config import _FORWARD_CONFIGS
+from .core import _complex_like
+from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
+                      GuardFailed, _fill, _inlinable, _param_slots, same_value, step_context)
+from .program_adjoint import INLINE_KINDS
+from .program_code import (_NO_PARAMS, Program, _call, _check_defined, _release_dead_values,
+                           _use_recorded)
+from .program_tracer import CompiledTracer
+from .program_unused import ALWAYS, unused_step_runs, warnings_raise
+from .user_calls import DIRECT
+
+
+class ForwardCompiledTracer(CompiledTracer):
+    """A value of a compiling forward trace (its tangent is kept by the trace, by slot)."""
+
+    __slots__ = ()
+    eager_name = "DualTracerArray"   # eager forward mode's tracers (tape/tracer.py)
+
+
+class ForwardCompileTrace(CompileTrace):
+    """A compiling trace that computes tangents as eager forward mode does and writes down
+    `FORWARD` steps for the primitives it differentiates."""
+
+    tracer_class = ForwardCompiledTracer
+
+    def __init__(self, snapshot, calls=None):
+        super().__init__(snapshot, calls)
+        self.tangents: dict[int, object] = {}   # slot -> tangent (absent: None)
+
+    def _process(self, prim, args, params):
+        vals, ins, active, consts, params, kept = self._operands(prim, args, params)
+        tans = [None if s is None else self.tangents.get(s) for s in ins]
+        if all(t is None for t in tans):   # eager mode calls the primitive itself: its impl
+            out = self._plain_step(prim, vals, params)
+            return self._made(prim, (PLAIN, prim, None, tuple(ins), consts, kept), out, vals,
+                              not any(active))
+        if prim.forward is None:
+            raise NotImplementedError(f"`{prim.name}` has no forward-mode (JVP) rule")
+        cfg = _FORWARD_CONFIGS[tuple(t is not None for t in tans)]
+        if prim.pure:
+            out, tangent = prim.forward(cfg, vals, tans, **params)
+        else:
+            out, tangent = self._user(prim.forward, (cfg, vals, tans), params)
+            self.recorded[len(self.steps)] = (out, tangent)
+        if (prim.pure and getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
+                and _inlinable(vals, ins, out) and _plain_tangents(tans)):
+            self.inline.add(len(self.steps))
+        made = self._made(prim, (FORWARD, prim, cfg, tuple(ins), consts, kept), out, vals,
+                          False)
+        outs = made if prim.multiple_results else (made,)
+        for t, tan in zip(outs, tangent if prim.multiple_results else (tangent,)):
+            if tan is not None:
+                self.tangents[t.slot] = _complex_like(t._v, tan)
+        return made
+
+
+def _plain_tangents(tans) -> bool:
+    """Tangents that the inline arithmetic treats as the rule does: arrays and numbers."""
+    return all(t is None or type(t) in (np.ndarray, float, np.float64, np.float32)
+               for t in tans)
+
+
+_NAMES = re.compile(r"\b([vt]\d+)\b")
+
+
+class ForwardProgram(Program):
+    """The steps of one forward trace as one generated function ``run(leaves, tangents)``.
+
+    - `leaf_slots`: the slots of the arguments' leaves, in order (as `Program`);
+    - `tangent_leaves`: the slots whose tangents the caller passes (the shadows), in order;
+    - `result_slots`: the slots the caller reads back (the return value, buffers written);
+    - `tangent_results`: the slots whose tangents the caller reads back.
+    The function returns ``(values of result_slots, tangents of tangent_results)``.
+    """
+
+    def __init__(self, trace: ForwardCompileTrace, leaf_slots, tangent_leaves, result_slots,
+                 tangent_results, by_reference: bool = True):
+        self._take_steps(trace, by_reference)
+        _check_defined(self.steps, leaf_slots, list(result_slots) + list(tangent_results), ())
+        self.repeats = {}   # (common subexpressions are not shared in forward programs)
+        runs = [unused_step_runs(step, i in trace.contexts, self.values)
+                for i, step in enumerate(self.steps)]
+        useful, needed = self._live(result_slots, tangent_results,
+                                    {i for i, r in enumerate(runs) if r == ALWAYS})
+        _, maybe = self._live(result_slots, tangent_results, {i for i, r in enumerate(runs) if r})
+        self.when_strict = {i for i, n in enumerate(maybe) if n and not needed[i]}
+        self.traced_tangents = {s for s, t in trace.tangents.items() if t is not None}
+        self.source, namespace = self._generate_forward(
+            trace, leaf_slots, tangent_leaves, result_slots, tangent_results, useful, needed)
+        self.n_steps = len(self.steps)
+        self.n_kept = sum(needed)
+        self.n_adjoint = sum(useful)
+        exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
+        self.run = namespace["run"]
+        self.steps = None
+
+    def _live(self, result_slots, tangent_results, unused_runs):
+        """Per step: whether its forward rule runs (`useful`: its tangents are read, or it is
+        user code, which eager mode runs with its tangents), and whether it runs at all
+        (`needed`: its values are read, guarded, it is user code, or may raise)."""
+        tangent_live = set(tangent_results)
+        live = set(result_slots) | set(self.guards) | self.shapes_read
+        useful = [False] * len(self.steps)
+        needed = [False] * len(self.steps)
+        for i in range(len(self.steps) - 1, -1, -1):
+            kind, fn, cfg, ins, consts, params, outs = self.steps[i]
+            if kind == FORWARD and (i in self.user_steps
+                                    or any(o in tangent_live for o in outs)):
+                useful[i] = True
+                tangent_live.update(s for s, a in zip(ins, cfg.active) if a)
+            if (useful[i] or any(o in live for o in outs) or i in self.user_steps
+                    or i in unused_runs):
+                needed[i] = True
+                live.update(s for s in ins if s is not None)
+                live.update(_param_slots(params))
+        return useful, needed
+
+    def _generate_forward(self, trace, leaf_slots, tangent_leaves, result_slots,
+                          tangent_results, useful, needed):
+        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_call": _call,
+              "_add_reduce": np.add.reduce, "_array": np.array, "_step_context": step_context,
+              "_DIRECT": DIRECT, "_complex_like": _complex_like}
+        lines = ["def run(leaves, tangents, recorded=None, calls=_DIRECT):"]
+        names = ", ".join(f"v{s}" for s, _ in leaf_slots)
+        lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
+        const = _Constants(ns)
+        has_tangent = set(tangent_leaves)
+
+        def guard(s):
+            kind, value = self.guards[s]
+            if kind == "truth":
+                lines.append(f"    if bool(v{s}) is not {value}: raise GuardFailed({s})")
+            else:
+                lines.append(f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})")
+
+        for s, _ in leaf_slots:
+            if s in self.guards:
+                guard(s)
+        if self.when_strict:
+            ns["_warnings_raise"] = warnings_raise
+            lines.append("    strict = _warnings_raise()")
+        for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
+            if not needed[i] and i not in self.when_strict:
+                continue
+            first_line = len(lines)
+            values = ", ".join(f"v{o}" for o in outs)
+            lhs = values + ("," if len(outs) == 1 and kind != FRESH
+                            and getattr(fn, "multiple_results", False) else "")
+            args = ", ".join(f"v{s}" if s is not None else const(c)
+                             for s, c in zip(ins, consts))
+            kw = _keywords(params, const)
+            if kind == FRESH:
+                lines.append(f"    v{outs[0]} = {const(consts[0], 'buffer')}.copy()")
+            elif kind == FORWARD and useful[i]:
+                tans = ", ".join(f"t{s}" if a else "None" for s, a in zip(ins, cfg.active))
+                tangents = ", ".join(f"t{o}" for o in outs)
+                if fn.multiple_results:
+                    target = f"({values},), ({tangents},)"
+                else:
+                    target = f"v{outs[0]}, t{outs[0]}"
+                if i in self.user_steps:
+                    kwargs = (kw[4:] if type(params) is DynamicParams
+                              else const(params if params else _NO_PARAMS, "p"))
+                    lines.append(f"    {target} = calls.call({const(fn.forward, fn.name + '_fwd')}"
+                                 f", ({const(cfg, 'cfg')}, [{args}], [{tans}]), {kwargs})")
+                elif i in self.inline:
+                    lines.append(f"    v{outs[0]} = {const(fn.impl, fn.name + '_impl')}({args})")
+                    operands = [f"v{s}" if s is not None else const(c)
+                                for s, c in zip(ins, consts)]
+                    lines.append(f"    t{outs[0]} = " + _inline_tangent(
+                        fn.inline, [f"t{s}" if a else None for s, a in zip(ins, cfg.active)],
+                        operands, f"v{outs[0]}", const))
+                else:
+                    lines.append(f"    {target} = {const(fn.forward, fn.name + '_fwd')}("
+                                 f"{const(cfg, 'cfg')}, [{args}], [{tans}]{kw})")
+                has_tangent.update(outs)
+            elif i in self.user_steps:
+                lines.append(self._user_step(i, lhs, False, const))
+            elif kind == INACTIVE:
+                name = getattr(fn, "__name__", "inactive")
+                lines.append(f"    {lhs} = _call({const(fn, name)}, _fill({const(consts[0], 'a')}, "
+                             f"({', '.join(f'v{s}' for s in ins)},)))")
+            else:   # a PLAIN step, or a FORWARD step whose tangents nothing reads
+                direct = self._direct(fn, ins, params, args, const)
+                lines.append(f"    {lhs} = " + (direct or f"{const(fn.impl, fn.name + '_impl')}"
+                                                         f"({args}{kw})"))
+            if i in trace.contexts:   # the function set its own errstate / warning filters
+                body = ["    " + line for line in lines[first_line:]]
+                lines[first_line:] = [f"    with _step_context(*{const(trace.contexts[i], 'context')}):",
+                                      *body]
+            if i in trace.recorded:   # user code: the tracing call takes what it returned
+                _use_recorded(lines, first_line, i, kind == FORWARD and useful[i])
+            if i in self.when_strict:
+                lines[first_line:] = [f"    if strict: {line.strip()}"
+                                      for line in lines[first_line:]]
+            if kind == FORWARD and useful[i]:
+                for o in outs:
+                    if _complex(self.values[o]):
+                        lines.append(f"    t{o} = _complex_like(v{o}, t{o})")
+                    if i in self.user_steps:   # a rule of the user's decides its zeros
+                        test = "is not" if o in trace.tangents else "is"
+                        lines.append(f"    if t{o} {test} None: raise GuardFailed({o})")
+            for o in outs:
+                if o in self.guards:
+                    guard(o)
+        results = ", ".join(f"v{s}" for s in result_slots)
+        tangents = ", ".join(f"t{s}" if s in has_tangent else "None" for s in tangent_results)
+        lines.append(f"    return ({results}{',' if result_slots else ''}), "
+                     f"({tangents}{',' if tangent_results else ''})")
+        read = set(_NAMES.findall("\n".join(lines[2:])))
+        if any(f"t{s}" in read for s in tangent_leaves):   # (else no tangent work at all)
+            lines.insert(2, f"    {', '.join(f't{s}' for s in tangent_leaves)}, = tangents")
+        return "\n".join(_release_dead_values(lines, _NAMES)) + "\n", ns
+
+
+class _Constants:
+    """Names for the constants a generated program reads (functions, configs, arrays)."""
+
+    def __init__(self, ns):
+        self.ns, self.names, self.counts = ns, {}, {}
+
+    def __call__(self, value, hint="k"):
+        name = self.names.get(id(value))
+        if name is not None:
+            return name
+        hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
+        n = self.counts.get(hint, 0) + 1
+        self.counts[hint] = n
+        name = hint if n == 1 else f"{hint}{n}"
+        while name in self.ns:
+            name += "_"
+        self.ns[name] = value
+        self.names[id(value)] = name
+        return name
+
+
+def _keywords(params, const) -> str:
+    """``, **params`` of a call (filled from the step's slots where they hold traced values)."""
+    if type(params) is DynamicParams:
+        holes = "".join(f"v{s}, " for s in params.slots)
+        return f", **_fill({const(params.template, 'p')}, ({holes}))"
+    return f", **{const(params, 'p')}" if params else ""
+
+
+def _complex(value) -> bool:
+    kind, _, dtype = value
+    return kind is complex or dtype is not None and np.dtype(dtype).kind == "c"
+
+
+def _inline_tangent(inline, tangents, operands, out, const) -> str:
+    """The tangent of an elementwise step, written with the arithmetic of its forward rule
+    (ops/elementwise.py) where nothing broadcasts: ``times_partial`` is a product outside
+    strong-zero mode (which runs eagerly), ``add_tangents`` a sum where both are set."""
+    kind = inline[0]
+    if kind == "unary":
+        _, derivative, use_ans = inline
+        return f"{tangents[0]} * {const(derivative, 'derivative')}({out if use_ans else operands[0]})"
+    if kind == "map":
+        return f"{const(inline[1], 'ufunc')}({tangents[0]})"
+    if kind == "linear":
+        tx, ty = tangents
+        if ty is not None and inline[1] < 0:
+            ty = f"(-{ty})"
+        return _sum(tx, ty)
+    if kind == "product":
+        tx, ty = tangents
+        return _sum(tx and f"{tx} * {operands[1]}", ty and f"{ty} * {operands[0]}")
+    if kind == "binary":
+        _, d_first, d_second, _ = inline
+        tx, ty = tangents
+        x, y = operands
+        return _sum(tx and f"{tx} * {const(d_first, 'partial')}({x}, {y}, {out})",
+                    ty and f"{ty} * {const(d_second, 'partial')}({x}, {y}, {out})")
+    raise ValueError(f"unknown inline rule {kind!r}")
+
+
+def _sum(a, b) -> str:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"({a}) + ({b})"
