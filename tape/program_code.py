@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from .backend import add_or_none
-from .program import (AUGMENTED, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
+from .program import (AUGMENTED, FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, Uncompilable, _ShapeChecked, _fill, _param_slots, same_value,
                       step_context)
 from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
@@ -440,7 +440,7 @@ def _user_steps(steps) -> set:
         if kind == INACTIVE:
             if is_user_code(fn.fn if type(fn) is _ShapeChecked else fn):
                 found.add(i)
-        elif kind in (AUGMENTED, PLAIN) and not fn.pure:
+        elif kind in (AUGMENTED, PLAIN, FORWARD) and not fn.pure:
             found.add(i)
     return found
 

@@ -209,8 +209,8 @@ class ForwardProgram(Program):
                                                          f"({args}{kw})"))
             if i in trace.contexts:   # the function set its own errstate / warning filters
                 body = ["    " + line for line in lines[first_line:]]
-                lines[first_line:] = [f"    with _step_context(*{const(trace.contexts[i], 'context')}):",
-                                      *body]
+                context = const(trace.contexts[i], "context")
+                lines[first_line:] = [f"    with _step_context(*{context}):", *body]
             if i in trace.recorded:   # user code: the tracing call takes what it returned
                 _use_recorded(lines, first_line, i, kind == FORWARD and useful[i])
             if i in self.when_strict:
@@ -277,7 +277,8 @@ def _inline_tangent(inline, tangents, operands, out, const) -> str:
     kind = inline[0]
     if kind == "unary":
         _, derivative, use_ans = inline
-        return f"{tangents[0]} * {const(derivative, 'derivative')}({out if use_ans else operands[0]})"
+        at = out if use_ans else operands[0]
+        return f"{tangents[0]} * {const(derivative, 'derivative')}({at})"
     if kind == "map":
         return f"{const(inline[1], 'ufunc')}({tangents[0]})"
     if kind == "linear":
