@@ -71,10 +71,10 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
 
     ``compile(mode, f, ReturnActivity, *ArgActivityTypes)`` returns a callable taking the
     annotated arguments. Without `f` (``@compile(Reverse, Active, Duplicated)``) it is a
-    decorator. Reverse and ReverseWithPrimal are traced and replayed; the other modes are
-    accepted and run eagerly (split modes return `autodiff_thunk`'s pair). `print(g)` shows
-    the generated program of the last signature; `g.stats` counts traces, cache hits, guard
-    failures and eager calls.
+    decorator. Reverse, ReverseWithPrimal, Forward and ForwardWithPrimal are traced and
+    replayed; batched activities and mode modifiers run eagerly, and split modes return
+    `autodiff_thunk`'s pair. `print(g)` shows the generated program of the last signature;
+    `g.stats` counts traces, cache hits, guard failures and eager calls.
 
     >>> import numpy as np
     >>> from tape import Reverse, ReverseWithPrimal, Active
@@ -83,6 +83,10 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     ...     return x * x if x > 0 else -x
     >>> f(Active(3.0)), f(Active(-2.0)), f.stats.traces
     (((6.0,), 9.0), ((-1.0,), 2.0), 2)
+    >>> from tape import ForwardWithPrimal, Duplicated
+    >>> jvp = compile(ForwardWithPrimal, lambda x: x ** 3, Duplicated, Duplicated)
+    >>> jvp(Duplicated(2.0, 1.0))
+    (12.0, 8.0)
     """
     if not isinstance(mode, Mode):
         raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "
