@@ -26,6 +26,11 @@ def identical(a, b, path="result"):
             identical(a[k], b[k], f"{path}[{k!r}]")
     elif a is None or b is None:
         assert a is None and b is None, (path, a, b)
+    elif hasattr(a, "__dict__") and not isinstance(a, (np.ndarray, np.generic)):
+        assert type(a) is type(b), (path, type(a), type(b))   # a dataclass, a model object
+        identical(dict(vars(a)), dict(vars(b)), f"{path}.vars")
+    elif isinstance(a, (str, bytes, bool, int)) and not isinstance(a, np.generic):
+        assert type(a) is type(b) and a == b, (path, a, b)
     else:
         assert type(a) is type(b), (path, type(a), type(b))
         x, y = np.asarray(a), np.asarray(b)
