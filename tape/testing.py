@@ -1,35 +1,46 @@
-"""Gradient checks for your own functions: finite differences in float64, first and second order.
+"""Gradient checks for your own functions and rules: finite differences in float64, first and
+second order.
 
 >>> import numpy as np
 >>> check_grads(lambda x: np.sin(x) * x, np.array([0.3, -1.2]))
 
 `check_rule` checks a user rule (custom_rule, easy_rule) in every activity combination.
 
-Hypothesis strategies (`arrays`, `shapes`, `broadcastable_shapes`, `broadcastable_arrays`) live in
-`tape.testing` too; they import hypothesis lazily, so this module works without it.
+Both compare the engine with central differences along random directions (a random tangent v
+for each argument, a random cotangent u for each output), with a tolerance relative to the
+size of the terms compared; a disagreement is re-examined at other steps before it is
+reported, so badly scaled inputs and kinks away from the point give no false alarm. A failure
+raises `GradientCheckError` naming the mode, the derivative order, the argument (and output)
+and the size of the discrepancy.
+
+Hypothesis strategies (`arrays`, `shapes`, `broadcastable_shapes`, `broadcastable_arrays`,
+`arrays_and_axes`) live in `tape.testing` too; they import hypothesis lazily, so this module
+works without it.
 """
 from __future__ import annotations
 
-import inspect
-import itertools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
-                         ForwardWithPrimal, Reverse, ReverseSplitNoPrimal, ReverseWithPrimal)
+                         ForwardWithPrimal, Reverse, ReverseSplitNoPrimal)
 from .api import autodiff
 from .core import primal
 from .errors import OnceDifferentiableError
+from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
+                                 inner, input_scale, is_float, leafwise_gap, output_leaves,
+                                 plain_function, random_like, scalar_gap)
 from .pytree import flatten, is_inactive, tree_map, unflatten
+from .rule_check import check_rule_first_order, vjp_function, weighted_sum
 from .split import autodiff_thunk
 # Hypothesis strategies, part of this module's interface:
 from .strategies import (arrays, arrays_and_axes, broadcastable_arrays,  # noqa: F401
                          broadcastable_shapes, shapes)
 
-
-class GradientCheckError(AssertionError):
-    """A derivative disagrees with finite differences."""
+_ORDERS = {1: "first derivatives", 2: "second derivatives (the derivatives of the reverse-mode "
+           "gradient x -> uᵀJ(x); the first derivatives, order 1, agreed)",
+           3: "third derivatives"}
 
 
 def _is_tree(x) -> bool:
@@ -38,84 +49,53 @@ def _is_tree(x) -> bool:
     return len(leaves) != 1 or leaves[0] is not x
 
 
-def _is_float(x):
-    return np.issubdtype(np.result_type(x), np.inexact)
-
-
-def _random_like(x, rng):
-    if isinstance(x, float):
-        return float(rng.standard_normal())
-    if isinstance(x, complex):
-        return complex(rng.standard_normal(), rng.standard_normal())
-    dtype = np.result_type(x)
-    if dtype.kind == "c":   # complex: perturb the real and the imaginary parts
-        re, im = rng.standard_normal((2,) + np.shape(x))
-        return (re + 1j * im).astype(dtype)
-    return rng.standard_normal(np.shape(x)).astype(dtype)
-
-
-def _axpy(a, v, x):
-    """x + a*v, keeping Python numbers as Python numbers."""
-    if isinstance(x, (float, complex)):
-        return x + a * v
-    return np.asarray(x + a * v, dtype=np.result_type(x))
-
-
-def _dot(a, b) -> float:
-    """The real inner product Re(sum(conj(a) * b)): a complex number counts as the pair of its
-    real and imaginary parts (and a derivative dx + i dy pairs with a direction vx + i vy)."""
-    return float(np.real(np.vdot(np.asarray(a), np.asarray(b))))
-
-
-def _inner(a, b) -> float:
-    la, _ = flatten(a)
-    lb, _ = flatten(b)
-    return sum(_dot(x, y) for x, y in zip(la, lb))
-
-
-def _output_leaves(y):
-    leaves, _ = flatten(y)
-    return [np.asarray(v, dtype=np.result_type(v, np.float64)) for v in leaves]
-
-
-def _numeric_jvp(f, args, direction, eps):
-    plus = [_axpy(eps, v, x) if v is not None else x for x, v in zip(args, direction)]
-    minus = [_axpy(-eps, v, x) if v is not None else x for x, v in zip(args, direction)]
-    yp, ym = _output_leaves(f(*plus)), _output_leaves(f(*minus))
-    return [(a - b) / (2 * eps) for a, b in zip(yp, ym)]
-
-
-def _close(a: float, b: float, rtol: float, atol: float) -> bool:
-    return abs(a - b) <= atol + rtol * max(abs(a), abs(b))
-
-
 def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "batch"),
                 order: int = 2,
-                eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7,
+                eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-10,
                 full_jacobian: bool = False, seed: int = 0) -> None:
     """Check `f`'s derivatives at `args` against central finite differences.
 
     Every floating-point argument is differentiated (others are passed as Const). For each mode
-    in ``modes`` ("fwd": forward mode J·v, "rev": reverse mode uᵀJ) a random direction is
-    compared with finite differences ("batch": batch forward and reverse mode against single
-    directions); with ``order=2`` the same is done, recursively, for the
-    gradient function itself (forward-over-reverse and reverse-over-reverse). With
-    ``full_jacobian=True`` (slow; for debugging) every Jacobian entry is compared.
-    Raises `GradientCheckError` saying which mode and order disagree.
+    in ``modes`` ("fwd": forward mode J·v, "rev": reverse mode uᵀJ, both along random
+    directions v and u; "batch": batch forward and reverse mode against single directions)
+    the engine is compared with finite differences; with ``order=2`` the same is done,
+    recursively, for the gradient function itself (forward-over-reverse and
+    reverse-over-reverse). With ``full_jacobian=True`` (slow; for debugging) every Jacobian
+    entry is compared.
+
+    The step is ``eps`` times the size of each argument's entries (at least 1); where the
+    engine and that step disagree, steps from 100 times larger to a million times smaller are
+    tried and the most self-consistent estimate decides, its spread counting as its error.
+    The tolerance is ``atol + rtol * scale``, where scale is the size of the terms of the
+    inner products compared (so it fits functions of any magnitude); the small absolute
+    ``atol`` absorbs the rounding noise of derivatives that are zero (a value computed by
+    cancellation): pass ``atol=0`` for functions whose derivatives are themselves below 1e-9. Arguments must be
+    float64 (or complex128): `check_rule` takes float32 ones. Raises
+    `GradientCheckError` naming the mode, the order, the argument at fault and the size of
+    the discrepancy (and saying so when `f` is not differentiable at the point).
 
     Arguments may be pytrees (dicts, lists, dataclasses, ...): their floating-point leaves are
     checked.
 
     >>> check_grads(lambda x, y: x * np.exp(y), 0.5, np.array([0.1, 0.2]), order=1)
     >>> check_grads(lambda p: np.sum(p["w"] * p["b"]), {"w": np.ones(2), "b": 0.5}, order=1)
+    >>> check_grads(lambda x: x ** 2, np.array([3e6, -1e6]))   # large inputs: a scaled step
+    >>> try:
+    ...     check_grads(lambda x: np.where(x > 0, x, 0.0), np.array([0.0, 1.0]), order=1)
+    ... except GradientCheckError as e:
+    ...     print("not differentiable at this" in str(e))
+    True
     """
+    labels = argument_labels(f, len(args))
     if any(_is_tree(a) for a in args):   # check the leaves, passed one by one
-        leaves, treedefs, counts = [], [], []
-        for a in args:
+        leaves, treedefs, counts, leaf_labels = [], [], [], []
+        for label, a in zip(labels, args):
             flat, td = flatten(a)
             leaves += flat
             treedefs.append(td)
             counts.append(len(flat))
+            leaf_labels += [label if len(flat) == 1 and flat[0] is a else f"{label}, leaf {j}"
+                            for j in range(len(flat))]
 
         def on_leaves(*flat):
             rebuilt, start = [], 0
@@ -123,55 +103,71 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
                 rebuilt.append(unflatten(td, flat[start:start + n]))
                 start += n
             return f(*rebuilt)
-        return check_grads(on_leaves, *leaves, modes=modes, order=order, eps=eps, rtol=rtol,
-                           atol=atol, full_jacobian=full_jacobian, seed=seed)
-    args = list(args)
+        return _check(on_leaves, leaves, leaf_labels, modes, order, eps, rtol, atol,
+                      full_jacobian, seed, 1)
+    return _check(f, list(args), labels, modes, order, eps, rtol, atol, full_jacobian, seed, 1)
+
+
+def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, level,
+           outer_floor=0.0):
     rng = np.random.default_rng(seed)
-    diff = [i for i, a in enumerate(args) if _is_float(a)]
+    diff = [i for i, a in enumerate(args) if is_float(a)]
     if not diff:
         raise ValueError("check_grads needs at least one floating-point argument")
     for a in args:
-        if _is_float(a) and np.result_type(a) not in (np.float64, np.complex128):
+        if is_float(a) and np.result_type(a) not in (np.float64, np.complex128):
             raise ValueError(f"check_grads needs float64 arguments for accurate finite "
                              f"differences; got dtype {np.result_type(a)}. Check the function "
                              "at float64 values (x.astype(np.float64)), or use check_rule, "
                              "which takes float32 arguments")
-    direction = [_random_like(a, rng) if i in diff else None for i, a in enumerate(args)]
+    wide = args
+    direction = [random_like(a, rng, input_scale(a)) if i in diff else None
+                 for i, a in enumerate(args)]
     y0 = f(*args)
-    u = [_random_like(y, rng) for y in _output_leaves(y0)]
-    numeric = _numeric_jvp(f, args, direction, eps)
-    expected = sum(_dot(a, b) for a, b in zip(u, numeric))
-    tag = f"order {order}" if order else ""
+    u = [random_like(y, rng) for y in output_leaves(y0)]
+    numeric = Estimate(f, wide, direction, eps)
+    what = _ORDERS.get(level, f"derivatives of order {level}")
+    # Engine against engine (batch against single passes): rounding of the order of the
+    # function's values (at higher orders, of the original function's too: a derivative that
+    # is zero is rounding noise on both sides).
+    floor = max([outer_floor] + [1e-3 * rtol * float(np.max(np.abs(y), initial=0.0))
+                                 for y in output_leaves(y0)])
+
+    def fail(mode, label, description):
+        return GradientCheckError(f"check_grads: {mode} of the {what}, {label}: {description}")
 
     if "fwd" in modes:
         annotated = [Duplicated(a, d) if d is not None else a for a, d in zip(args, direction)]
         tangent, = autodiff(Forward, f, *annotated)
-        got = sum(_dot(a, b) for a, b in zip(u, _output_leaves(tangent)))
-        if not _close(got, expected, rtol, atol):
-            raise GradientCheckError(
-                f"forward mode (J·v) disagrees with finite differences ({tag}): "
-                f"uᵀ(J·v) = {got!r} vs numeric {expected!r}")
+        ok, together = agrees(lambda d: scalar_gap(output_leaves(tangent), d, u), numeric,
+                              rtol, atol, u)
+        if not ok:
+            label, description = _locate_forward(f, args, wide, diff, direction, u, labels, eps,
+                                                 rtol, atol, together)
+            raise fail("forward mode (J·v)", label, description)
 
     if "rev" in modes or order > 1:
-        vjp_fn = _vjp_function(f, diff, u)
+        vjp_fn = vjp_function(f, diff, u)
     if "rev" in modes:
         grads = vjp_fn(*args)
-        got = sum(_inner(g, direction[i]) for g, i in zip(grads, diff))
-        if not _close(got, expected, rtol, atol):
-            raise GradientCheckError(
-                f"reverse mode (uᵀJ) disagrees with finite differences ({tag}): "
-                f"(uᵀJ)·v = {got!r} vs numeric {expected!r}")
+        got = sum(inner(g, direction[i]) for g, i in zip(grads, diff))
+        terms = sum(_magnitude_tree(g, direction[i]) for g, i in zip(grads, diff))
+        ok, together = agrees(lambda d: scalar_gap(got, d, u, terms), numeric, rtol, atol, u)
+        if not ok:
+            label, description = _locate_reverse(f, args, wide, diff, direction, u, grads,
+                                                 labels, eps, rtol, atol, together)
+            raise fail("reverse mode (uᵀJ)", label, description)
 
     if "batch" in modes:
-        _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag)
+        _check_batch(f, args, diff, direction, u, rng, rtol, atol + floor, what, labels)
 
     if full_jacobian:
-        _check_full_jacobian(f, args, diff, eps, rtol, atol)
+        _check_full_jacobian(f, args, wide, diff, eps, rtol, atol, labels)
 
     if order > 1:
         try:
-            check_grads(vjp_fn, *args, modes=modes, order=order - 1, eps=eps, rtol=rtol,
-                        atol=atol, seed=seed + 1)
+            _check(vjp_fn, args, labels, modes, order - 1, eps, rtol, atol, False, seed + 1,
+                   level + 1, floor)
         except OnceDifferentiableError as e:
             if "order=1" in str(e):   # said by a deeper level already
                 raise
@@ -181,22 +177,134 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
             raise
 
 
-def _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag):
+def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "batch"),
+               eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-10,
+               seed: int = 0) -> int:
+    """Check a user rule (`custom_rule`, `easy_rule`) in every activity combination against
+    finite differences, as EnzymeTestUtils' ``test_forward`` / ``test_reverse`` do.
+
+    Each floating-point argument is tried Const and differentiated: forward mode Duplicated
+    ("fwd"), reverse mode Active, and Duplicated for arrays (gradients added into a non-zero
+    shadow) ("rev"); with "batch", BatchDuplicated of width 2 in both modes. Arguments given
+    as ``Const(x)`` (and integers, and instances of `inactive_type` classes) stay constant.
+    Each combination is run with every return activity: forward Duplicated with and without
+    the primal, and Const (so the rule also sees ``needs_primal`` and ``needs_shadow``
+    False); reverse Active (the result projected onto a random cotangent, so the reverse rule
+    gets a non-trivial seed) and Const. Primal results are compared with ``f(*args)``,
+    derivatives with finite differences argument by argument (tangents output by output),
+    with random directions scaled to each argument and the tolerances of `check_grads`.
+
+    The rule must also leave alone what it is given: the arguments, the tangents (forward)
+    and the cotangent (reverse: it receives a read-only array, so ``g *= c`` raises), and
+    keep the precision: a float32 tangent or cotangent for float64 values is an error. A
+    rule that says its rules are differentiable (``easy_rule``, ``custom_rule(...,
+    differentiable=True)``) has its second derivatives checked too (forward-over-reverse
+    and reverse-over-reverse against finite differences of its gradient). Keyword
+    parameters are bound with ``functools.partial(rule, k=...)``.
+
+    Returns the number of first-order combinations checked; raises `GradientCheckError`
+    naming the combination, the argument or output at fault and the size of the
+    discrepancy. Use `check_grads` for higher orders.
+
+    >>> from tape import custom_rule
+    >>> square = custom_rule(lambda x: x * x, augmented_primal=lambda cfg, x: (x * x, x),
+    ...     reverse=lambda cfg, x, g: (2 * x * g,),
+    ...     forward=lambda cfg, p, t: (p[0] * p[0], 2 * p[0] * t[0]))
+    >>> check_rule(square, np.array([0.5, -1.0]))
+    12
+    """
+    n_checked = check_rule_first_order(f, args, modes, eps, rtol, atol, seed)
+    if getattr(plain_function(f), "differentiable_rules", False) and "rev" in modes:
+        _check_rule_second_order(f, args, modes, eps, rtol, atol, seed)
+    return n_checked
+
+
+def _check_rule_second_order(f, args, modes, eps, rtol, atol, seed):
+    """Forward-over-reverse and reverse-over-reverse of the rule, the constant arguments held
+    fixed."""
+    values = [a.val if isinstance(a, Const) else a for a in args]
+    diff = [i for i, a in enumerate(args)
+            if not isinstance(a, Const) and not is_inactive(a) and is_float(a)]
+    labels = argument_labels(f, len(args))
+
+    def on_differentiated(*xs):
+        full = list(values)
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return f(*full)
+    rng = np.random.default_rng(seed + 1)
+    u = [random_like(y, rng) for y in output_leaves(f(*values))]
+    gradient = vjp_function(on_differentiated, list(range(len(diff))), u)
+    _check(gradient, [values[i] for i in diff], [labels[i] for i in diff],
+           [m for m in modes if m in ("fwd", "rev")], 1, eps, rtol, atol, False, seed + 2, 2)
+
+
+def _number(x):
+    return complex(x) if np.iscomplexobj(x) else float(x)
+
+
+def _magnitude_tree(a, b) -> float:
+    la, _ = flatten(a)
+    lb, _ = flatten(b)
+    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y))))
+               for x, y in zip(la, lb))
+
+
+def _only(direction, i):
+    return [d if k == i else None for k, d in enumerate(direction)]
+
+
+def _locate_forward(f, args, wide, diff, direction, u, labels, eps, rtol, atol, together):
+    """(label, description) of the argument whose forward derivative is wrong, with the output
+    leaf that differs most."""
+    for i in diff:
+        annotated = [Duplicated(a, direction[i]) if k == i else a for k, a in enumerate(args)]
+        tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
+        est = Estimate(f, wide, _only(direction, i), eps)
+        ok, description = agrees(lambda d: scalar_gap(tangent, d, u), est, rtol, atol, u)
+        if not ok:
+            value, err, _ = est.refined()
+            k, worst, tol, where = leafwise_gap(tangent, value, rtol, atol)
+            if k is not None:
+                description += (f"; output {k} differs most, at index {where}: "
+                                f"{_number(tangent[k][where])!r} vs {_number(value[k][where])!r}")
+            return labels[i], "uᵀ(J·v) = " + description
+    return ("every argument at once (each alone agrees: the rule mishandles several "
+            "tangents together)", "uᵀ(J·v) = " + together)
+
+
+def _locate_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, atol,
+                    together):
+    for g, i in zip(grads, diff):
+        got = inner(g, direction[i])
+        terms = _magnitude_tree(g, direction[i])
+        est = Estimate(f, wide, _only(direction, i), eps)
+        ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), est, rtol, atol, u)
+        if not ok:
+            return labels[i], "(uᵀJ)·v = " + description
+    return "every argument at once (each alone agrees)", "(uᵀJ)·v = " + together
+
+
+def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
     """Batch mode against single directions: two forward tangents in one pass, and two
     reverse seeds (1 and -2.5) in one sweep of a split-mode tape."""
-    second = [_random_like(a, rng) if i in diff else None for i, a in enumerate(args)]
+    second = [random_like(a, rng, input_scale(a)) if i in diff else None
+              for i, a in enumerate(args)]
     batched = [BatchDuplicated(a, (d, e)) if d is not None else a
                for a, d, e in zip(args, direction, second)]
     tangents, = autodiff(Forward, f, *batched)
     for w, dirs in enumerate((direction, second)):
         single = [Duplicated(a, d) if d is not None else a for a, d in zip(args, dirs)]
         expected, = autodiff(Forward, f, *single)
-        for got, want in zip(_output_leaves(tangents[w]), _output_leaves(expected)):
-            if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol):
-                raise GradientCheckError(f"batch forward mode, direction {w} ({tag}), disagrees "
-                                         f"with a single forward pass: {got} vs {want}")
-    scalar = _weighted_sum(f, u)
-    grads = _vjp_function(f, diff, u)(*args)
+        got_leaves, want_leaves = output_leaves(tangents[w]), output_leaves(expected)
+        k, diff_, tol, where = leafwise_gap(got_leaves, want_leaves, rtol, atol)
+        if k is not None:
+            raise GradientCheckError(
+                f"check_grads: batch forward mode (BatchDuplicated) of the {what}, direction "
+                f"{w}, output {k}: disagrees with a single forward pass (difference {diff_:.3g}"
+                f", tolerance {tol:.3g}): {got_leaves[k]} vs {want_leaves[k]}")
+    scalar = weighted_sum(f, u)
+    grads = vjp_function(f, diff, u)(*args)
     types, call = [], []
     for i, a in enumerate(args):
         if i in diff and isinstance(a, np.ndarray):
@@ -216,34 +324,12 @@ def _check_batch(f, args, diff, direction, u, rng, rtol, atol, tag):
             continue
         for w, c in enumerate(scales):
             got = call[i].dval[w]
-            if not np.allclose(got, c * np.asarray(g), rtol=rtol, atol=atol):
+            k, diff_, tol, _ = leafwise_gap([got], [c * np.asarray(g)], rtol, atol)
+            if k is not None:
                 raise GradientCheckError(
-                    f"batch reverse mode, seed {w} ({tag}), argument {i}, disagrees with a "
-                    f"single reverse sweep: {got} vs {c} * {g}")
-
-
-def _weighted_sum(f, u):
-    def scalar(*inner):
-        y = f(*inner)
-        leaves, _ = flatten(y)
-        total = 0.0
-        for leaf, w in zip(leaves, u):
-            # Complex leaves pair with w as in `_dot`, so the scalar is real.
-            total = total + (np.sum(np.real(leaf * np.conj(w))) if np.iscomplexobj(w)
-                             else np.sum(leaf * w))
-        return total
-    return scalar
-
-
-def _vjp_function(f, diff, u):
-    """x -> uᵀ J(x), computed by reverse mode (itself differentiable for higher orders)."""
-    scalar = _weighted_sum(f, u)
-
-    def vjp(*xs):
-        annotated = [Active(x) if i in diff else x for i, x in enumerate(xs)]
-        derivs, = autodiff(Reverse, scalar, Active, *annotated)
-        return tuple(derivs[i] for i in diff)
-    return vjp
+                    f"check_grads: batch reverse mode (BatchDuplicated) of the {what}, seed {w},"
+                    f" {labels[i]}: disagrees with a single reverse sweep (difference "
+                    f"{diff_:.3g}, tolerance {tol:.3g}): {got} vs {c} * {g}")
 
 
 def _unit_directions(x):
@@ -263,208 +349,25 @@ def _unit_directions(x):
                 yield label, e.reshape(np.shape(x))
 
 
-def _check_full_jacobian(f, args, diff, eps, rtol, atol):
+def _check_full_jacobian(f, args, wide, diff, eps, rtol, atol, labels):
     for i in diff:
         for j, direction in _unit_directions(args[i]):
             d = [None] * len(args)
             d[i] = direction
-            numeric = _numeric_jvp(f, args, d, eps)
             annotated = [Duplicated(a, d[i]) if n == i else a for n, a in enumerate(args)]
-            tangent, = autodiff(Forward, f, *annotated)
-            for out_k, (num, got) in enumerate(zip(numeric, _output_leaves(tangent))):
-                bad = ~np.isclose(got, num, rtol=rtol, atol=atol)
+            tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
+            est = Estimate(f, wide, d, eps * input_scale(args[i]))
+            if leafwise_gap(tangent, est.value, rtol, atol)[0] is None:
+                continue
+            value, err, _ = est.refined()
+            for k, (num, got, e) in enumerate(zip(value, tangent, err)):
+                scale = max(float(np.max(np.abs(num), initial=0.0)),
+                            float(np.max(np.abs(got), initial=0.0)))
+                bad = np.abs(got - num) > atol + rtol * scale + 2 * e
                 if np.any(bad):
                     raise GradientCheckError(
-                        f"Jacobian column {j} of argument {i} (output leaf {out_k}) disagrees: "
-                        f"engine {got.ravel()[:6]} vs numeric {num.ravel()[:6]}")
-
-
-def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "batch"),
-               eps: float = 1e-6, rtol: float = 1e-5, atol: float = 1e-7,
-               seed: int = 0) -> int:
-    """Check a user rule (`custom_rule`, `easy_rule`) in every activity combination against
-    finite differences, as EnzymeTestUtils' ``test_forward`` / ``test_reverse`` do.
-
-    Each floating-point argument is tried Const and differentiated: forward mode Duplicated
-    ("fwd"), reverse mode Active, and Duplicated for arrays (gradients added into a non-zero
-    shadow) ("rev"); with "batch", BatchDuplicated of width 2 in both modes. Each
-    combination is run with every
-    return activity: forward Duplicated with and without the primal, and Const (so the rule
-    also sees ``needs_primal`` and ``needs_shadow`` False); reverse Active (the result projected
-    onto a random cotangent, so the reverse rule gets a non-trivial seed) and Const. Primal
-    results are compared with ``f(*args)``, derivatives with finite differences argument by
-    argument, and the arguments must be left unmodified. Returns the number of combinations
-    checked; raises `GradientCheckError` naming the combination and the argument at fault.
-    Use `check_grads` for higher orders.
-
-    >>> from tape import custom_rule
-    >>> square = custom_rule(lambda x: x * x, augmented_primal=lambda cfg, x: (x * x, x),
-    ...     reverse=lambda cfg, x, g: (2 * x * g,),
-    ...     forward=lambda cfg, p, t: (p[0] * p[0], 2 * p[0] * t[0]))
-    >>> check_rule(square, np.array([0.5, -1.0]))
-    12
-    """
-    args = list(args)
-    rng = np.random.default_rng(seed)
-    labels = _argument_labels(f, len(args))
-    diff = [i for i, a in enumerate(args) if not is_inactive(a) and _is_float(a)]
-    if not diff:
-        raise ValueError("check_rule needs at least one floating-point argument")
-    want_primal = _output_leaves(f(*args))
-    dirs = {i: _random_like(args[i], rng) for i in diff}
-    dirs2 = {i: _random_like(args[i], rng) for i in diff}
-    u = [_random_like(y, rng) for y in want_primal]
-    # Finite differences in float64 whatever the arguments' precision (a float32 step of 1e-6
-    # is rounding noise); the tolerances widen to fit the lowest precision among them.
-    wide = [_widened(a) if i in diff else a for i, a in enumerate(args)]
-    rtol, atol = _fitting_tolerances([args[i] for i in diff], rtol, atol)
-    jvp = {i: _numeric_jvp(f, wide, [dirs[i] if k == i else None for k in range(len(args))],
-                           eps) for i in diff}
-    jvp2 = {i: _numeric_jvp(f, wide, [dirs2[i] if k == i else None for k in range(len(args))],
-                            eps) for i in diff} if "batch" in modes else {}
-    n_checked = 0   # (argument activities, return activity) pairs
-    originals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-
-    def run(combo, mode, *call_args):
-        try:
-            result = autodiff(mode, *call_args)
-        except Exception as e:
-            raise GradientCheckError(f"{_rule_name(f)}, {combo}: the rule raised "
-                                     f"{type(e).__name__}: {e}") from e
-        for i, (a, before) in enumerate(zip(args, originals)):
-            if isinstance(a, np.ndarray) and not np.array_equal(a, before, equal_nan=True):
-                raise GradientCheckError(f"{_rule_name(f)}, {combo}: the rule wrote into "
-                                         f"{labels[i]}; rules must not modify their inputs")
-        return result
-
-    def same(combo, what, got, want):
-        got = _output_leaves(got)
-        if len(got) != len(want) or not all(
-                np.shape(g) == np.shape(w) and np.allclose(g, w, rtol=rtol, atol=atol)
-                for g, w in zip(got, want)):
-            raise GradientCheckError(f"{_rule_name(f)}, {combo}: the {what} is wrong: got "
-                                     f"{_short(got)}, expected {_short(want)}")
-
-    for direction, kinds in _combinations(args, diff, modes):
-        on = [i for i in diff if kinds[i] != "Const"]
-        if not on:
-            continue
-        where = ", ".join(f"{labels[i]}: {kinds[i]}" for i in diff)
-        if direction == "forward":
-            batch = kinds[on[0]] == "BatchDuplicated"
-            ann = list(args)
-            for i in on:
-                ann[i] = (BatchDuplicated(args[i], (dirs[i], dirs2[i])) if batch
-                          else Duplicated(args[i], dirs[i]))
-            want = _summed(jvp, on)
-            for mode, ret in ((ForwardWithPrimal, Duplicated), (Forward, Duplicated),
-                              (ForwardWithPrimal, Const)):
-                combo = f"{mode.name} with ({where}) and return {ret.__name__}"
-                result = run(combo, mode, f, ret, *ann)
-                n_checked += 1
-                if mode.with_primal:
-                    same(combo, "primal", result[-1], want_primal)
-                if ret is Const:
-                    continue
-                tangent = result[0]
-                same(combo, "tangent (J·v)", tangent[0] if batch else tangent, want)
-                if batch:
-                    same(combo, "second tangent (J·v)", tangent[1], _summed(jvp2, on))
-            continue
-        # Reverse mode: Active / (Batch)Duplicated arguments (gradients are added into random
-        # shadows), Active (projected) and Const returns.
-        shadows = {}
-        ann = list(args)
-        for i in on:
-            if kinds[i] == "Active":
-                ann[i] = Active(args[i])
-            elif kinds[i] == "Duplicated":
-                shadows[i] = (_random_like(args[i], rng),)
-                ann[i] = Duplicated(args[i], shadows[i][0].copy())
-            else:
-                shadows[i] = (_random_like(args[i], rng), _random_like(args[i], rng))
-                ann[i] = BatchDuplicated(args[i], tuple(s.copy() for s in shadows[i]))
-        combo = f"ReverseWithPrimal with ({where}) and return Active"
-        derivs, value = run(combo, ReverseWithPrimal, _weighted_sum(f, u), Active, *ann)
-        n_checked += 1
-        same(combo, "primal", value, _output_leaves(_weighted_sum(f, u)(*args)))
-        for i in on:
-            grads = ([derivs[i]] if kinds[i] == "Active" else
-                     [d - s for d, s in zip(_as_tuple(ann[i].dval), shadows[i])])
-            for w, grad in enumerate(grads):
-                got = _inner(grad, dirs[i])
-                want = sum(_dot(a, b) for a, b in zip(u, jvp[i]))
-                if not _close(got, want, rtol, atol):
-                    which = f" (shadow {w})" if len(grads) > 1 else ""
-                    raise GradientCheckError(
-                        f"{_rule_name(f)}, {combo}: the derivative of {labels[i]}{which} "
-                        f"disagrees with finite differences: (uᵀJ)·v = {got!r} vs numeric "
-                        f"{want!r}")
-        combo = f"ReverseWithPrimal with ({where}) and return Const"
-        derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
-        n_checked += 1
-        same(combo, "primal", value, want_primal)
-    return n_checked
-
-
-def _combinations(args, diff, modes):
-    """("forward" or "reverse", the kind of each differentiated argument by index)."""
-    forward = ["Duplicated"] if "fwd" in modes else []
-    if "batch" in modes:
-        forward.append("BatchDuplicated")
-    for kind in forward:
-        for pick in itertools.product((False, True), repeat=len(diff)):
-            yield "forward", {i: kind if p else "Const" for i, p in zip(diff, pick)}
-    if "rev" in modes:
-        options = [("Const", "Active", "Duplicated") if isinstance(args[i], np.ndarray)
-                   and np.ndim(args[i]) > 0 else ("Const", "Active") for i in diff]
-        for pick in itertools.product(*options):
-            yield "reverse", dict(zip(diff, pick))
-    if "rev" in modes and "batch" in modes:
-        options = [("Const", "BatchDuplicated") if isinstance(args[i], np.ndarray)
-                   and np.ndim(args[i]) > 0 else ("Const",) for i in diff]
-        for pick in itertools.product(*options):
-            yield "reverse", dict(zip(diff, pick))
-
-
-def _widened(x):
-    """`x` in double precision when it is a lower-precision float (finite differences)."""
-    dtype = np.result_type(x)
-    if isinstance(x, (float, complex, int, bool)) or dtype.kind not in "fc" or dtype.itemsize * (
-            2 if dtype.kind == "f" else 1) >= 16:
-        return x
-    return np.asarray(x, dtype=np.complex128 if dtype.kind == "c" else np.float64)[()]
-
-
-def _fitting_tolerances(args, rtol, atol) -> tuple:
-    """(rtol, atol), widened for arguments of less than double precision: the engine computes
-    in their precision, the finite differences in float64."""
-    eps = max(np.finfo(np.result_type(a)).eps for a in args)
-    return max(rtol, 1000 * eps), max(atol, 100 * eps)
-
-
-def _as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
-
-
-def _summed(jvp, on):
-    return [sum(jvp[i][k] for i in on) for k in range(len(jvp[on[0]]))]
-
-
-def _rule_name(f) -> str:
-    return f"check_rule(`{getattr(f, 'name', getattr(f, '__name__', 'f'))}`)"
-
-
-def _argument_labels(f, n):
-    try:
-        params = list(inspect.signature(getattr(f, "impl", f)).parameters)
-    except (TypeError, ValueError):
-        params = []
-    return [f"argument {i}" + (f" `{params[i]}`" if i < len(params) else "") for i in range(n)]
-
-
-def _short(leaves):
-    return "; ".join(np.array2string(np.asarray(v).ravel()[:6], precision=6) for v in leaves)
+                        f"check_grads: Jacobian column {j} of {labels[i]} (output {k}) "
+                        f"disagrees: engine {got.ravel()[:6]} vs numeric {num.ravel()[:6]}")
 
 
 def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
@@ -477,7 +380,7 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
     """
     if mode == "forward":
         annotated = [Duplicated(a, np.zeros_like(a) if not isinstance(a, float) else 0.0)
-                     if _is_float(a) else a for a in args]
+                     if is_float(a) else a for a in args]
         return autodiff(ForwardWithPrimal, f, *annotated)[1]
     if mode != "reverse":
         raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
@@ -492,7 +395,7 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
                 leaf = np.real(leaf) + np.imag(leaf)
             total = total + np.sum(leaf)
         return total
-    autodiff(Reverse, scalar, Active, *[Active(a) if _is_float(a) else a for a in args])
+    autodiff(Reverse, scalar, Active, *[Active(a) if is_float(a) else a for a in args])
     return tree_map(primal, seen[0])
 
 

@@ -1,0 +1,273 @@
+"""Finite differences with error bars, and the comparisons of `tape.testing`'s checkers.
+
+A central difference ``(f(x + h v) - f(x - h v)) / 2h`` is wrong by rounding (about
+``eps_machine * |f| / h``) and by truncation (about ``h² |f'''|``); near a kink or at badly
+scaled points no single step is good. So a comparison first tries the given step and, only when
+it disagrees, tries steps from 100 times larger to a million times smaller. The estimate whose
+neighbours agree best with it is compared with the engine, its disagreement with them serving
+as its error bar. A disagreement that survives is real; one-sided differences then tell a
+wrong derivative from a point where `f` is not differentiable.
+
+>>> est = Estimate(lambda x: [x ** 3], [np.array([2.0])], [np.array([1.0])], 1e-6)
+>>> got = [np.array([12.0])]
+>>> agrees(lambda d: scalar_gap(got, d, [np.ones(1)]), est, 1e-5, 0.0)[0]
+True
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .pytree import flatten
+
+_FALLBACK_STEPS = (100.0, 10.0, 0.1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+
+
+class GradientCheckError(AssertionError):
+    """A derivative disagrees with finite differences (or with another mode)."""
+
+
+def output_leaves(y) -> list:
+    """The leaves of a result as float64 (or complex128) arrays."""
+    leaves, _ = flatten(y)
+    return [np.asarray(v, dtype=np.result_type(v, np.float64)) for v in leaves]
+
+
+def is_float(x) -> bool:
+    return np.issubdtype(np.result_type(x), np.inexact)
+
+
+def random_like(x, rng, scale: float = 1.0):
+    """A random direction shaped like `x` (real and imaginary parts for complex `x`)."""
+    if isinstance(x, float):
+        return float(rng.standard_normal()) * scale
+    if isinstance(x, complex):
+        return complex(rng.standard_normal(), rng.standard_normal()) * scale
+    dtype = np.result_type(x)
+    if dtype.kind == "c":
+        re, im = rng.standard_normal((2,) + np.shape(x))
+        return ((re + 1j * im) * scale).astype(dtype)
+    return (rng.standard_normal(np.shape(x)) * scale).astype(dtype)
+
+
+def input_scale(x) -> float:
+    """The size of `x`'s entries, at least 1: a step of eps * scale moves every input by a
+    relative amount it can represent (a step of 1e-6 is below the rounding of 1e6)."""
+    values = np.abs(np.asarray(x))
+    top = float(np.max(values)) if values.size else 0.0
+    return max(1.0, top) if np.isfinite(top) else 1.0
+
+
+def widened(x):
+    """`x` in double precision when it is a lower-precision float (for finite differences)."""
+    dtype = np.result_type(x)
+    if isinstance(x, (float, complex, int, bool)) or dtype.kind not in "fc" or dtype.itemsize * (
+            2 if dtype.kind == "f" else 1) >= 16:
+        return x
+    return np.asarray(x, dtype=np.complex128 if dtype.kind == "c" else np.float64)[()]
+
+
+def precision_bits(x) -> int:
+    """Bits of the mantissa of `x`'s (real) floating-point type."""
+    dtype = np.result_type(x)
+    if dtype.kind == "c":
+        dtype = np.empty(0, dtype).real.dtype
+    return int(np.finfo(dtype).nmant) if dtype.kind == "f" else 0
+
+
+def fitting_rtol(args, rtol: float) -> float:
+    """`rtol`, widened for arguments of less than double precision: the engine computes in
+    their precision, the finite differences in float64."""
+    eps = max(np.finfo(np.result_type(a)).eps for a in args)
+    return max(rtol, 1000 * eps)
+
+
+def dot(a, b) -> float:
+    """The real inner product Re(sum(conj(a) * b)): a complex number counts as the pair of its
+    real and imaginary parts."""
+    return float(np.real(np.vdot(np.asarray(a), np.asarray(b))))
+
+
+def inner(a, b) -> float:
+    la, _ = flatten(a)
+    lb, _ = flatten(b)
+    return sum(dot(x, y) for x, y in zip(la, lb))
+
+
+def _magnitude(a, b) -> float:
+    """sum |a_j| |b_j|: the size of the terms of the inner product (a scale for cancellation)."""
+    return float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b))))
+
+
+def _axpy(a, v, x):
+    if isinstance(x, (float, complex)):
+        return x + a * v
+    return np.asarray(x + a * v, dtype=np.result_type(x))
+
+
+class Estimate:
+    """J·v of `f` at `args` along `direction` (None for a fixed argument) by central
+    differences, at the step `eps` and, on demand, at other steps with an error bar."""
+
+    def __init__(self, f: Callable, args: Sequence, direction: Sequence, eps: float):
+        self.f, self.args, self.direction, self.eps = f, list(args), list(direction), eps
+        self._at: dict = {}
+
+    def _shifted(self, step):
+        return [_axpy(step, v, x) if v is not None else x
+                for x, v in zip(self.args, self.direction)]
+
+    def _evaluate(self, step):
+        if step not in self._at:
+            with np.errstate(all="ignore"):
+                yp = output_leaves(self.f(*self._shifted(step)))
+                ym = output_leaves(self.f(*self._shifted(-step)))
+            self._at[step] = ([(a - b) / (2 * step) for a, b in zip(yp, ym)],
+                              [(np.abs(a) + np.abs(b)) * np.finfo(np.float64).eps / step
+                               for a, b in zip(yp, ym)])
+        return self._at[step]
+
+    @property
+    def value(self) -> list:
+        """The estimate at the given step."""
+        return self._evaluate(self.eps)[0]
+
+    @property
+    def noise(self) -> list:
+        """The rounding error of `value`, leaf by leaf."""
+        return self._evaluate(self.eps)[1]
+
+    def refined(self) -> tuple:
+        """(estimate, error bar, step): among the steps tried, the one whose estimate its
+        neighbours agree with best; the error bar is that disagreement plus rounding."""
+        steps = sorted({self.eps} | {self.eps * s for s in _FALLBACK_STEPS}, reverse=True)
+        values = [self._evaluate(s) for s in steps]
+        best, best_err, best_bad = 0, None, np.inf
+        for k, (value, noise) in enumerate(values):
+            neighbours = [values[j][0] for j in (k - 1, k + 1) if 0 <= j < len(values)]
+            err = [sum(np.abs(v - n[i]) for n in neighbours) / len(neighbours) + noise[i]
+                   for i, v in enumerate(value)]
+            bad = sum(float(np.sum(e)) for e in err)
+            if np.isfinite(bad) and all(np.all(np.isfinite(v)) for v in value) and bad < best_bad:
+                best, best_err, best_bad = k, err, bad
+        if best_err is None:
+            return values[0][0], [np.full(np.shape(v), np.inf) for v in values[0][0]], steps[0]
+        return values[best][0], best_err, steps[best]
+
+    def one_sided(self, step) -> tuple:
+        """(forward, backward) one-sided differences at `step`."""
+        with np.errstate(all="ignore"):
+            y0 = output_leaves(self.f(*self.args))
+            yp = output_leaves(self.f(*self._shifted(step)))
+            ym = output_leaves(self.f(*self._shifted(-step)))
+        return ([(a - b) / step for a, b in zip(yp, y0)],
+                [(b - c) / step for b, c in zip(y0, ym)])
+
+
+def scalar_gap(got: float | list, numeric: list, u: list, got_terms: float = 0.0) -> tuple:
+    """(|got - uᵀ numeric|, scale, uᵀ numeric) for a scalar check; `got` is either the
+    engine's uᵀJv or its J·v leaves."""
+    want = sum(dot(a, b) for a, b in zip(u, numeric))
+    terms = sum(_magnitude(a, b) for a, b in zip(u, numeric))
+    if isinstance(got, list):
+        got_terms = max(got_terms, sum(_magnitude(a, b) for a, b in zip(u, got)))
+        got = sum(dot(a, b) for a, b in zip(u, got))
+    scale = max(abs(got), abs(want), terms, got_terms)
+    return abs(got - want), scale, want, got
+
+
+def agrees(gap: Callable, est: Estimate, rtol: float, atol: float,
+           weights: list | None = None) -> tuple:
+    """(whether the engine agrees with finite differences, a description of the comparison).
+
+    `gap(numeric_leaves)` returns ``(difference, scale, want, got)``; the tolerance is
+    ``atol + rtol * scale`` plus the estimate's error bar (`weights` project a leafwise error
+    bar on the scalar, as `u` does)."""
+    def error_bar(errors):
+        if weights is None:
+            return sum(float(np.max(e, initial=0.0)) for e in errors)
+        return sum(_magnitude(w, e) for w, e in zip(weights, errors))
+
+    diff, scale, want, got = gap(est.value)
+    tol = atol + rtol * scale + error_bar(est.noise)
+    if diff <= tol:
+        return True, None
+    value, err, step = est.refined()
+    diff2, scale2, want2, got2 = gap(value)
+    bar = error_bar(err)
+    tol2 = atol + rtol * scale2 + 2 * bar
+    if diff2 <= tol2:
+        return True, None
+    describe = (f"{got2!r} vs finite differences {want2!r} (difference {diff2:.3g}, "
+                f"relative {diff2 / max(scale2, 1e-300):.3g}; tolerance {tol2:.3g})")
+    # At a kink the one-sided differences stay apart as the step shrinks; for a smooth f
+    # their gap is about h |f''| and shrinks with h.
+    gaps = []
+    for h in (step, step / 10):
+        forward, backward = est.one_sided(h)
+        gaps.append((gap(forward)[2], gap(backward)[2]))
+    far, near = (abs(a - b) for a, b in gaps)
+    if (np.isfinite(near) and near > 0.5 * far and near > 100 * (bar + rtol * scale2)
+            and near > 1e-3 * scale2):
+        describe += (f". The one-sided differences disagree ({gaps[1][0]:.6g} forward, "
+                     f"{gaps[1][1]:.6g} backward, at steps {step:.3g} and {step / 10:.3g}): "
+                     "f is not differentiable at this point (a kink or a jump), so the "
+                     "derivative there is a convention; check at points away from it")
+    elif not np.isfinite(want2):
+        describe += (". The finite differences are not finite: f is undefined near this "
+                     "point; check it where f is smooth")
+    return False, describe
+
+
+def plain_function(f):
+    """`f` without functools.partial wrappers (for its name and parameters)."""
+    while isinstance(f, functools.partial):
+        f = f.func
+    return f
+
+
+def function_name(f) -> str:
+    inner_f = plain_function(f)
+    return getattr(inner_f, "name", getattr(inner_f, "__name__", "f"))
+
+
+def argument_labels(f, n: int) -> list:
+    """``argument i `name` `` for the first `n` positional parameters of `f`."""
+    target = plain_function(f)
+    try:
+        params = [p.name for p in inspect.signature(getattr(target, "impl", target))
+                  .parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [f"argument {i}" + (f" `{params[i]}`" if i < len(params) else "") for i in range(n)]
+
+
+def leafwise_gap(got: list, want: list, rtol: float, atol: float) -> tuple:
+    """(index of the worst leaf, largest difference, its tolerance, index in the leaf) when
+    `got` and `want` differ by more than ``atol + rtol * (largest entry of the leaf)``;
+    (None, ...) when they agree."""
+    worst = (None, 0.0, 0.0, None)
+    for k, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            return k, np.inf, 0.0, None
+        if not g.size:
+            continue
+        scale = max(float(np.max(np.abs(w))), float(np.max(np.abs(g))))
+        tol = atol + rtol * scale
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(g - w)
+        diff = np.where(np.isnan(diff) & ~(np.isnan(g) & np.isnan(w)), np.inf,
+                        np.nan_to_num(diff, nan=0.0))
+        j = int(np.argmax(diff))
+        if diff.flat[j] > tol and diff.flat[j] - tol > worst[1] - worst[2]:
+            where = tuple(int(n) for n in np.unravel_index(j, g.shape)) if g.ndim else ()
+            worst = (k, float(diff.flat[j]), tol, where)
+    return worst
+
+
+__all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap"]

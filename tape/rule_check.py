@@ -1,0 +1,296 @@
+"""`check_rule`'s sweep: a user rule in every activity combination against finite differences.
+
+`tape.testing.check_rule` runs this first-order sweep and, for a rule that says its rules are
+differentiable, a second-order check; see its docstring for the whole contract.
+
+>>> from tape import custom_rule
+>>> double = custom_rule(lambda x: 2 * x, augmented_primal=lambda cfg, x: (2 * x, None),
+...                      reverse=lambda cfg, s, g: (2 * g,),
+...                      forward=lambda cfg, p, t: (2 * p[0], 2 * t[0]))
+>>> check_rule_first_order(double, (np.array([1.0, -2.0]),), ("fwd", "rev"), 1e-6, 1e-5,
+...                        0.0, 0)
+7
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
+                         ForwardWithPrimal, Reverse, ReverseWithPrimal)
+from .api import autodiff
+from .core import Primitive
+from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
+                                 fitting_rtol, function_name, inner, input_scale, is_float,
+                                 leafwise_gap, output_leaves, precision_bits, random_like,
+                                 scalar_gap, widened)
+from .pytree import flatten, is_inactive, unflatten
+
+
+def weighted_sum(f, u):
+    """x -> Re <u, f(x)>, a real scalar (complex leaves pair with u as in `dot`)."""
+    def scalar(*inner_args):
+        y = f(*inner_args)
+        leaves, _ = flatten(y)
+        total = 0.0
+        for leaf, w in zip(leaves, u):
+            total = total + (np.sum(np.real(leaf * np.conj(w))) if np.iscomplexobj(w)
+                             else np.sum(leaf * w))
+        return total
+    return scalar
+
+
+def vjp_function(f, diff, u):
+    """x -> uᵀ J(x), computed by reverse mode (itself differentiable for higher orders)."""
+    scalar = weighted_sum(f, u)
+
+    def vjp(*xs):
+        annotated = [Active(x) if i in diff else x for i, x in enumerate(xs)]
+        derivs, = autodiff(Reverse, scalar, Active, *annotated)
+        return tuple(derivs[i] for i in diff)
+    return vjp
+
+
+def _read_only(g):
+    if isinstance(g, np.ndarray):
+        g = g.view()
+        g.flags.writeable = False
+    return g
+
+
+# The identity, whose reverse hands on a read-only view of its cotangent: a rule downstream
+# that writes into the cotangent it receives (`g *= c`) then raises instead of corrupting the
+# cotangent of whatever else shares that array.
+_read_only_cotangent = Primitive(
+    "read_only_cotangent", lambda y: y, lambda cfg, y: (y, None),
+    lambda cfg, saved, g: (_read_only(g),), lambda cfg, p, t: (p[0], t[0]))
+
+
+def _cotangent_probe(seen: dict, i: int) -> Primitive:
+    """The identity, noting the dtype of the cotangent that reaches argument `i`."""
+    def reverse(cfg, saved, g):
+        seen[i] = getattr(g, "dtype", np.result_type(g))
+        return (g,)
+    return Primitive(f"cotangent_probe_{i}", lambda x: x, lambda cfg, x: (x, None), reverse,
+                     lambda cfg, p, t: (p[0], t[0]))
+
+
+def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], eps: float,
+                           rtol: float, atol: float, seed: int) -> int:
+    """The first-order sweep of `tape.testing.check_rule`; returns the number of combinations
+    checked."""
+    const = {i for i, a in enumerate(args) if isinstance(a, Const)}
+    args = [a.val if isinstance(a, Const) else a for a in args]
+    rng = np.random.default_rng(seed)
+    labels = argument_labels(f, len(args))
+    name = f"check_rule(`{function_name(f)}`)"
+    diff = [i for i, a in enumerate(args)
+            if i not in const and not is_inactive(a) and is_float(a)]
+    if not diff:
+        raise ValueError("check_rule needs at least one floating-point argument (not Const)")
+    raw_primal = f(*args)
+    primal_bits = [precision_bits(leaf) for leaf in flatten(raw_primal)[0]]
+    want_primal = output_leaves(raw_primal)
+    dirs = {i: random_like(args[i], rng, input_scale(args[i])) for i in diff}
+    dirs2 = {i: random_like(args[i], rng, input_scale(args[i])) for i in diff}
+    u = [random_like(y, rng) for y in want_primal]
+    # Finite differences in float64 whatever the arguments' precision (a float32 step of 1e-6
+    # is rounding noise); rtol widens to fit the lowest precision among them.
+    wide = [widened(a) if i in diff else a for i, a in enumerate(args)]
+    rtol = fitting_rtol([args[i] for i in diff], rtol)
+
+    def only(d, i):
+        return [d[i] if k == i else None for k in range(len(args))]
+    jvp = {i: Estimate(f, wide, only(dirs, i), eps) for i in diff}
+    jvp2 = {i: Estimate(f, wide, only(dirs2, i), eps) for i in diff}
+    n_checked = 0   # (argument activities, return activity) pairs
+    originals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+    def run(combo, mode, *call_args):
+        try:
+            result = autodiff(mode, *call_args)
+        except ValueError as e:
+            if "read-only" not in str(e):
+                raise GradientCheckError(f"{name}, {combo}: the rule raised "
+                                         f"{type(e).__name__}: {e}") from e
+            raise GradientCheckError(
+                f"{name}, {combo}: the rule wrote into an array it did not create ({e}), "
+                "most likely the cotangent it received: rules must not modify their inputs "
+                "or cotangents, which other operations may share; compute a new array "
+                "(`g * c`, not `g *= c`)") from e
+        except Exception as e:
+            raise GradientCheckError(f"{name}, {combo}: the rule raised "
+                                     f"{type(e).__name__}: {e}") from e
+        for i, (a, before) in enumerate(zip(args, originals)):
+            if isinstance(a, np.ndarray) and not np.array_equal(a, before, equal_nan=True):
+                raise GradientCheckError(f"{name}, {combo}: the rule wrote into "
+                                         f"{labels[i]}; rules must not modify their inputs")
+        return result
+
+    def same_primal(combo, got, want):
+        got = output_leaves(got)
+        # The rule may compute the primal another way: rounding of the order of the values.
+        floor = 64 * max(np.finfo(np.result_type(args[i])).eps for i in diff) * max(
+            [float(np.max(np.abs(w), initial=0.0)) for w in want] + [0.0])
+        k, diff_, tol, where = (leafwise_gap(got, want, rtol, atol + floor)
+                                if len(got) == len(want)
+                                else (0, np.inf, 0.0, None))
+        if k is not None:
+            raise GradientCheckError(f"{name}, {combo}: the primal is wrong (output {k}, "
+                                     f"difference {diff_:.3g}, tolerance {tol:.3g}): got "
+                                     f"{_short(got)}, expected {_short(want)}")
+
+    def same_tangent(combo, what, got, estimates, on):
+        for k, leaf in enumerate(flatten(got)[0]):
+            if k < len(primal_bits) and 0 < precision_bits(leaf) < primal_bits[k]:
+                raise GradientCheckError(
+                    f"{name}, {combo}: the {what} of output {k} is {np.result_type(leaf)} for "
+                    f"a {np.result_type(flatten(raw_primal)[0][k])} primal: the rule lost "
+                    "precision")
+        got = output_leaves(got)
+        want = [sum(estimates[i].value[k] for i in on) for k in range(len(want_primal))]
+        if len(got) == len(want) and leafwise_gap(got, want, rtol, atol)[0] is None:
+            return
+        refined = [estimates[i].refined() for i in on]
+        want = [sum(r[0][k] for r in refined) for k in range(len(want_primal))]
+        bar = [sum(r[1][k] for r in refined) for k in range(len(want_primal))]
+        if len(got) != len(want):
+            raise GradientCheckError(f"{name}, {combo}: the {what} has {len(got)} outputs, "
+                                     f"expected {len(want)}")
+        for k, (g, w, e) in enumerate(zip(got, want, bar)):
+            scale = max(float(np.max(np.abs(w), initial=0.0)),
+                        float(np.max(np.abs(g), initial=0.0)))
+            excess = np.abs(g - w) - (atol + rtol * scale + 2 * e)
+            if g.shape != w.shape or np.any(~(excess <= 0)):
+                j = (tuple(int(n) for n in np.unravel_index(int(np.nanargmax(
+                    np.where(np.isnan(excess), np.inf, excess))), g.shape))
+                     if g.shape == w.shape and g.ndim else ())
+                raise GradientCheckError(
+                    f"{name}, {combo}: the {what} of output {k} is wrong: largest difference "
+                    f"{float(np.max(np.abs(g - w))) if g.shape == w.shape else np.inf:.3g} "
+                    f"at index {j} (values up to {scale:.3g}); got {_short([g])}, expected "
+                    f"{_short([w])}")
+
+    for direction, kinds in _combinations(args, diff, modes):
+        on = [i for i in diff if kinds[i] != "Const"]
+        if not on:
+            continue
+        where = ", ".join(f"{labels[i]}: {kinds[i]}" for i in diff)
+        if direction == "forward":
+            batch = kinds[on[0]] == "BatchDuplicated"
+            for mode, ret in ((ForwardWithPrimal, Duplicated), (Forward, Duplicated),
+                              (ForwardWithPrimal, Const)):
+                ann = list(args)
+                shadows = {}
+                for i in on:
+                    shadows[i] = ((_copy(dirs[i]), _copy(dirs2[i])) if batch
+                                  else (_copy(dirs[i]),))
+                    ann[i] = (BatchDuplicated(args[i], shadows[i]) if batch
+                              else Duplicated(args[i], shadows[i][0]))
+                combo = f"{mode.name} with ({where}) and return {ret.__name__}"
+                result = run(combo, mode, f, ret, *ann)
+                n_checked += 1
+                for i in on:
+                    for s, d in zip(shadows[i], (dirs[i], dirs2[i])):
+                        if not np.array_equal(s, d):
+                            raise GradientCheckError(
+                                f"{name}, {combo}: the rule wrote into the tangent of "
+                                f"{labels[i]}; rules must not modify their inputs or tangents")
+                if mode.with_primal:
+                    same_primal(combo, result[-1], want_primal)
+                if ret is Const:
+                    continue
+                tangent = result[0]
+                same_tangent(combo, "tangent (J·v)", tangent[0] if batch else tangent, jvp, on)
+                if batch:
+                    same_tangent(combo, "second tangent (J·v)", tangent[1], jvp2, on)
+            continue
+        # Reverse mode: Active / (Batch)Duplicated arguments (gradients are added into random
+        # shadows), Active (projected on a random cotangent) and Const returns.
+        shadows = {}
+        ann = list(args)
+        for i in on:
+            if kinds[i] == "Active":
+                ann[i] = Active(args[i])
+            elif kinds[i] == "Duplicated":
+                shadows[i] = (random_like(args[i], rng),)
+                ann[i] = Duplicated(args[i], shadows[i][0].copy())
+            else:
+                shadows[i] = (random_like(args[i], rng), random_like(args[i], rng))
+                ann[i] = BatchDuplicated(args[i], tuple(s.copy() for s in shadows[i]))
+        combo = f"ReverseWithPrimal with ({where}) and return Active"
+        seen: dict = {}
+        probes = {i: _cotangent_probe(seen, i) for i in on}
+
+        def probed(*xs):
+            return _read_only_cotangent_tree(f(*[probes[i](x) if i in probes else x
+                                                for i, x in enumerate(xs)]))
+        derivs, value = run(combo, ReverseWithPrimal, weighted_sum(probed, u), Active, *ann)
+        n_checked += 1
+        same_primal(combo, value, output_leaves(weighted_sum(f, u)(*args)))
+        for i in on:
+            if i in seen and 0 < precision_bits(seen[i]) < precision_bits(args[i]):
+                raise GradientCheckError(
+                    f"{name}, {combo}: the reverse rule returned a {seen[i]} cotangent for "
+                    f"{labels[i]}, which is {np.result_type(args[i])}: the rule lost precision")
+            grads = ([derivs[i]] if kinds[i] == "Active" else
+                     [d - s for d, s in zip(_as_tuple(ann[i].dval), shadows[i])])
+            for w, grad in enumerate(grads):
+                got = inner(grad, dirs[i])
+                terms = float(np.sum(np.abs(np.asarray(grad)) * np.abs(np.asarray(dirs[i]))))
+                ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), jvp[i], rtol,
+                                         atol, u)
+                if not ok:
+                    which = f" (shadow {w})" if len(grads) > 1 else ""
+                    raise GradientCheckError(
+                        f"{name}, {combo}: the derivative of {labels[i]}{which} disagrees with "
+                        f"finite differences: (uᵀJ)·v = {description}")
+        combo = f"ReverseWithPrimal with ({where}) and return Const"
+        derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
+        n_checked += 1
+        same_primal(combo, value, want_primal)
+    return n_checked
+
+
+def _read_only_cotangent_tree(y):
+    leaves, td = flatten(y)
+    if len(leaves) == 1 and leaves[0] is y:
+        return _read_only_cotangent(y)
+    return unflatten(td, [_read_only_cotangent(leaf) for leaf in leaves])
+
+
+def _copy(x):
+    return x.copy() if isinstance(x, np.ndarray) else x
+
+
+def _combinations(args, diff, modes):
+    """("forward" or "reverse", the kind of each differentiated argument by index)."""
+    forward = ["Duplicated"] if "fwd" in modes else []
+    if "batch" in modes:
+        forward.append("BatchDuplicated")
+    for kind in forward:
+        for pick in itertools.product((False, True), repeat=len(diff)):
+            yield "forward", {i: kind if p else "Const" for i, p in zip(diff, pick)}
+    if "rev" in modes:
+        options = [("Const", "Active", "Duplicated") if isinstance(args[i], np.ndarray)
+                   and np.ndim(args[i]) > 0 else ("Const", "Active") for i in diff]
+        for pick in itertools.product(*options):
+            yield "reverse", dict(zip(diff, pick))
+    if "rev" in modes and "batch" in modes:
+        options = [("Const", "BatchDuplicated") if isinstance(args[i], np.ndarray)
+                   and np.ndim(args[i]) > 0 else ("Const",) for i in diff]
+        for pick in itertools.product(*options):
+            yield "reverse", dict(zip(diff, pick))
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _short(leaves):
+    return "; ".join(np.array2string(np.asarray(v).ravel()[:6], precision=6) for v in leaves)
+
+
+__all__ = ["check_rule_first_order", "vjp_function", "weighted_sum"]
