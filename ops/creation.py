@@ -97,7 +97,8 @@ copy = defprimitive("copy", _copied,
 def _copy_method(x, order="C"):
     """ndarray.copy (C order unless told): a private buffer, in NumPy's memory layout."""
     out = copy(x) if order == "C" else copy(x, order=order)
-    out.owned = True
+    if isinstance(out, Tracer):   # a checkpointed call's first run computes on plain arrays
+        out.owned = True
     return out
 
 

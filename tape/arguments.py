@@ -11,6 +11,7 @@ from .activities import Active, BatchDuplicated, Const, Duplicated, MixedDuplica
 from .aliasing import mark_aliases, overlap, watch_arguments
 from .backend import module_name
 from .constbuffer import as_const
+from .core import Tracer, peek
 from .errors import ActivityError, PytreeError
 from .pytree import flatten, flatten_with_paths, format_path, unflatten
 
@@ -106,11 +107,12 @@ def _checked_shadow_leaves(arg: _Leaves, dval, what: str) -> list:
     ann = arg.annotation
     shadow_leaves, shadow_td = flatten(dval)
     if shadow_td != arg.treedef or len(shadow_leaves) != len(arg.leaves):
+        difference = _structure_difference(ann.val, dval, what) or (
+            f"the primal is {_describe(ann.val)} with {len(arg.leaves)} leaves, the {what} "
+            f"{_describe(dval)} with {len(shadow_leaves)} leaves")
         raise ActivityError(
-            f"the {what} of {arg.name} does not have the structure of its primal: the primal is "
-            f"{_describe(ann.val)} with {len(arg.leaves)} leaves, the {what} "
-            f"{_describe(dval)} with {len(shadow_leaves)} leaves. make_zero(x) builds a "
-            "matching shadow")
+            f"the {what} of {arg.name} does not have the structure of its primal: "
+            f"{difference}. make_zero(x) builds a matching shadow")
     for i, (x, dx) in enumerate(zip(arg.leaves, shadow_leaves)):
         if not _is_float(x):
             continue
@@ -118,6 +120,28 @@ def _checked_shadow_leaves(arg: _Leaves, dval, what: str) -> list:
         if problem:
             raise ActivityError(f"{what} of {arg.path(i)} {problem}")
     return shadow_leaves
+
+
+def _structure_difference(x, dx, what: str, where: str = "") -> str:
+    """Where the containers `x` and `dx` first differ ("at ['b']: the primal has keys ...");
+    "" when the difference is not in the containers themselves (a leaf's kind, say)."""
+    at = f"at {where}: " if where else ""
+    if isinstance(x, dict) and isinstance(dx, dict):
+        if set(x) != set(dx):
+            return (f"{at}the primal has keys {sorted(map(str, x))}, the {what} keys "
+                    f"{sorted(map(str, dx))}")
+        return next((d for k in x if (d := _structure_difference(
+            x[k], dx[k], what, f"{where}[{k!r}]"))), "")
+    if isinstance(x, (list, tuple)) and isinstance(dx, (list, tuple)):
+        if type(x) is not type(dx) or len(x) != len(dx):
+            return (f"{at}the primal is a {type(x).__name__} of length {len(x)}, the {what} "
+                    f"a {type(dx).__name__} of length {len(dx)}")
+        return next((d for i, (a, b) in enumerate(zip(x, dx)) if (d := _structure_difference(
+            a, b, what, f"{where}[{i}]"))), "")
+    if (isinstance(x, (dict, list, tuple)) != isinstance(dx, (dict, list, tuple))
+            or (x is None) != (dx is None)):
+        return f"{at}the primal is {_describe(x)}, the {what} {_describe(dx)}"
+    return ""
 
 
 def batch_width(annotated, names) -> int | None:
@@ -194,6 +218,7 @@ def _reverse_argument(ann, name):
     arg = _Leaves(ann, name)
     if isinstance(ann, Duplicated):
         _check_shadow(arg)
+        _check_shadow_not_read_only(arg)
         if isinstance(ann, MixedDuplicated):
             return arg
         _check_shadow_writable(arg)
@@ -211,6 +236,19 @@ def _forward_argument(ann, name):
     arg = _Leaves(ann, name)
     _check_shadow(arg)
     return arg
+
+
+def _check_shadow_not_read_only(arg):
+    """Reverse mode adds into (and zeroes) the shadow arrays after the sweep: a read-only one
+    is refused before `f` runs, not after the shadows before it were updated."""
+    for i, dx in enumerate(arg.shadows):
+        for w, d in enumerate(dx if arg.width is not None else (dx,)):
+            if isinstance(d, np.ndarray) and not d.flags.writeable:
+                which = "shadow" if arg.width is None else f"shadow {w}"
+                raise ActivityError(
+                    f"the {which} of {arg.path(i)} is read-only (a broadcast_to view, or "
+                    "flags.writeable is False); reverse mode adds the gradient into it. Pass a "
+                    "writable array: np.zeros_like(x)")
 
 
 def _check_shadow_writable(arg):
@@ -236,4 +274,6 @@ def _check_shadow_writable(arg):
 
 
 def _is_mutable_leaf(x):
+    if isinstance(x, Tracer):   # nested autodiff: a traced 0-d array is an array too
+        return np.ndim(x) > 0 or isinstance(peek(x), np.ndarray)
     return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)

@@ -167,7 +167,17 @@ def _transparent_process(trace, seen, name):
             # A NumPy view of an input (x[1:], x.T): writing into it would change the input.
             out.flags.writeable = False
         return out
+
+    def read(tracer, dtype=None, copy=None):
+        """`np.asarray(tracer)` in the first run (`plain_buffer[:] = x`): its value, noted
+        as an input of the call."""
+        if tracer.level is trace:
+            _note(seen, tracer)
+            tracer.owned = False
+        return np.array(tracer.value, dtype=dtype)   # a copy: the caller may write into it
+
     process.serving = True
+    process.read = read
     return process
 
 

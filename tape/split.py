@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, DuplicatedNoNeed, Mode)
+                         Duplicated, Mode)
 from .api import (_argument_names, _check_shadow, _describe, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
@@ -196,7 +196,7 @@ class _Thunk:
         tape = SplitTape(self, trace, groups, out, ret, width, annotated)
         primal = _strip(out, trace) if self.mode.with_primal else None
         shadow = None
-        if ret in (Duplicated, DuplicatedNoNeed):
+        if _is_duplicated_kind(ret):
             value = _strip(out, trace)
             shadow = (make_zero(value) if width is None
                       else tuple(make_zero(value) for _ in range(width)))
@@ -255,13 +255,18 @@ def _protect_and_write_primals(trace, groups):
         _write_primals(arg)
 
 
+def _is_duplicated_kind(ret) -> bool:
+    """Duplicated and its kinds (NoNeed, Batch, Mixed): a return whose shadow is the seed."""
+    return isinstance(ret, type) and issubclass(ret, Duplicated)
+
+
 def _seed(tape: SplitTape, dret, seeds: dict):
     out, trace, ret, width = tape._out, tape._trace, tape.ret_activity, tape.width
     if ret is Const:
         if dret is not None:
             raise ActivityError("the return is Const: reverse takes no seed")
         return
-    if ret in (Duplicated, DuplicatedNoNeed) and dret is None:
+    if _is_duplicated_kind(ret) and dret is None:
         dret = tape.return_shadow
     if dret is None:
         raise ActivityError(f"reverse needs a seed for the {ret.__name__} return: "

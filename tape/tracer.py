@@ -100,6 +100,12 @@ def _check_same_kind(ufunc, target: np.ndarray, other, result: np.ndarray) -> No
 
 
 def _refuse_array(self, *args, **kwargs):
+    process = getattr(self.level, "process", None)
+    if getattr(process, "serving", False) and not isinstance(self.value, Tracer):
+        # A checkpointed call's first run computes plain values only (a buffer from
+        # np.zeros_like is a plain array there, and `buffer[:] = x` asks for this); its
+        # recomputation in the reverse pass is traced and refuses what would drop a derivative.
+        return process.read(self, *args, **kwargs)
     raise TracerConversionError(
         f"converting a traced value ({_describe(self)}) to a plain NumPy array would drop its "
         "derivative. Keep it as an array (use np.zeros_like(x) for buffers you write into), "
