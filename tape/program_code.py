@@ -11,6 +11,7 @@ from .backend import add_or_none
 from .program import (AUGMENTED, FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, Uncompilable, _ShapeChecked, _fill, _param_slots, same_value,
                       step_context)
+from .program_split import load
 from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
 from .program_cse import common_subexpressions
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
@@ -65,8 +66,7 @@ class Program:
         self.n_steps = len(self.steps)
         self.n_kept = sum(needed)
         self.n_adjoint = sum(useful)
-        exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
-        self.run = namespace["run"]
+        self.run = load(self.source, namespace)
         self.steps = None   # what replay needs is in the generated function
 
     def _take_steps(self, trace: CompileTrace, by_reference: bool) -> None:

@@ -28,6 +28,7 @@ from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicPara
 from .program_adjoint import INLINE_KINDS
 from .program_code import (_NO_PARAMS, Program, _call, _check_defined, _release_dead_values,
                            _use_recorded)
+from .program_split import load
 from .program_tracer import CompiledTracer
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT
@@ -113,8 +114,7 @@ class ForwardProgram(Program):
         self.n_steps = len(self.steps)
         self.n_kept = sum(needed)
         self.n_adjoint = sum(useful)
-        exec(compile(self.source, "<hecate program>", "exec"), namespace)  # noqa: S102
-        self.run = namespace["run"]
+        self.run = load(self.source, namespace)
         self.steps = None
 
     def _live(self, result_slots, tangent_results, unused_runs):
