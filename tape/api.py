@@ -50,11 +50,12 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
         if ret_activity not in ACTIVITY_TYPES:
             raise ActivityError(f"return activity must be one of Const, Active, Duplicated, "
                                 f"DuplicatedNoNeed; got {ret_activity.__name__}")
-    if args and isinstance(args[0], Active) and _takes_one_fewer(f, len(args)):
+    if args and isinstance(args[0], Annotation) and _takes_one_fewer(f, len(args)):
+        kind = type(args[0]).__name__
         raise ActivityError(
-            f"the return activity must be a type, Active, not an instance "
-            f"{type(args[0]).__name__}(...): write autodiff(mode, f, Active, *args); the "
-            f"function takes {len(args) - 1} argument(s) and {len(args)} were given")
+            f"the return activity must be a type, {kind}, not an instance {kind}(...): write "
+            f"autodiff(mode, f, {kind}, *args); the function takes {len(args) - 1} "
+            f"argument(s) and {len(args)} were given")
     names = _argument_names(f, len(args))
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
     # Values of an inactive_type are constants whatever their annotation (Enzyme).
@@ -72,10 +73,12 @@ def _reverse(mode, f, ret_activity, annotated, names, make_trace=ReverseTrace):
     """Reverse mode: record `f`, sweep, write the shadows. `make_trace(strong_zero=...,
     nan_check=...)` makes the trace that records (tape.compile's eager fallback passes one
     whose user code takes results its earlier runs in the same call returned)."""
-    if ret_activity in (Duplicated, DuplicatedNoNeed):
+    if ret_activity is not None and issubclass(ret_activity, Duplicated):
+        # every Duplicated kind (BatchDuplicated, MixedDuplicated, ...): no seed, no gradient
         raise ActivityError(
-            "a Duplicated return needs a seed: use autodiff_thunk with ReverseSplitWithPrimal, or "
-            "write the result into a Duplicated argument whose shadow is the seed")
+            f"a {ret_activity.__name__} return needs a seed: use autodiff_thunk with "
+            f"ReverseSplitWithPrimal, or write the result into a Duplicated argument whose "
+            f"shadow is the seed")
     width = batch_width(annotated, names)
     with make_trace(strong_zero=mode.strong_zero, nan_check=mode.nan_check) as trace:
         out, groups = record_reverse(trace, f, annotated, names)

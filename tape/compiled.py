@@ -256,7 +256,7 @@ class CompiledFunction:
                 return "Active in forward mode (eager mode says what to use instead)"
             if isinstance(self.f, Primitive):
                 return "a primitive differentiated directly runs eagerly"
-        elif self.ret_activity in (Duplicated, DuplicatedNoNeed):
+        elif self.ret_activity is not None and issubclass(self.ret_activity, Duplicated):
             return "a Duplicated return needs a seed (eager mode says how to pass one)"
         if mode.strong_zero or mode.nan_check or mode.holomorphic:
             return "mode modifiers (strong zero, NaN check, holomorphic) run eagerly"
