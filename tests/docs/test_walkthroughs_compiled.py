@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "docs" / "walkthroughs").glob("[0-9][0-9]_*.py"))
 
 # Scripts whose every `autodiff` call legitimately runs eagerly under `compile`, and why.
-ALL_EAGER = {"03_forward_and_batch": "forward mode runs eagerly"}
+ALL_EAGER: dict = {}   # script stem -> the one eager reason (every call eager)
 RTOL, ATOL = 1e-11, 1e-13   # relative to the largest entry; replays run the same NumPy calls
 # Walkthroughs that compiled replays do not run yet (each with a minimal repro in the reason).
 KNOWN_FAILURES: dict = {}   # script stem -> why it fails compiled (strict xfail)
