@@ -3,7 +3,8 @@
 `gradient`, `gradient_`, `jacobian`, `hvp`, `hvp_`, `hvp_and_gradient_`, `hessian`,
 `make_zero_` and `onehot`. Each is a few lines over `autodiff`: forward mode uses batch mode
 (one vectorised pass per chunk of directions), the Hessian is a batched forward-over-reverse
-product, and the reverse-mode Jacobian reverses one split-mode tape once per chunk of rows.
+product, and the reverse-mode Jacobian reverses one split-mode tape once per chunk of rows
+(tape/jacobians.py). Pytree arguments get derivatives in their own structure in both modes.
 """
 from __future__ import annotations
 
@@ -12,22 +13,33 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .activities import (Active, Annotation, BatchDuplicated, Const, Duplicated, Forward,
-                         ForwardWithPrimal, Mode, Reverse, ReverseSplitWithPrimal,
-                         ReverseWithPrimal)
-from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
+from .activities import (Active, Annotation, Const, Duplicated, Forward, ForwardWithPrimal,
+                         Mode, Reverse)
+from .api import autodiff
 from .backend import array_module
 from .core import Tracer
 from .errors import ActivityError
-from .pytree import flatten, unflatten
-from .split import autodiff_thunk
+from .jacobians import (_is_complex, check_argument, check_chunk, check_result,
+                        forward_columns, forward_jacobian, is_tree, on_float_leaves, onehot,
+                        reverse_jacobian)
+from .pytree import flatten, flatten_with_paths, set_at
+
+__all__ = ["GradientResult", "gradient", "gradient_", "jacobian", "hvp", "hvp_",
+           "hvp_and_gradient_", "hessian", "make_zero_", "onehot"]
 
 GradientResult = namedtuple("GradientResult", ["derivs", "val"])
 
 
-def _unwrap(args):
-    """Plain arguments are differentiated; `Const(x)` ones are not (their derivative is None)."""
-    return [a if isinstance(a, Const) else _check_plain(a, i) for i, a in enumerate(args)]
+def _unwrap(args, f, caller):
+    """Plain arguments are differentiated; `Const(x)` ones are not (their derivative is None).
+    A differentiated argument must hold a float somewhere."""
+    out = []
+    for i, a in enumerate(args):
+        if not isinstance(a, Const):
+            _check_plain(a, i)
+            check_argument(a, i, f, caller)
+        out.append(a)
+    return out
 
 
 def _check_plain(a, i):
@@ -39,35 +51,49 @@ def _check_plain(a, i):
 
 
 def gradient(mode: Mode, f: Callable, *args: Any):
-    """The gradient of a scalar function with respect to each argument, in its own type.
+    """The gradient of a real scalar function with respect to each argument, in its own type.
 
-    Reverse mode needs one sweep; Forward mode one batched pass per argument. ``Const(x)``
-    arguments are not differentiated and give None. With ReverseWithPrimal the result is
-    ``GradientResult(derivs, val)``.
+    Reverse mode needs one sweep; Forward mode one batched pass per argument, with one
+    direction per float entry (two per complex entry: the result is df/dRe + 1j df/dIm, as in
+    reverse mode). A pytree argument's gradient has the argument's structure, None at integer
+    leaves, in both modes. ``Const(x)`` arguments are not differentiated and give None. With
+    ReverseWithPrimal or ForwardWithPrimal the result is ``GradientResult(derivs, val)``.
 
     >>> gradient(Reverse, lambda x, y: x * np.sum(y ** 2), 2.0, np.array([1.0, 3.0]))
     (10.0, array([ 4., 12.]))
     >>> gradient(Forward, lambda x: np.sum(x ** 3), np.array([1.0, 2.0]))
     (array([ 3., 12.]),)
+    >>> p = {"w": np.array([1.0, 2.0]), "b": 0.5}
+    >>> gradient(Forward, lambda p: p["b"] * np.sum(p["w"] ** 2), p)
+    ({'w': array([1., 2.]), 'b': 5.0},)
     """
-    args = _unwrap(args)
+    args = _unwrap(args, f, "gradient")
     if mode.kind == "reverse":
         annotated = [a if isinstance(a, Const) else Active(a) for a in args]
         result = autodiff(mode, f, Active, *annotated)
         if mode.with_primal:
             return GradientResult(result[0], result[1])
         return result[0]
-    derivs = tuple(None if isinstance(a, Const) else
-                   _forward_columns(f, args, i, _scalar_check(f))[0] for i, a in enumerate(args))
+    check = _scalar_check(f)
+    derivs, val = [], None
+    for i, a in enumerate(args):
+        if isinstance(a, Const):
+            derivs.append(None)
+            continue
+        d, val = forward_jacobian(f, args, i, None, check)
+        derivs.append(d)
     if mode.with_primal:
-        return GradientResult(derivs, f(*[a.val if isinstance(a, Const) else a for a in args]))
-    return derivs
+        if all(d is None for d in derivs):
+            val = f(*[a.val if isinstance(a, Const) else a for a in args])
+        return GradientResult(tuple(derivs), val)
+    return tuple(derivs)
 
 
 def _scalar_check(f):
     name = getattr(f, "__name__", "f")
 
     def check(out):
+        check_result(out, f, "gradient")
         if np.ndim(out) != 0:
             raise ActivityError(f"gradient needs a scalar function; `{name}` returned shape "
                                 f"{np.shape(out)}. Use jacobian for vector outputs")
@@ -88,27 +114,6 @@ def gradient_(mode: Mode, dx: Any, f: Callable, x: Any):
     if mode.with_primal:
         return GradientResult((dx,), result[1])
     return dx
-
-
-def onehot(x: Any) -> tuple:
-    """One shadow per scalar entry of `x` (all its float leaves), each with a single 1.
-
-    >>> onehot(np.zeros(2))
-    (array([1., 0.]), array([0., 1.]))
-    """
-    leaves, td = flatten(x)
-    sizes = [int(np.size(v)) if _is_float(v) else 0 for v in leaves]
-    out = []
-    for k, size in enumerate(sizes):
-        for j in range(size):
-            zero = make_zero(x)
-            zl, _ = flatten(zero)
-            if isinstance(zl[k], (float, complex)) or np.ndim(zl[k]) == 0:
-                zl[k] = type(zl[k])(1) if isinstance(zl[k], (float, complex)) else zl[k] + 1
-            else:
-                zl[k].reshape(-1)[j] = 1
-            out.append(unflatten(td, zl))
-    return tuple(out)
 
 
 def make_zero_(shadow: Any) -> Any:
@@ -146,104 +151,34 @@ def make_zero_(shadow: Any) -> Any:
 # Jacobians
 
 
-def _chunks(n: int, chunk: int | None):
-    chunk = n if chunk is None else chunk
-    if chunk < 1:
-        raise ValueError(f"chunk must be at least 1, got {chunk}")
-    return [range(i, min(i + chunk, n)) for i in range(0, n, chunk)]
-
-
-def _forward_columns(f, args, i, check=None, chunk=None):
-    """The Jacobian of `f` with respect to argument i, one batched forward pass per chunk of
-    input directions; returns (J, primal) with J of shape out.shape + x.shape."""
-    x = args[i]
-    directions = onehot(x)
-    consts = [Const(a.val if isinstance(a, Const) else a) for a in args]
-    columns, primal = [], None
-    for rows in _chunks(len(directions), chunk):
-        call = list(consts)
-        call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
-        tangents, primal = autodiff(ForwardWithPrimal, f, *call)
-        columns.extend(tangents)
-        if check is not None:
-            check(primal)
-    return _assemble(columns, primal, x), primal
-
-
-def _assemble(columns, out, x):
-    """Stack per-direction results (each shaped like `out`) into out.shape + x.shape."""
-    xp = array_module(out if hasattr(out, "shape") else np.asarray(out))
-    stacked = xp.stack([xp.asarray(c) for c in columns], axis=-1)
-    result = stacked.reshape(np.shape(out) + np.shape(x))
-    if result.ndim:
-        return result
-    return float(result) if isinstance(x, float) else result[()]
-
-
 def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> tuple:
-    """The Jacobian of `f` with respect to each array argument, shaped out.shape + x.shape.
+    """The Jacobian of `f` with respect to each argument, shaped out.shape + x.shape.
 
     Forward mode pushes `chunk` directions per batched pass (all at once by default); reverse
     mode records one split-mode tape and reverses it once per chunk of output rows, in batch
-    mode. ``Const(x)`` arguments give None.
+    mode. `f` must return a real array or scalar (a scalar result gives the gradient). A
+    pytree argument gives its own structure with out.shape + leaf.shape at each float leaf
+    and None at integer leaves. ``Const(x)`` arguments give None.
 
     >>> A = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     >>> jacobian(Forward, lambda x: A @ x, np.ones(2), chunk=1)[0]
     array([[1., 2.],
            [3., 4.],
            [5., 6.]])
+    >>> jacobian(Reverse, lambda p: p["w"] * p["b"], {"w": np.array([1.0, 2.0]), "b": 3.0})[0]
+    {'w': array([[3., 0.],
+           [0., 3.]]), 'b': array([1., 2.])}
     """
-    args = _unwrap(args)
+    chunk = check_chunk(chunk)
+    args = _unwrap(args, f, "jacobian")
+
+    def check(out):
+        check_result(out, f, "jacobian")
     if mode.kind == "forward":
-        return tuple(None if isinstance(a, Const) else _forward_columns(f, args, i, None, chunk)[0]
+        return tuple(None if isinstance(a, Const) else forward_jacobian(f, args, i, chunk, check)[0]
                      for i, a in enumerate(args))
-    return tuple(None if isinstance(a, Const) else _reverse_rows(f, args, i, chunk)
+    return tuple(None if isinstance(a, Const) else reverse_jacobian(f, args, i, chunk, check)
                  for i, a in enumerate(args))
-
-
-def _reverse_rows(f, args, i, chunk):
-    """One recorded forward pass, reversed once per chunk of output rows (batch mode)."""
-    x = args[i]
-    call = [Const(a.val if isinstance(a, Const) else a) for a in args]
-    primal = f(*[c.val for c in call])
-    seeds = onehot(primal) if _is_float(primal) else ()
-    if not _is_mutable_leaf(x):
-        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds)
-    blocks = _chunks(len(seeds), chunk)
-    width = len(blocks[0]) if blocks else 1
-    shadows = tuple(make_zero(x) for _ in range(width))
-    call[i] = BatchDuplicated(x, shadows)
-    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
-    tape, _, _ = fwd(*call)
-    zero_seed = make_zero(primal)
-    rows = []
-    for block in blocks:
-        for s in shadows:
-            make_zero_(s)
-        block_seeds = [seeds[j] for j in block]
-        block_seeds += [zero_seed] * (width - len(block))    # the last chunk may be short
-        rev(*call, tuple(block_seeds), tape)
-        rows.extend(_copy_leaf(s) for s in shadows[:len(block)])
-    xp = array_module(x if hasattr(x, "shape") else np.asarray(x))
-    J = xp.stack([xp.asarray(r) for r in rows]).reshape(np.shape(primal) + np.shape(x))
-    return J if J.ndim else J[()]
-
-
-def _reverse_rows_of_scalar(f, call, i, x, primal, seeds):
-    """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
-    call[i] = Active(x)
-    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
-    tape, _, _ = fwd(*call)
-    rows = [rev(*call, seed, tape)[0][i] for seed in seeds]
-    if not rows:
-        return np.zeros(np.shape(primal))
-    if not np.shape(primal):
-        return rows[0]
-    return np.reshape(np.stack(rows), np.shape(primal))
-
-
-def _copy_leaf(s):
-    return s.copy() if hasattr(s, "copy") else s
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,14 +209,13 @@ def hvp(f: Callable, x: Any, v: Any):
 
 
 def hvp_(res: Any, f: Callable, x: Any, v: Any):
-    """`hvp` written into `res` (an array of x's shape); returns `res`.
+    """`hvp` written into `res` (an array of x's shape, or a pytree like x); returns `res`.
 
     >>> res = np.zeros(2)
     >>> hvp_(res, lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([0.0, 1.0]))
     array([ 0., 12.])
     """
-    res[...] = hvp(f, x, v)
-    return res
+    return _write_into(res, hvp(f, x, v), "res")
 
 
 def hvp_and_gradient_(res: Any, grad: Any, f: Callable, x: Any, v: Any):
@@ -292,19 +226,70 @@ def hvp_and_gradient_(res: Any, grad: Any, f: Callable, x: Any, v: Any):
     (array([ 6., 12.]), array([ 3., 12.]))
     """
     tangent, value = autodiff(ForwardWithPrimal, _grad_fn(f), Duplicated(x, v))
-    res[...] = tangent
-    grad[...] = value
-    return res, grad
+    return _write_into(res, tangent, "res"), _write_into(grad, value, "grad")
+
+
+def _write_into(dst, value, name):
+    """Copy `value` into `dst` in place: array leaves by value, number leaves of lists, dicts
+    and dataclasses by replacement (a number inside a tuple cannot be written: PytreeError)."""
+    if hasattr(dst, "shape") and not isinstance(dst, np.generic):
+        dst[...] = value
+        return dst
+    leaves, paths, _ = flatten_with_paths(dst)
+    values, _ = flatten(value)
+    if len(values) != len(leaves):
+        raise ActivityError(f"`{name}` has {len(leaves)} leaves but the result has "
+                            f"{len(values)}; pass a pytree shaped like x")
+    for leaf, path, val in zip(leaves, paths, values):
+        if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):
+            leaf[...] = val
+        elif not path:
+            raise ActivityError(f"`{name}` is a {type(dst).__name__}, which cannot be written "
+                                "in place; pass an array (or a pytree of arrays)")
+        else:
+            set_at(dst, path, type(leaf)(val), root=name)
+    return dst
 
 
 def hessian(f: Callable, x: Any, chunk: int | None = None):
-    """The Hessian of scalar `f` at array `x`, shaped x.shape + x.shape: batched
-    forward-over-reverse, `chunk` Hessian-vector products per pass (all by default).
+    """The Hessian of real scalar `f` at `x`: batched forward-over-reverse, `chunk`
+    Hessian-vector products per pass (all by default).
+
+    An array `x` gives an array shaped x.shape + x.shape. A pytree `x` (dict, list, tuple,
+    namedtuple, dataclass) gives one (n, n) matrix over its n float entries, in the order of
+    ``onehot(x)``: leaves as ``tape.pytree.flatten(x)`` lists them, each leaf in C order
+    (integer leaves are held constant and left out). Complex and integer arguments are
+    refused.
 
     >>> hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 2.0]))
     array([[4., 2.],
            [2., 0.]])
+    >>> hessian(lambda p: p["b"] ** 2 * np.sum(p["w"] ** 2), {"w": np.array([1.0, 2.0]), "b": 3.0})
+    array([[18.,  0., 12.],
+           [ 0., 18., 24.],
+           [12., 24., 10.]])
     """
-    if isinstance(x, (float, int)) or isinstance(x, Tracer):
-        x = np.asarray(x, dtype=float) if not isinstance(x, Tracer) else x
-    return _forward_columns(_grad_fn(f), [x], 0, None, chunk)[0]
+    chunk = check_chunk(chunk)
+    check_argument(x, 0, f, "hessian")
+    if any(_is_complex(leaf) for leaf in flatten(x)[0]):
+        raise ActivityError(
+            "hessian: the argument holds complex values; the Hessian of a real function of "
+            "complex variables is over their real and imaginary parts: pass them as real "
+            "arrays (lambda re, im: f(re + 1j * im)) and differentiate those")
+    if is_tree(x):
+        g, call, _ = on_float_leaves(f, [x], 0)
+        columns, _ = forward_columns(_flat_grad_fn(g), call, 0, chunk)
+        xp = array_module(columns[0] if hasattr(columns[0], "shape") else np.asarray(0.0))
+        return xp.stack([xp.asarray(c) for c in columns], axis=-1)
+    if isinstance(x, float) and not isinstance(x, Tracer):
+        x = np.asarray(x, dtype=float)
+    return forward_jacobian(_grad_fn(f), [x], 0, chunk)[0]
+
+
+def _flat_grad_fn(g):
+    """x (a list of float leaves) -> the gradient of `g` there, raveled into one vector."""
+    grad = _grad_fn(g)
+
+    def flat_grad(leaves):
+        return np.concatenate([np.reshape(d, -1) for d in grad(leaves)])
+    return flat_grad

@@ -572,8 +572,6 @@ def test_a_shadow_of_another_structure_is_described():
         autodiff(Forward, lambda p: p["w"][0], Duplicated({"w": [1.0, 2.0]}, {"w": [1.0, None]}))
 
 
-@pytest.mark.xfail(strict=True, reason="tape/convenience.py _forward_columns reshapes a "
-                   "pytree argument's columns as one array: ValueError 'cannot reshape'")
 def test_forward_gradient_and_hessian_of_a_pytree_argument():
     p = {"w": np.array([1.0, 2.0]), "b": 0.5}
     f = lambda p: np.sum(np.tanh(p["w"] * p["b"]) ** 2)   # noqa: E731
@@ -582,9 +580,6 @@ def test_forward_gradient_and_hessian_of_a_pytree_argument():
     np.testing.assert_allclose(got["w"], want["w"], rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="tape/convenience.py jacobian(Reverse) of a dict result "
-                   "raises 'chunk must be at least 1, got 0' (and Forward returns an object "
-                   "array of dicts)")
 def test_jacobian_of_a_dict_result_is_refused_clearly():
     with pytest.raises(ActivityError, match="array"):
         tape.jacobian(Reverse, lambda x: {"a": x * 2, "b": np.sum(x)}, np.array([1.0, 2.0]))

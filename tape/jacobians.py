@@ -1,0 +1,295 @@
+"""Jacobians by forward columns or reverse rows, for array, scalar and pytree arguments.
+
+The Jacobian with respect to an argument has the argument's structure: an array or scalar
+argument gives one array shaped ``out.shape + x.shape``; a pytree argument (dict, list, tuple,
+namedtuple, dataclass, registered class) gives the same pytree with each float leaf replaced
+by ``out.shape + leaf.shape`` and every other leaf by None, as reverse-mode gradients do.
+A pytree argument is handed to the engine as the plain list of its float leaves, so reverse
+mode can accumulate into number leaves of tuples too, and integer leaves stay constant.
+
+Complex entries take two forward directions, 1 and 1j: the forward Jacobian row of a real
+function is then ``df/dRe + 1j df/dIm``, the reverse-mode gradient. Complex results are
+refused (their forward columns and reverse rows are conjugate conventions of each other).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .activities import Active, BatchDuplicated, Const, ForwardWithPrimal, ReverseSplitWithPrimal
+from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
+from .backend import array_module
+from .core import Tracer
+from .errors import ActivityError
+from .pytree import flatten, is_leaf, unflatten
+from .split import autodiff_thunk
+
+
+def onehot(x: Any) -> tuple:
+    """One shadow per scalar entry of `x` (all its float leaves), each with a single 1.
+
+    The order is that of the leaves in `tape.pytree.flatten(x)`, each leaf in C order; it is
+    also the order of the rows and columns of `hessian` for a pytree argument.
+
+    >>> onehot(np.zeros(2))
+    (array([1., 0.]), array([0., 1.]))
+    >>> onehot({"w": np.zeros(1), "b": 0.0})
+    ({'w': array([1.]), 'b': 0.0}, {'w': array([0.]), 'b': 1.0})
+    """
+    return _units(x, 1)
+
+
+def _units(x, value):
+    """`onehot` with `value` (1 or 1j) in place of the 1."""
+    leaves, td = flatten(x)
+    out = []
+    for k, leaf in enumerate(leaves):
+        for j in range(int(np.size(leaf)) if _is_float(leaf) else 0):
+            zl, _ = flatten(make_zero(x))
+            if isinstance(zl[k], (float, complex)) or np.ndim(zl[k]) == 0:
+                zl[k] = type(zl[k])(value) if isinstance(zl[k], (float, complex)) else zl[k] + value
+            else:
+                zl[k].reshape(-1)[j] = value
+            out.append(unflatten(td, zl))
+    return tuple(out)
+
+
+def _directions(x):
+    """Real unit directions, then (for complex leaves) imaginary ones, leaf by leaf."""
+    if not isinstance(x, list):
+        return _units(x, 1) + (_units(x, 1j) if _is_complex(x) else ())
+    out = []
+    for k, leaf in enumerate(x):
+        for hot in _directions(leaf):
+            zeros = [make_zero(v) for v in x]
+            zeros[k] = hot
+            out.append(zeros)
+    return tuple(out)
+
+
+def _is_complex(v) -> bool:
+    dt = getattr(v, "dtype", None)
+    return isinstance(v, complex) if dt is None else np.dtype(dt).kind == "c"
+
+
+def check_chunk(chunk: Any) -> int | None:
+    """None (all directions in one pass) or a positive integer; anything else is refused."""
+    if chunk is None:
+        return None
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)):
+        raise TypeError(f"chunk must be a positive integer (directions per pass) or None, got "
+                        f"{chunk!r} of type {type(chunk).__name__}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1 (directions per pass), got {chunk}; pass a "
+                         "positive integer, or None for all directions in one pass")
+    return int(chunk)
+
+
+def _chunks(n: int, chunk: int | None):
+    chunk = n if chunk is None else chunk
+    return [range(i, min(i + chunk, n)) for i in range(0, n, max(chunk, 1))]
+
+
+def _describe(v) -> str:
+    if hasattr(v, "dtype"):
+        return f"{type(v).__name__} of dtype {v.dtype} and shape {np.shape(v)}"
+    return type(v).__name__
+
+
+def check_argument(x: Any, i: int, f: Callable, caller: str) -> None:
+    """Refuse an argument with no floating-point value before any work is done."""
+    leaves, _ = flatten(x)
+    if not any(_is_float(v) for v in leaves):
+        what = _describe(x) if is_leaf(x) else f"{_describe(x)} with no float leaf"
+        raise ActivityError(
+            f"{caller}: argument {i} of `{_name(f)}` holds no floating-point value ({what}); "
+            "integer and boolean values have no derivative. Convert it (x.astype(float), 2.0 "
+            "for 2), or wrap it in Const(...) to hold it constant")
+
+
+def check_result(out: Any, f: Callable, caller: str) -> None:
+    """A Jacobian needs an array (or scalar) result with real entries."""
+    if not (is_leaf(out) and not isinstance(out, bool)):
+        raise ActivityError(
+            f"{caller} needs an array or scalar result, but `{_name(f)}` returned "
+            f"{type(out).__name__}; Jacobians of pytree results are not supported: take one "
+            "Jacobian per output (lambda x: f(x)['a']), or return one array "
+            "(np.concatenate of the raveled outputs)")
+    if _is_complex(out):
+        raise ActivityError(
+            f"{caller} needs a real result, but `{_name(f)}` returned complex values "
+            f"({_describe(out)}); return the real and imaginary parts as one real array, e.g. "
+            "lambda x: np.stack([f(x).real, f(x).imag])")
+
+
+def _name(f) -> str:
+    return getattr(f, "__name__", "f")
+
+
+def on_float_leaves(f: Callable, args: list, i: int):
+    """(g, args', rebuild): `g` takes argument i as the list of its float leaves; `rebuild`
+    turns one result per float leaf back into the argument's structure (None elsewhere)."""
+    leaves, td = flatten(args[i])
+    slots = [k for k, v in enumerate(leaves) if _is_float(v)]
+
+    def g(*call):
+        full = list(leaves)
+        for k, v in zip(slots, call[i]):
+            full[k] = v
+        return f(*call[:i], unflatten(td, full), *call[i + 1:])
+    g.__name__ = _name(f)
+
+    def rebuild(per_leaf):
+        full = [None] * len(leaves)
+        for k, v in zip(slots, per_leaf):
+            full[k] = v
+        return unflatten(td, full)
+    call = list(args)
+    call[i] = [leaves[k] for k in slots]
+    return g, call, rebuild
+
+
+def is_tree(x) -> bool:
+    return not isinstance(x, Tracer) and flatten(x)[1].kind != "leaf"
+
+
+# --------------------------------------------------------------------------------------------
+# Forward mode: one batched pass per chunk of input directions
+
+
+def forward_columns(f, args, i, chunk=None, check=None):
+    """(columns, primal): the tangent of `f` along each direction of `_directions(args[i])`."""
+    x = args[i]
+    directions = _directions(x)
+    consts = [Const(a.val if isinstance(a, Const) else a) for a in args]
+    columns, primal = [], None
+    for rows in _chunks(len(directions), chunk):
+        call = list(consts)
+        call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
+        tangents, primal = autodiff(ForwardWithPrimal, f, *call)
+        if check is not None and not columns:
+            check(primal)
+        columns.extend(tangents)
+    return columns, primal
+
+
+def forward_jacobian(f, args, i, chunk=None, check=None):
+    """The Jacobian of `f` with respect to argument i by forward columns, and the primal."""
+    if is_tree(args[i]):
+        g, call, rebuild = on_float_leaves(f, args, i)
+        J, primal = _forward_jacobian(g, call, i, chunk, check)
+        return rebuild(J), primal
+    return _forward_jacobian(f, args, i, chunk, check)
+
+
+def _forward_jacobian(f, args, i, chunk, check):
+    """`forward_jacobian` of an array, a scalar or a list of float leaves (one block each)."""
+    x = args[i]
+    columns, primal = forward_columns(f, args, i, chunk, check)
+    leaves = x if isinstance(x, list) else [x]
+    xp = array_module(primal if hasattr(primal, "shape") else np.asarray(primal))
+    out, start = [], 0
+    for leaf in leaves:
+        size = int(np.size(leaf))
+        J = xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
+        start += size
+        if _is_complex(leaf):
+            J = J + 1j * xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
+            start += size
+        out.append(_like_leaf(J.reshape(np.shape(primal) + np.shape(leaf)), leaf))
+    return (out if isinstance(x, list) else out[0]), primal
+
+
+def _like_leaf(J, leaf):
+    """A Jacobian block in its argument's type, as reverse mode casts derivatives."""
+    if isinstance(J, Tracer) or isinstance(leaf, Tracer):
+        return J if J.ndim else J[()]
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and J.dtype != dtype:
+        J = J.astype(dtype)
+    if J.ndim:
+        return J
+    if isinstance(leaf, (float, complex)) and not isinstance(leaf, np.generic):
+        return type(leaf)(J)
+    return J[()]
+
+
+# --------------------------------------------------------------------------------------------
+# Reverse mode: one recorded forward pass, reversed once per chunk of output rows
+
+
+def reverse_jacobian(f, args, i, chunk=None, check=None):
+    """The Jacobian of `f` with respect to argument i by reverse rows (batch mode)."""
+    if is_tree(args[i]):
+        g, call, rebuild = on_float_leaves(f, args, i)
+        return rebuild(_reverse_jacobian(g, call, i, chunk, check))
+    return _reverse_jacobian(f, args, i, chunk, check)
+
+
+def _reverse_jacobian(f, args, i, chunk, check):
+    """`reverse_jacobian` of an array, a scalar or a list of float leaves (one block each)."""
+    x = args[i]
+    call = [Const(a.val if isinstance(a, Const) else a) for a in args]
+    primal = f(*[c.val for c in call])
+    if check is not None:
+        check(primal)
+    seeds = onehot(primal) if _is_float(primal) else ()
+    if not _is_mutable_leaf(x) and not isinstance(x, list):
+        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds)
+    blocks = _chunks(len(seeds), chunk)
+    width = len(blocks[0]) if blocks else 1
+    shadows = tuple(make_zero(x) for _ in range(width))
+    call[i] = BatchDuplicated(x, shadows)
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    tape, _, _ = fwd(*call)
+    zero_seed = make_zero(primal)
+    rows = []
+    for block in blocks:
+        for s in shadows:
+            _zero_shadow(s)
+        block_seeds = [seeds[j] for j in block]
+        block_seeds += [zero_seed] * (width - len(block))    # the last chunk may be short
+        rev(*call, tuple(block_seeds), tape)
+        rows.extend(_copy(s) for s in shadows[:len(block)])
+    if not isinstance(x, list):
+        return _stack_rows(rows, primal, x)
+    return [_stack_rows([r[k] for r in rows], primal, leaf) for k, leaf in enumerate(x)]
+
+
+def _stack_rows(rows, primal, leaf):
+    if not rows:
+        return _like_leaf(np.zeros(np.shape(primal) + np.shape(leaf)), leaf)
+    xp = array_module(leaf if hasattr(leaf, "shape") else np.asarray(leaf))
+    J = xp.stack([xp.asarray(r) for r in rows]).reshape(np.shape(primal) + np.shape(leaf))
+    return _like_leaf(J, leaf)
+
+
+def _reverse_rows_of_scalar(f, call, i, x, primal, seeds):
+    """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
+    call[i] = Active(x)
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    tape, _, _ = fwd(*call)
+    rows = [rev(*call, seed, tape)[0][i] for seed in seeds]
+    if not rows:
+        return np.zeros(np.shape(primal))
+    if not np.shape(primal):
+        return rows[0]
+    return np.reshape(np.stack(rows), np.shape(primal))
+
+
+def _zero_shadow(s):
+    if isinstance(s, list):
+        for k, v in enumerate(s):
+            s[k] = _zero_shadow(v)
+        return s
+    if isinstance(s, (float, complex, np.generic)):
+        return type(s)(0)
+    s[...] = 0
+    return s
+
+
+def _copy(s):
+    if isinstance(s, list):
+        return [_copy(v) for v in s]
+    return s.copy() if hasattr(s, "copy") else s
