@@ -171,6 +171,10 @@ def forward_columns(f, args, i, chunk=None, check=None):
         if check is not None and not columns:
             check(primal)
         columns.extend(tangents)
+    if not directions:      # an empty argument: no pass ran
+        primal = f(*[c.val for c in consts])
+        if check is not None:
+            check(primal)
     return columns, primal
 
 
@@ -192,6 +196,9 @@ def _forward_jacobian(f, args, i, chunk, check):
     out, start = [], 0
     for leaf in leaves:
         size = int(np.size(leaf))
+        if size == 0:
+            out.append(_like_leaf(xp.zeros(np.shape(primal) + np.shape(leaf)), leaf))
+            continue
         J = xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
         start += size
         if _is_complex(leaf):
