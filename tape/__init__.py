@@ -14,9 +14,11 @@ checks that there is no cycle):
    and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
    ``rules`` / ``easy_rule`` (how the ops register theirs);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
-   (`autodiff_thunk`), ``checkpoint``, ``convenience``, ``visualize``, ``testing``;
-5. trace -> program -> replay: ``program`` (the compiling trace and the generated program),
-   ``signature`` (what a replay depends on), ``compiled`` (`tape.compile`);
+   (`autodiff_thunk`), ``checkpoint``, ``convenience`` and ``jacobians``, ``visualize``,
+   ``testing`` (with ``finite_differences`` and ``rule_check``);
+5. trace -> program -> replay: ``program`` (the compiling trace) and ``program_*`` (the
+   generated program: adjoint, forward, CSE, the cut of long programs), ``signature`` (what a
+   replay depends on), ``compiled`` and ``compiled_*`` (`tape.compile`);
 6. this facade, which also loads the standard rules (the ``ops`` package, a layer above the
    engine) and ``tape.scipy`` (built on them).
 """
