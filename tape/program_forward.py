@@ -104,30 +104,44 @@ class ForwardProgram(Program):
         self.repeats = {}   # (common subexpressions are not shared in forward programs)
         runs = [unused_step_runs(step, i in trace.contexts, self.values)
                 for i, step in enumerate(self.steps)]
-        useful, needed = self._live(result_slots, tangent_results,
-                                    {i for i, r in enumerate(runs) if r == ALWAYS})
-        _, maybe = self._live(result_slots, tangent_results, {i for i, r in enumerate(runs) if r})
-        self.when_strict = {i for i, n in enumerate(maybe) if n and not needed[i]}
+        always = {i for i, r in enumerate(runs) if r == ALWAYS}
+        may_raise = {i for i, r in enumerate(runs) if r}
+        # Eager mode runs the forward rule of every step with a tangent, and a rule's tangent
+        # arithmetic may raise where its impl does not (``t / (2 * sqrt(0))``): under an error
+        # state the function set, the rule runs; where the caller's settings make warnings
+        # raise, the strict program below runs instead, with the tangents eager mode computes.
+        useful, needed = self._live(result_slots, tangent_results, always,
+                                    set(trace.contexts))
+        strict_useful, strict_needed = self._live(result_slots, tangent_results, may_raise,
+                                                  may_raise)
+        self.when_strict = set()   # (steps that may only warn run in the strict program)
         self.traced_tangents = {s for s, t in trace.tangents.items() if t is not None}
+        strict_run = None
+        if strict_useful != useful or strict_needed != needed:
+            strict_run = load(*self._generate_forward(
+                trace, leaf_slots, tangent_leaves, result_slots, tangent_results,
+                strict_useful, strict_needed))
         self.source, namespace = self._generate_forward(
-            trace, leaf_slots, tangent_leaves, result_slots, tangent_results, useful, needed)
+            trace, leaf_slots, tangent_leaves, result_slots, tangent_results, useful, needed,
+            strict_run)
         self.n_steps = len(self.steps)
         self.n_kept = sum(needed)
         self.n_adjoint = sum(useful)
         self.run = load(self.source, namespace)
         self.steps = None
 
-    def _live(self, result_slots, tangent_results, unused_runs):
-        """Per step: whether its forward rule runs (`useful`: its tangents are read, or it is
-        user code, which eager mode runs with its tangents), and whether it runs at all
-        (`needed`: its values are read, guarded, it is user code, or may raise)."""
+    def _live(self, result_slots, tangent_results, unused_runs, rules_run):
+        """Per step: whether its forward rule runs (`useful`: its tangents are read, it is
+        user code, which eager mode runs with its tangents, or it is in `rules_run`: its
+        rule's tangent arithmetic may raise), and whether it runs at all (`needed`: its values
+        are read, guarded, it is user code, or may raise: `unused_runs`)."""
         tangent_live = set(tangent_results)
         live = set(result_slots) | set(self.guards) | self.shapes_read
         useful = [False] * len(self.steps)
         needed = [False] * len(self.steps)
         for i in range(len(self.steps) - 1, -1, -1):
             kind, fn, cfg, ins, consts, params, outs = self.steps[i]
-            if kind == FORWARD and (i in self.user_steps
+            if kind == FORWARD and (i in self.user_steps or i in rules_run
                                     or any(o in tangent_live for o in outs)):
                 useful[i] = True
                 tangent_live.update(s for s, a in zip(ins, cfg.active) if a)
@@ -139,13 +153,22 @@ class ForwardProgram(Program):
         return useful, needed
 
     def _generate_forward(self, trace, leaf_slots, tangent_leaves, result_slots,
-                          tangent_results, useful, needed):
+                          tangent_results, useful, needed, strict_run=None):
+        """The program's source and namespace. `strict_run`: the program to run instead
+        where the caller's settings make warnings raise (it runs every step and forward rule
+        that may raise)."""
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_call": _call,
               "_add_reduce": np.add.reduce, "_array": np.array, "_step_context": step_context,
               "_DIRECT": DIRECT, "_complex_like": _complex_like}
         lines = ["def run(leaves, tangents, recorded=None, calls=_DIRECT):"]
+        if strict_run is not None:
+            ns["_warnings_raise"] = warnings_raise
+            ns["_strict_run"] = strict_run
+            lines.append("    if _warnings_raise(): "
+                         "return _strict_run(leaves, tangents, recorded, calls)")
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
+        unpack_at = len(lines)   # where the tangents are unpacked, if the program reads them
         const = _Constants(ns)
         has_tangent = set(tangent_leaves)
 
@@ -159,11 +182,8 @@ class ForwardProgram(Program):
         for s, _ in leaf_slots:
             if s in self.guards:
                 guard(s)
-        if self.when_strict:
-            ns["_warnings_raise"] = warnings_raise
-            lines.append("    strict = _warnings_raise()")
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
-            if not needed[i] and i not in self.when_strict:
+            if not needed[i]:
                 continue
             first_line = len(lines)
             values = ", ".join(f"v{o}" for o in outs)
@@ -213,15 +233,12 @@ class ForwardProgram(Program):
                 lines[first_line:] = [f"    with _step_context(*{context}):", *body]
             if i in trace.recorded:   # user code: the tracing call takes what it returned
                 _use_recorded(lines, first_line, i, kind == FORWARD and useful[i])
-            if i in self.when_strict:
-                lines[first_line:] = [f"    if strict: {line.strip()}"
-                                      for line in lines[first_line:]]
             if kind == FORWARD and useful[i]:
                 for o in outs:
                     if _complex(self.values[o]):
                         lines.append(f"    t{o} = _complex_like(v{o}, t{o})")
                     if i in self.user_steps:   # a rule of the user's decides its zeros
-                        test = "is not" if o in trace.tangents else "is"
+                        test = "is" if o in trace.tangents else "is not"
                         lines.append(f"    if t{o} {test} None: raise GuardFailed({o})")
             for o in outs:
                 if o in self.guards:
@@ -230,9 +247,10 @@ class ForwardProgram(Program):
         tangents = ", ".join(f"t{s}" if s in has_tangent else "None" for s in tangent_results)
         lines.append(f"    return ({results}{',' if result_slots else ''}), "
                      f"({tangents}{',' if tangent_results else ''})")
-        read = set(_NAMES.findall("\n".join(lines[2:])))
+        read = set(_NAMES.findall("\n".join(lines[unpack_at:])))
         if any(f"t{s}" in read for s in tangent_leaves):   # (else no tangent work at all)
-            lines.insert(2, f"    {', '.join(f't{s}' for s in tangent_leaves)}, = tangents")
+            names = ", ".join(f"t{s}" for s in tangent_leaves)
+            lines.insert(unpack_at, f"    {names}, = tangents")
         return "\n".join(_release_dead_values(lines, _NAMES)) + "\n", ns
 
 
