@@ -12,7 +12,8 @@ from .activities import Const, Duplicated, DuplicatedNoNeed
 from .api import _forward_argument, _is_float, _python_scalar, _tangent_of
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
-from .compiled_trace import _CallTrace, _const_argument, _thaw, aliased, const_leaves
+from .compiled_trace import (_CallTrace, _const_argument, aliased, const_leaves,
+                             with_read_only_arguments)
 from .core import Tracer
 from .program import GuardFailed
 from .program_forward import ForwardCompileTrace, ForwardProgram
@@ -24,18 +25,7 @@ def trace_forward_once(owner, annotated, names, watched, calls=None):
     """Trace `owner.f` once in forward mode (as `compiled_trace.trace_once` in reverse mode:
     the argument arrays are read-only while traced). Returns ``(trace, leaf_slots,
     tangent_leaves, out, groups)``."""
-    frozen = []
-
-    def read(x):
-        if isinstance(x, np.ndarray) and x.flags.writeable:
-            x.flags.writeable = False
-            frozen.append(x)
-        return x
-
-    try:
-        return _trace(owner, annotated, names, watched, read, calls)
-    finally:
-        _thaw(frozen)
+    return with_read_only_arguments(_trace, owner, annotated, names, watched, calls)
 
 
 class _ForwardCallTrace(_CallTrace, ForwardCompileTrace):

@@ -26,6 +26,12 @@ def trace_once(owner, annotated, names, watched, calls=None):
     would not record (through `np.asarray(c)` or `tape.primal(x)`) raises instead of reaching
     the caller's array, and the call runs eagerly, which makes it once. `calls`
     (tape/user_calls.UserCalls): what user code returned in this call's earlier runs."""
+    return with_read_only_arguments(_trace_once, owner, annotated, names, watched, calls)
+
+
+def with_read_only_arguments(trace, owner, annotated, names, watched, calls):
+    """``trace(owner, annotated, names, watched, read, calls)``, where ``read(x)`` makes an
+    argument array read-only until the trace is over (see `trace_once`)."""
     frozen = []
 
     def read(x):
@@ -35,7 +41,7 @@ def trace_once(owner, annotated, names, watched, calls=None):
         return x
 
     try:
-        return _trace_once(owner, annotated, names, watched, read, calls)
+        return trace(owner, annotated, names, watched, read, calls)
     finally:
         _thaw(frozen)
 

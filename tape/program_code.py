@@ -89,6 +89,13 @@ class Program:
         self.user_steps = _user_steps(self.steps)
         self.calls_user = bool(self.user_steps)
 
+    def _guard_line(self, s: int, const) -> str:
+        """The line that checks slot `s`'s guard where its value is computed."""
+        kind, value = self.guards[s]
+        if kind == "truth":
+            return f"    if bool(v{s}) is not {value}: raise GuardFailed({s})"
+        return f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})"
+
     def _scatters(self) -> dict:
         """Steps whose reverse is written out by `AdjointWriter` rather than called: gathers
         with a fixed basic index (``x[0]``, ``x[1:3]``) from an array ("scatter": written into
@@ -232,11 +239,7 @@ class Program:
             return name
 
         def guard(s):
-            kind, value = self.guards[s]
-            if kind == "truth":
-                lines.append(f"    if bool(v{s}) is not {value}: raise GuardFailed({s})")
-            else:
-                lines.append(f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})")
+            lines.append(self._guard_line(s, const))
 
         for s, _ in leaf_slots:
             if s in self.guards:

@@ -173,11 +173,7 @@ class ForwardProgram(Program):
         has_tangent = set(tangent_leaves)
 
         def guard(s):
-            kind, value = self.guards[s]
-            if kind == "truth":
-                lines.append(f"    if bool(v{s}) is not {value}: raise GuardFailed({s})")
-            else:
-                lines.append(f"    if not _same(v{s}, {const(value)}): raise GuardFailed({s})")
+            lines.append(self._guard_line(s, const))
 
         for s, _ in leaf_slots:
             if s in self.guards:
