@@ -13,7 +13,7 @@ from .api import _forward_argument, _is_float, _python_scalar, _tangent_of
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
 from .compiled_trace import (_CallTrace, _const_argument, aliased, const_leaves,
-                             with_read_only_arguments)
+                             nondiff_leaf, with_read_only_arguments)
 from .core import Tracer
 from .program import GuardFailed
 from .program_forward import ForwardCompileTrace, ForwardProgram
@@ -53,15 +53,8 @@ def _trace(owner, annotated, names, watched, read, calls):
                     arg.first_slots.append(t.slot)
                     if isinstance(x, np.ndarray):
                         watched_leaves.append((functools.partial(arg.path, i), x, t))
-                elif isinstance(x, np.ndarray):   # an index array beside the weights
-                    t = trace.new_leaf(read(x), nondiff=True)
-                    t.const_argument = arg.path(i)
-                    leaf_slots.append((t.slot, True))
-                    arg.tracers.append(t)
-                    arg.first_slots.append(None)
                 else:
-                    arg.tracers.append(x)
-                    arg.first_slots.append(None)
+                    nondiff_leaf(trace, arg, i, x, read, leaf_slots)
             groups.append(arg)
             call_args.append(unflatten(arg.treedef, arg.tracers))
         watch_arguments(watched_leaves)

@@ -46,6 +46,20 @@ def with_read_only_arguments(trace, owner, annotated, names, watched, calls):
         _thaw(frozen)
 
 
+def nondiff_leaf(trace, arg, i: int, x, read, leaf_slots: list) -> None:
+    """Leaf `i` of a differentiated argument that is no float: an array (an index array or a
+    mask beside the weights) is an input of the program, read at each call as a Const array
+    is; anything else is passed as it is."""
+    if isinstance(x, np.ndarray):
+        t = trace.new_leaf(read(x), nondiff=True)
+        t.const_argument = arg.path(i)
+        leaf_slots.append((t.slot, True))
+        arg.tracers.append(t)
+    else:
+        arg.tracers.append(x)
+    arg.first_slots.append(None)
+
+
 def _thaw(frozen: list) -> None:
     """Make the arrays writeable again. A view can be made writeable only once its base is,
     and the arguments may hold both in any order: repeat until every one is."""
@@ -79,17 +93,8 @@ def _trace_once(owner, annotated, names, watched, read, calls):
                     arg.first_slots.append(t.slot)
                     if isinstance(x, np.ndarray):
                         watched_leaves.append((functools.partial(arg.path, i), x, t))
-                elif isinstance(x, np.ndarray):
-                    # an index array or a mask beside the weights: an input of the program,
-                    # read at each call as a Const array is (it was baked in once)
-                    t = trace.new_leaf(read(x), nondiff=True)
-                    t.const_argument = arg.path(i)
-                    leaf_slots.append((t.slot, True))
-                    arg.tracers.append(t)
-                    arg.first_slots.append(None)
                 else:
-                    arg.tracers.append(x)
-                    arg.first_slots.append(None)
+                    nondiff_leaf(trace, arg, i, x, read, leaf_slots)
             groups.append(arg)
             call_args.append(unflatten(arg.treedef, arg.tracers))
         # As in eager mode: after f writes an argument, reading the caller's array through
