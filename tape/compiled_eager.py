@@ -15,6 +15,7 @@ from .activities import Mode
 from .api import _argument_names, _forward, _reverse
 from .config import _FORWARD_CONFIGS, _REVERSE_CONFIGS
 from .core import ForwardTrace, Primitive, ReverseTrace, Tracer
+from .program_forward import user_forward_batched
 from .rules import _plain, _plain_one
 from .user_calls import UserCalls
 
@@ -72,8 +73,9 @@ class TakingForwardTrace(ForwardTrace):
         if all(t is None for t in tans):   # the impl, through the branch above
             return super().process(prim, args, params)
         vals = [a.value if m else a for a, m in zip(args, mine)]
-        outcome = self.calls.call(prim.forward, (_FORWARD_CONFIGS[tuple(
-            t is not None for t in tans)], vals, tans), params)
+        # (eager mode's attempt on batched tangents, then once per direction: each a call)
+        outcome = user_forward_batched(self.calls, prim.forward, _FORWARD_CONFIGS[tuple(
+            t is not None for t in tans)], vals, tans, params)
         taken = Primitive(prim.name, prim.impl, prim.augmented_primal, prim.reverse,
                           lambda cfg, primals, tangents, **p: outcome,
                           prim.differentiable_rules, prim.multiple_results)

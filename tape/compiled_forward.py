@@ -8,8 +8,10 @@ import functools
 
 import numpy as np
 
-from .activities import Const, Duplicated, DuplicatedNoNeed
-from .api import _forward_argument, _is_float, _python_scalar, _tangent_of
+from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
+from .api import (_forward_argument, _is_float, _python_scalar, _tangent_direction,
+                  _tangent_of, batch_width)
+from .batching import Batched, stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
 from .compiled_trace import (_CallTrace, _const_argument, aliased, const_leaves,
@@ -36,7 +38,9 @@ class _ForwardCallTrace(_CallTrace, ForwardCompileTrace):
 def _trace(owner, annotated, names, watched, read, calls):
     if calls is not None:
         calls.rewind()
+    width = batch_width(annotated, names)
     with _ForwardCallTrace(Snapshotter(watched), calls) as trace:
+        trace.batched = width is not None
         call_args, groups, leaf_slots, tangent_leaves, watched_leaves = [], [], [], [], []
         for ann, name in zip(annotated, names):
             if type(ann) is Const:
@@ -46,7 +50,9 @@ def _trace(owner, annotated, names, watched, read, calls):
             for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
                 if _is_float(x):
                     t = trace.new_leaf(read(x))
-                    trace.tangents[t.slot] = dx   # eager mode's tangent is the shadow itself
+                    # eager mode's tangent is the shadow itself; in batch mode the W
+                    # shadows stacked on a leading axis
+                    trace.tangents[t.slot] = dx if width is None else stack_directions(dx)
                     leaf_slots.append((t.slot, False))
                     tangent_leaves.append(t.slot)
                     arg.tracers.append(t)
@@ -87,7 +93,9 @@ class ForwardSignature(CompiledSignature):
             for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, [], watched, None, owner)
         compiled.wants_tangent = wants_tangent
-        compiled.plain = not writes and all(
+        compiled.width = next((a.width for a in annotated if isinstance(a, BatchDuplicated)),
+                              None)   # (the trace checked that they agree)
+        compiled.plain = compiled.width is None and not writes and all(
             _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
             else type(ann) is Const
             or type(ann) in (Duplicated, DuplicatedNoNeed)
@@ -115,11 +123,14 @@ class ForwardSignature(CompiledSignature):
         for (g, i, _, _), value, tangent in zip(self.writes, results[n_out:],
                                                 result_tangents[n_tangents:]):
             groups[g].leaves[i][...] = value   # as eager mode writes them back, leaf by leaf
-            shadow = groups[g].shadows[i]
-            if tangent is None:
-                shadow[...] = 0
-            else:
-                shadow[...] = tangent
+            shadows = groups[g].shadows[i]
+            for w, shadow in enumerate(shadows if self.width is not None else (shadows,)):
+                if tangent is None:
+                    shadow[...] = 0
+                elif isinstance(tangent, Batched):
+                    shadow[...] = tangent.data[w]
+                else:
+                    shadow[...] = tangent
         return self._answer(results[:n_out], result_tangents[:n_tangents])
 
     def _inputs(self, annotated, names):
@@ -135,7 +146,7 @@ class ForwardSignature(CompiledSignature):
             for x, dx in zip(arg.leaves, arg.shadows):
                 if _is_float(x):
                     leaves.append(x)
-                    tangents.append(dx)
+                    tangents.append(dx if arg.width is None else stack_directions(dx))
                     differentiated.append(x)
                 elif isinstance(x, np.ndarray):
                     leaves.append(x)
@@ -184,10 +195,15 @@ class ForwardSignature(CompiledSignature):
                     if t is None:
                         t = _tangent_of(value, None)
                 out.append(t)
-            if len(primal_leaves) == len(out):
-                out = [_python_scalar(t) if type(p) in (float, complex) else t
-                       for t, p in zip(out, primal_leaves)]
-            tangent_out = unflatten(td, out)
-        if mode.with_primal and ret is not DuplicatedNoNeed:
+            scalars = ([type(p) in (float, complex) for p in primal_leaves]
+                       if len(primal_leaves) == len(out) else [False] * len(out))
+            if self.width is None:
+                tangent_out = unflatten(td, [_python_scalar(t) if k else t
+                                             for t, k in zip(out, scalars)])
+            else:   # a W-tuple, as eager batch mode gives it
+                tangent_out = tuple(unflatten(td, [
+                    _python_scalar(_tangent_direction(t, w)) if k else _tangent_direction(t, w)
+                    for t, k in zip(out, scalars)]) for w in range(self.width))
+        if mode.with_primal and ret not in (DuplicatedNoNeed, BatchDuplicatedNoNeed):
             return (tangent_out, primal_out)
         return (tangent_out,)

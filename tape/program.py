@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from .aliasing import refuse_stale_reads
+from .batching import Batched
 from .config import _REVERSE_CONFIGS
 from .core import ReverseTrace, Tracer, peek
 from .program_adjoint import INLINE_KINDS
@@ -427,6 +428,8 @@ def same_value(a, b) -> bool:
         return a.dtype.kind not in "fc" or _same_signs(a, b)
     if type(a) is not type(b):
         return False
+    if type(a) is Batched:   # batch mode's tangents (their `==` is elementwise, batched)
+        return same_value(a.data, b.data)
     if isinstance(a, (float, complex, np.floating, np.complexfloating)):
         a, b = np.asarray(a), np.asarray(b)
         return bool(np.array_equal(a, b, equal_nan=True)) and _same_signs(a, b)

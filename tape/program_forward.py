@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from .batching import forward_per_direction
 from .config import _FORWARD_CONFIGS
 from .core import _complex_like
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
@@ -50,6 +51,10 @@ class ForwardCompileTrace(CompileTrace):
     def __init__(self, snapshot, calls=None):
         super().__init__(snapshot, calls)
         self.tangents: dict[int, object] = {}   # slot -> tangent (absent: None)
+        self.batched = False   # batch mode: the leaves' tangents are `Batched` (W directions)
+        # Steps whose rule raised TypeError/ValueError on the batched tangents and ran once
+        # per direction, as eager mode's trace does (their replay makes the same attempt).
+        self.per_direction: set[int] = set()
 
     def _process(self, prim, args, params):
         vals, ins, active, consts, params, kept = self._operands(prim, args, params)
@@ -61,12 +66,22 @@ class ForwardCompileTrace(CompileTrace):
         if prim.forward is None:
             raise NotImplementedError(f"`{prim.name}` has no forward-mode (JVP) rule")
         cfg = _FORWARD_CONFIGS[tuple(t is not None for t in tans)]
-        if prim.pure:
-            out, tangent = prim.forward(cfg, vals, tans, **params)
-        else:
-            out, tangent = self._user(prim.forward, (cfg, vals, tans), params)
-            self.recorded[len(self.steps)] = (out, tangent)
-        if (prim.pure and getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
+        step = len(self.steps)
+        forward = prim.forward
+        if not prim.pure:   # user code: through the call's UserCalls
+            def forward(cfg, vals, tans, **params):
+                return self._user(prim.forward, (cfg, vals, tans), params)
+        try:
+            out, tangent = forward(cfg, vals, tans, **params)
+        except (TypeError, ValueError):
+            # As eager mode (tape/core.py ForwardTrace.process): a rule that cannot take
+            # batched tangents runs once per direction (without them the error is raised).
+            out, tangent = forward_per_direction(forward, cfg, vals, tans, params)
+            self.per_direction.add(step)
+        if not prim.pure:
+            self.recorded[step] = (out, tangent)
+        if (prim.pure and not self.batched
+                and getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
                 and _inlinable(vals, ins, out) and _plain_tangents(tans)):
             self.inline.add(len(self.steps))
         made = self._made(prim, (FORWARD, prim, cfg, tuple(ins), consts, kept), out, vals,
@@ -76,6 +91,24 @@ class ForwardCompileTrace(CompileTrace):
             if tan is not None:
                 self.tangents[t.slot] = _complex_like(t._v, tan)
         return made
+
+
+def forward_batched(forward, cfg, vals, tans, params):
+    """``forward(cfg, vals, tans, **params)`` as eager forward mode calls it
+    (tape/core.py ForwardTrace.process): where the rule raises TypeError or ValueError on
+    batched tangents, it runs once per direction (without them the error is raised)."""
+    try:
+        return forward(cfg, vals, tans, **params)
+    except (TypeError, ValueError):
+        return forward_per_direction(forward, cfg, vals, tans, params)
+
+
+def user_forward_batched(calls, forward, cfg, vals, tans, params):
+    """`forward_batched` for a user's rule: each of its calls goes through `calls`
+    (tape/user_calls.UserCalls), so a later run of the same call takes what it returned."""
+    def noted(cfg, vals, tans, **params):
+        return calls.call(forward, (cfg, vals, tans), params)
+    return forward_batched(noted, cfg, vals, tans, params)
 
 
 def _plain_tangents(tans) -> bool:
@@ -159,7 +192,8 @@ class ForwardProgram(Program):
         that may raise)."""
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_call": _call,
               "_add_reduce": np.add.reduce, "_array": np.array, "_step_context": step_context,
-              "_DIRECT": DIRECT, "_complex_like": _complex_like}
+              "_DIRECT": DIRECT, "_complex_like": _complex_like,
+              "_forward_batched": forward_batched, "_user_forward_batched": user_forward_batched}
         lines = ["def run(leaves, tangents, recorded=None, calls=_DIRECT):"]
         if strict_run is not None:
             ns["_warnings_raise"] = warnings_raise
@@ -197,9 +231,15 @@ class ForwardProgram(Program):
                     target = f"({values},), ({tangents},)"
                 else:
                     target = f"v{outs[0]}, t{outs[0]}"
-                if i in self.user_steps:
-                    kwargs = (kw[4:] if type(params) is DynamicParams
-                              else const(params if params else _NO_PARAMS, "p"))
+                kwargs = (kw[4:] if type(params) is DynamicParams
+                          else const(params if params else _NO_PARAMS, "p"))
+                rule = (f"{const(fn.forward, fn.name + '_fwd')}, {const(cfg, 'cfg')}, "
+                        f"[{args}], [{tans}], {kwargs}")
+                if i in trace.per_direction:   # eager mode's attempt, then once per direction
+                    helper = ("_user_forward_batched(calls, " if i in self.user_steps
+                              else "_forward_batched(")
+                    lines.append(f"    {target} = {helper}{rule})")
+                elif i in self.user_steps:
                     lines.append(f"    {target} = calls.call({const(fn.forward, fn.name + '_fwd')}"
                                  f", ({const(cfg, 'cfg')}, [{args}], [{tans}]), {kwargs})")
                 elif i in self.inline:

@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-from .activities import Const
+from .activities import BatchDuplicated, Const
 from .arguments import _is_float
 from .core import Tracer
 from .program import DynamicParams, Uncompilable, same_value
@@ -38,12 +38,13 @@ def _signature(annotated) -> tuple:
     for ann in annotated:
         v = ann.val
         const = type(ann) is Const
+        # batch mode: the number of directions W too
+        kind = (type(ann), ann.width) if isinstance(ann, BatchDuplicated) else type(ann)
         if type(v) is np.ndarray:
-            parts.append((type(ann), _array_key(v)))
+            parts.append((kind, _array_key(v)))
             continue
         leaves, td = flatten(v)
-        parts.append((type(ann), _treedef_key(td),
-                      tuple(_leaf_key(x, const) for x in leaves)))
+        parts.append((kind, _treedef_key(td), tuple(_leaf_key(x, const) for x in leaves)))
     return tuple(parts)
 
 
