@@ -4,7 +4,8 @@ benchmark from a checkout, without installing. The benchmark itself is `models.b
 
 A second table follows, for forward mode: the tangent (JVP) of the same workloads along one
 direction, eager ``autodiff(Forward, ...)`` against ``tape.compile(Forward, ...)`` and PyTorch's
-``torch.func.jvp`` (when torch is importable), each with its ratio to the plain NumPy primal.
+``torch.func.jvp`` (when torch is importable), each with its ratio to the plain NumPy primal;
+the "W=4" rows push 4 directions in one pass (BatchDuplicated), eager and compiled.
 """
 import functools
 import sys
@@ -17,7 +18,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from models.bench.overhead import WORKLOADS, _us, _version, best_time, main  # noqa: E402
-from tape import Duplicated, Forward, autodiff  # noqa: E402
+from tape import BatchDuplicated, Duplicated, Forward, autodiff  # noqa: E402
 from tape import compile as compile_  # noqa: E402
 
 
@@ -27,6 +28,12 @@ def _forward_tools(fn, x, v):
     compiled = compile_(Forward, f, Duplicated, Duplicated)
     tools = [("hecate", lambda: autodiff(Forward, f, Duplicated, Duplicated(x, v))[0]),
              ("hecate-compiled", lambda: compiled(Duplicated(x, v))[0])]
+    # Batch mode: W = 4 directions in one pass (v the first), eager and compiled.
+    vs = (v,) + tuple(np.random.default_rng(2).normal(size=(3,) + x.shape))
+    batched = compile_(Forward, f, BatchDuplicated, BatchDuplicated)
+    tools += [("hecate W=4", lambda: autodiff(Forward, f, BatchDuplicated,
+                                              BatchDuplicated(x, vs))[0][0]),
+              ("hecate-compiled W=4", lambda: batched(BatchDuplicated(x, vs))[0][0])]
     if _version("torch") is not None:
         import torch
         torch.set_num_threads(1)
@@ -60,6 +67,6 @@ if __name__ == "__main__":
     status = main()
     quick = "--quick" in sys.argv
     print()
-    print("Forward mode (one tangent direction):")
+    print("Forward mode (one tangent direction; W=4 rows: four):")
     print(forward_report((1.0 if quick else 25.0) / 1e3, 1 if quick else 7))
     sys.exit(status)

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from .batching import forward_per_direction
+from .batching import Batched, forward_per_direction
 from .config import _FORWARD_CONFIGS
 from .core import _complex_like
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
@@ -80,9 +80,10 @@ class ForwardCompileTrace(CompileTrace):
             self.per_direction.add(step)
         if not prim.pure:
             self.recorded[step] = (out, tangent)
-        if (prim.pure and not self.batched
+        if (prim.pure and step not in self.per_direction
                 and getattr(prim, "inline", ("",))[0] in INLINE_KINDS and not params
-                and _inlinable(vals, ins, out) and _plain_tangents(tans)):
+                and _inlinable(vals, ins, out)
+                and (_stacked_tangents(tans, out) if self.batched else _plain_tangents(tans))):
             self.inline.add(len(self.steps))
         made = self._made(prim, (FORWARD, prim, cfg, tuple(ins), consts, kept), out, vals,
                           False)
@@ -109,6 +110,14 @@ def user_forward_batched(calls, forward, cfg, vals, tans, params):
     def noted(cfg, vals, tans, **params):
         return calls.call(forward, (cfg, vals, tans), params)
     return forward_batched(noted, cfg, vals, tans, params)
+
+
+def _stacked_tangents(tans, out) -> bool:
+    """Batch mode: tangents that the inline arithmetic, on their stacked data, treats as the
+    rule does on them: `Batched` ones of the result's shape (`_inlinable` saw to the
+    operands'), whose batch axis then leads and the other axes align without reshaping, as
+    `tape.batching` aligns them for each NumPy call of the rule."""
+    return all(t is None or type(t) is Batched and t.shape == np.shape(out) for t in tans)
 
 
 def _plain_tangents(tans) -> bool:
@@ -193,7 +202,8 @@ class ForwardProgram(Program):
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_call": _call,
               "_add_reduce": np.add.reduce, "_array": np.array, "_step_context": step_context,
               "_DIRECT": DIRECT, "_complex_like": _complex_like,
-              "_forward_batched": forward_batched, "_user_forward_batched": user_forward_batched}
+              "_forward_batched": forward_batched, "_user_forward_batched": user_forward_batched,
+              "_Batched": Batched}
         lines = ["def run(leaves, tangents, recorded=None, calls=_DIRECT):"]
         if strict_run is not None:
             ns["_warnings_raise"] = warnings_raise
@@ -246,9 +256,13 @@ class ForwardProgram(Program):
                     lines.append(f"    v{outs[0]} = {const(fn.impl, fn.name + '_impl')}({args})")
                     operands = [f"v{s}" if s is not None else const(c)
                                 for s, c in zip(ins, consts)]
-                    lines.append(f"    t{outs[0]} = " + _inline_tangent(
-                        fn.inline, [f"t{s}" if a else None for s, a in zip(ins, cfg.active)],
-                        operands, f"v{outs[0]}", const))
+                    data = ".data" if trace.batched else ""   # (the W tangents stacked)
+                    tangent = _inline_tangent(
+                        fn.inline, [f"t{s}{data}" if a else None
+                                    for s, a in zip(ins, cfg.active)],
+                        operands, f"v{outs[0]}", const)
+                    lines.append(f"    t{outs[0]} = " + (f"_Batched({tangent})" if data
+                                                         else tangent))
                 else:
                     lines.append(f"    {target} = {const(fn.forward, fn.name + '_fwd')}("
                                  f"{const(cfg, 'cfg')}, [{args}], [{tans}]{kw})")
