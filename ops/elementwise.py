@@ -263,7 +263,15 @@ multiply = route_ufunc(np.multiply, defprimitive("multiply", np.multiply, _mul_a
 multiply.inline = ("product",)   # for compiled programs, when nothing broadcasts
 multiply.reverse_results = "fresh"   # never None for an active argument; new arrays
 
-true_divide = binary(np.true_divide, lambda x, y, ans: 1.0 / y, lambda x, y, ans: -ans / y,
+def _reciprocal_of_divisor(x, y, ans):
+    """d(x / y)/dx = 1 / y. A Python zero divisor gives NumPy's signed inf (and its warning),
+    as ``x / 0.0`` does on arrays, where Python's own division would raise."""
+    if isinstance(y, numbers.Number) and y == 0:
+        return complex(np.divide(1.0, y)) if isinstance(y, complex) else float(np.divide(1.0, y))
+    return 1.0 / y
+
+
+true_divide = binary(np.true_divide, _reciprocal_of_divisor, lambda x, y, ans: -ans / y,
                      uses_ans=True)
 
 

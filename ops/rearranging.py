@@ -154,7 +154,8 @@ def bincount(x, weights=None, minlength=0):
     if weights is None or not isinstance(weights, Tracer):
         return np.bincount(x, primal(weights) if weights is not None else None, minlength)
     n = max(int(x.max(initial=-1)) + 1, minlength)
-    return scatter_add(weights, index=x, shape=(n,), dtype=np.result_type(peek(weights)))
+    # NumPy sums the weights in float64 whatever their dtype.
+    return scatter_add(weights, index=x, shape=(n,), dtype=np.float64)
 
 
 def _refuse_out(name, out):

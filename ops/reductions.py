@@ -25,6 +25,7 @@ Conventions at non-smooth points:
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
@@ -144,7 +145,12 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
         return np.mean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims)
     shape = shape_of(a)
     axes = normalize_axis(axis, len(shape))
-    return sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims)) / _count(shape, axes)
+    total = sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    count = _count(shape, axes)
+    if count == 0:   # NumPy's nan for an empty slice, with its warning
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=3)
+        return total * math.nan
+    return total / count
 
 
 # -- cumulative sums: linear, the transpose is the cumulative sum taken from the other end -------

@@ -544,11 +544,18 @@ class ForwardTrace(Trace):
 
 
 def _complex_like(out, tangent):
-    """A complex result's tangent is complex, even where the rule passed a real input's tangent
-    through (``x + 0j``): the tangent lives in the result's space."""
-    if tangent is None or not is_complex(primal(out)) or is_complex(primal(tangent)):
+    """A tangent in the result's dtype, where a rule passed an input's tangent through: complex
+    for a complex result (``x + 0j``), and as wide as the result where a narrower input's went
+    into a wider result (float32 ``x + np.arange(3)`` is float64, and so is its tangent)."""
+    if tangent is None:
         return tangent
-    return tangent + 0j   # the weak Python complex keeps the precision (float32 -> complex64)
+    if is_complex(primal(out)) and not is_complex(primal(tangent)):
+        tangent = tangent + 0j   # the weak Python complex keeps the precision (float32 -> complex64)
+    wanted, got = getattr(peek(out), "dtype", None), getattr(peek(tangent), "dtype", None)
+    if (wanted is not None and got is not None and wanted != got and wanted.kind == got.kind
+            and wanted.kind in "fc" and wanted.itemsize > got.itemsize):
+        tangent = tangent.astype(wanted)
+    return tangent
 
 
 def is_complex(x) -> bool:

@@ -156,10 +156,14 @@ class _Surface:
         elif method == "reduce" and ufunc in _REDUCE_AS:
             # ufunc.reduce defaults to axis=0, the functions it maps to to axis=None.
             kwargs.setdefault("axis", 0)
+            if kwargs["axis"] in (0, -1) and np.ndim(peek(inputs[0])) == 0:
+                kwargs["axis"] = None   # NumPy reduces a 0-d array over axis 0 or -1 to itself
             result = _call_function(_REDUCE_AS[ufunc], *inputs, **kwargs)
         elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
             kwargs.setdefault("axis", 0)
             result = _call_function(_ACCUMULATE_AS[ufunc], *inputs, **kwargs)
+        elif method == "accumulate" and f"{ufunc.__name__}.accumulate" in METHOD_RULES:
+            result = METHOD_RULES[f"{ufunc.__name__}.accumulate"](*inputs, **kwargs)
         elif method == "outer" and len(inputs) == 2:
             a, b = inputs
             a = np.reshape(a, np.shape(peek(a)) + (1,) * np.ndim(peek(b)))
