@@ -4,7 +4,7 @@ Importing this package fills the engine's dispatch tables; `import tape` does it
 """
 # Each module registers its own rules; a module that builds on another imports it (joining
 # on shape, elementwise_more on elementwise, ...), never the other way round.
-from . import (contractions, creation, elementwise, elementwise_more, fft,  # noqa: F401
+from . import (composites, contractions, creation, elementwise, elementwise_more, fft,  # noqa: F401
                inactive, indexing, joining, linalg, linalg_eig, linalg_factor, linalg_norms,
                linalg_svd, nn, numerical, rearranging, reductions, reductions_nan,
                scipy_special, shape, sorting)
