@@ -72,7 +72,8 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     ``compile(mode, f, ReturnActivity, *ArgActivityTypes)`` returns a callable taking the
     annotated arguments. Without `f` (``@compile(Reverse, Active, Duplicated)``) it is a
     decorator. Reverse, ReverseWithPrimal, Forward and ForwardWithPrimal are traced and
-    replayed; batched activities and mode modifiers run eagerly, and split modes return
+    replayed, forward mode with BatchDuplicated arguments too (W tangents in one pass);
+    batched reverse mode, MixedDuplicated and mode modifiers run eagerly, and split modes return
     `autodiff_thunk`'s pair. `print(g)` shows the generated program of the last signature;
     `g.stats` counts traces, cache hits, guard failures and eager calls.
 
@@ -87,6 +88,10 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     >>> jvp = compile(ForwardWithPrimal, lambda x: x ** 3, Duplicated, Duplicated)
     >>> jvp(Duplicated(2.0, 1.0))
     (12.0, 8.0)
+    >>> from tape import BatchDuplicated
+    >>> jvps = compile(ForwardWithPrimal, lambda x: x ** 3, BatchDuplicated, BatchDuplicated)
+    >>> jvps(BatchDuplicated(2.0, (1.0, 0.5)))   # two directions in one pass
+    ((12.0, 6.0), 8.0)
     """
     if not isinstance(mode, Mode):
         raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "
