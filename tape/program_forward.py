@@ -55,6 +55,9 @@ class ForwardCompileTrace(CompileTrace):
         # Steps whose rule raised TypeError/ValueError on the batched tangents and ran once
         # per direction, as eager mode's trace does (their replay makes the same attempt).
         self.per_direction: set[int] = set()
+        # Results whose tangent `_complex_like` changed while traced (made complex, or as wide
+        # as the result where a rule passed a narrower input's through): their replay does too
+        self.retyped: set[int] = set()
 
     def _process(self, prim, args, params):
         vals, ins, active, consts, params, kept = self._operands(prim, args, params)
@@ -91,6 +94,8 @@ class ForwardCompileTrace(CompileTrace):
         for t, tan in zip(outs, tangent if prim.multiple_results else (tangent,)):
             if tan is not None:
                 self.tangents[t.slot] = _complex_like(t._v, tan)
+                if self.tangents[t.slot] is not tan:
+                    self.retyped.add(t.slot)
         return made
 
 
@@ -285,7 +290,7 @@ class ForwardProgram(Program):
                 _use_recorded(lines, first_line, i, kind == FORWARD and useful[i])
             if kind == FORWARD and useful[i]:
                 for o in outs:
-                    if _complex(self.values[o]):
+                    if _complex(self.values[o]) or o in trace.retyped:
                         lines.append(f"    t{o} = _complex_like(v{o}, t{o})")
                     if i in self.user_steps:   # a rule of the user's decides its zeros
                         test = "is" if o in trace.tangents else "is not"

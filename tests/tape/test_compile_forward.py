@@ -240,3 +240,19 @@ def test_batched_activities_are_compiled():
     args = BatchDuplicated(x, (np.ones(3), np.arange(3.0)))
     identical(g(args), autodiff(FW, f, Duplicated, args))
     assert g.stats.eager_calls == 0 and g.stats.traces == 1, g.stats   # (more: test_compile_batched*.py)
+
+
+@pytest.mark.parametrize("f", [lambda x, y: x + y, lambda x, y: y - x, lambda x, y: -x + y,
+                               lambda x, y: x * 2.0 + y, lambda x, y: x + np.arange(3)])
+def test_a_tangent_passed_into_a_wider_result_is_as_wide(f):
+    """A float32 tangent passed through into a float64 result (x32 + y64) is float64 in eager
+    forward mode (the result's space); the inline tangent of the program was float32."""
+    x, y = np.ones(3, np.float32), np.linspace(0.5, 1.5, 3)
+    args = [Duplicated(x, np.full(3, 0.25, np.float32)), Const(y)]
+    g = tape.compile(FWP, f, Duplicated, Duplicated, Const)
+    for _ in range(3):
+        got = g(*args)
+    want = autodiff(FWP, f, Duplicated, *args)
+    assert want[0].dtype == np.float64 and got[0].dtype == want[0].dtype
+    identical(got, want)
+    assert g.stats.eager_calls == 0
