@@ -538,24 +538,32 @@ class ForwardTrace(Trace):
             out, tangent = Trace.hooks["forward_per_direction"](prim.forward, cfg, vals, tans,
                                                                 params)
         if prim.multiple_results:
-            return tuple(self.tracer_class(o, self, _complex_like(o, t))
+            return tuple(self.tracer_class(o, self, _complex_like(o, t, tans))
                          for o, t in zip(out, tangent))
-        return self.tracer_class(out, self, _complex_like(out, tangent))
+        return self.tracer_class(out, self, _complex_like(out, tangent, tans))
 
 
-def _complex_like(out, tangent):
+def _complex_like(out, tangent, input_tangents=()):
     """A tangent in the result's dtype, where a rule passed an input's tangent through: complex
     for a complex result (``x + 0j``), and as wide as the result where a narrower input's went
-    into a wider result (float32 ``x + np.arange(3)`` is float64, and so is its tangent)."""
+    into a wider result (float32 ``x + np.arange(3)`` is float64, and so is its tangent). A
+    narrow tangent no input had is the rule's own and is left for tape.testing to report."""
     if tangent is None:
         return tangent
     if is_complex(primal(out)) and not is_complex(primal(tangent)):
         tangent = tangent + 0j   # the weak Python complex keeps the precision (float32 -> complex64)
     wanted, got = getattr(peek(out), "dtype", None), getattr(peek(tangent), "dtype", None)
     if (wanted is not None and got is not None and wanted != got and wanted.kind == got.kind
-            and wanted.kind in "fc" and wanted.itemsize > got.itemsize):
+            and wanted.kind in "fc" and wanted.itemsize > got.itemsize
+            and any(_widened_dtype(t, got) for t in input_tangents)):
         tangent = tangent.astype(wanted)
     return tangent
+
+
+def _widened_dtype(input_tangent, dtype) -> bool:
+    """Whether an input's tangent has `dtype`, or becomes it as a complex result's tangent."""
+    have = getattr(peek(input_tangent), "dtype", None) if input_tangent is not None else None
+    return have is not None and (have == dtype or np.result_type(have, 1j) == dtype)
 
 
 def is_complex(x) -> bool:
