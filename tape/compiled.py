@@ -265,10 +265,6 @@ class CompiledFunction:
             return "a Duplicated return needs a seed (eager mode says how to pass one)"
         if mode.strong_zero or mode.nan_check or mode.holomorphic:
             return "mode modifiers (strong zero, NaN check, holomorphic) run eagerly"
-        if any(isinstance(a, MixedDuplicated) for a in annotated):
-            return "MixedDuplicated arguments run eagerly"
-        if mode.kind == "reverse" and any(isinstance(a, BatchDuplicated) for a in annotated):
-            return "batched reverse mode (BatchDuplicated arguments, W seeds) runs eagerly"
         if _TRACE_STACK.get():
             return "called inside another differentiation"
         return None

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .activities import Active, Const, Duplicated, DuplicatedNoNeed
+from .activities import Active, BatchDuplicated, Const, Duplicated, DuplicatedNoNeed
 from .api import _cast_like, _is_float, _python_scalar, _reverse_argument, derivatives
 from .backend import array_module
+from .batching import Batched, stack_directions
 from .core import Tracer
 from .modifiers import is_complex, to_user, user_cotangents
 from .compiled_trace import aliased, const_leaves
@@ -110,15 +111,20 @@ class CompiledSignature:
                     seeds.append(t.slot)
         grad_slots = [s for arg in groups for s in arg.first_slots if s is not None]
         result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
-        program = Program(trace, leaf_slots, result_slots, seeds, grad_slots, kept)
+        # batch mode (BatchDuplicated arguments): W seeds per seeded slot (the trace checked
+        # that the widths agree)
+        width = next((a.width for a in annotated if isinstance(a, BatchDuplicated)), None)
+        program = Program(trace, leaf_slots, result_slots, seeds, grad_slots, kept, width)
         template = None if out_td is None else (out_td, [
             (_AS_COMPUTED if x.nondiff else None) if isinstance(x, Tracer) else x
             for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, grad_slots, watched,
                        ret_slot, owner)
-        if ret_slot is not None:
-            compiled.seed = array_module(out._v).ones((), dtype=out.dtype)   # copied per call
-        compiled.plain = not writes and all(
+        compiled.width = width
+        if ret_slot is not None:   # copied per call; in batch mode 1 in each direction
+            compiled.seed = array_module(out._v).ones(() if width is None else (width,),
+                                                      dtype=out.dtype)
+        compiled.plain = width is None and not writes and all(
             _is_scalar(ann.val) if type(ann) is Const and type(ann.val) is not np.ndarray
             else type(ann) is Const
             or type(ann) in (Active, Duplicated, DuplicatedNoNeed)
@@ -180,7 +186,7 @@ class CompiledSignature:
         user_cotangents(cts, [(x, s) for arg in groups for x, s in zip(arg.leaves,
                                                                        arg.first_slots)
                               if s is not None])
-        result = (derivatives(annotated, groups, cts, None),)
+        result = (derivatives(annotated, groups, cts, self.width),)
         if self.owner.mode.with_primal:
             result += (self._primal(results[:n_out]),)
         return result
@@ -214,13 +220,18 @@ class CompiledSignature:
             arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
         seeds = []
         if self.ret_slot is not None:
-            seeds.append(self.seed.copy())
+            seeds.append(self.seed.copy() if self.width is None else Batched(self.seed.copy()))
         zero_after = []
         for g, i, _, seeded in self.writes:
-            if seeded:
-                shadow = groups[g].shadows[i]
+            if not seeded:
+                continue
+            shadow = groups[g].shadows[i]
+            if self.width is None:
                 seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
                 zero_after.append(shadow)
+            else:   # its W shadows, stacked, as eager batch mode seeds them
+                seeds.append(to_user(stack_directions(shadow)))
+                zero_after.extend(shadow)
         return groups, leaves, seeds, zero_after
 
     def _call_plain(self, annotated, recorded=None, calls=None):

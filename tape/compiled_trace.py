@@ -11,7 +11,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from .activities import Active, Const
 from .aliasing import watch_arguments
-from .api import _is_float, _reverse_argument, _seed_return, guess_return
+from .api import _is_float, _reverse_argument, _seed_return, batch_width, guess_return
 from .core import Tracer
 from .errors import NonDifferentiableError
 from .modifiers import is_complex
@@ -78,6 +78,7 @@ def _thaw(frozen: list) -> None:
 def _trace_once(owner, annotated, names, watched, read, calls):
     if calls is not None:
         calls.rewind()
+    width = batch_width(annotated, names)   # (a mismatch raises: the eager call says so)
     with _CallTrace(Snapshotter(watched), calls) as trace:
         call_args, groups, leaf_slots, watched_leaves = [], [], [], []
         for ann, name in zip(annotated, names):
@@ -108,7 +109,7 @@ def _trace_once(owner, annotated, names, watched, read, calls):
             # eager mode validates a value of Const arguments only and seeds nothing: read it
             # without the guard that reading a nondiff value records
             nondiff = isinstance(out, Tracer) and getattr(out, "nondiff", False)
-            _seed_return(out._v if nondiff else out, trace, {}, None, owner.mode)
+            _seed_return(out._v if nondiff else out, trace, {}, width, owner.mode)
     return trace, leaf_slots, out, groups, ret_active
 
 

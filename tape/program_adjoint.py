@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batching import Batched, reverse_per_direction
+
 
 class _State:
     """What is known of one cotangent variable at the current line."""
@@ -156,31 +158,69 @@ def add_into(ct, term):
     return ct + term
 
 
-def inline_terms(inline, active, g, operands, out, const):
+def batched_add_into(ct, term):
+    """`add_into` for batch mode's cotangents (`Batched`, W directions stacked on a leading
+    axis): summed into `ct`'s data when ``ct + term`` would be the same array (both batched,
+    their data of one dtype and shape), else ``ct + term`` as eager mode sums. `ct` is owned."""
+    if term is None:
+        return ct
+    if ct is None:
+        return term
+    if (type(ct) is Batched and type(term) is Batched and ct.data.shape == term.data.shape
+            and ct.data.dtype == term.data.dtype):
+        ct.data += term.data
+        return ct
+    return ct + term
+
+
+def reverse_batched(reverse, cfg, saved, g):
+    """``reverse(cfg, saved, g)`` as eager mode's sweep calls it (tape/core.py
+    ReverseTrace.backward): a rule that raises TypeError or ValueError on a batched
+    cotangent runs once per direction (without one the error is raised again)."""
+    try:
+        return reverse(cfg, saved, g)
+    except (TypeError, ValueError):
+        return reverse_per_direction(reverse, cfg, saved, g)
+
+
+def inline_terms(inline, active, g, operands, out, const, batched=None):
     """(argument index, cotangent expression, fresh) of an inlined rule (`Primitive.inline`):
-    the same arithmetic as the rule's reverse when nothing broadcasts."""
+    the same arithmetic as the rule's reverse when nothing broadcasts.
+
+    `batched`: in batch mode, the shape ``(W,) + shape`` of the data of a cotangent `g` that
+    has the result's shape. Each term is then written on that data where `g` is such a
+    `Batched` (what `tape.batching` computes for the rule's own NumPy calls then: the same
+    ufunc on the same arrays), and as the rule's expression on `g` otherwise."""
+    def on_data(expression, data, same_shape=True):
+        if batched is None:
+            return expression
+        test = f"type({g}) is _B" + (f" and {g}.data.shape == {batched!r}" if same_shape else "")
+        return f"(_B({data}) if {test} else {expression})"
+
     kind = inline[0]
     if kind == "unary":
         _, derivative, use_ans = inline
-        yield (0, f"{g} * {const(derivative, 'derivative')}({out if use_ans else operands[0]})",
-               True)
+        d = f"{const(derivative, 'derivative')}({out if use_ans else operands[0]})"
+        yield 0, on_data(f"{g} * {d}", f"{g}.data * {d}"), True
     elif kind == "linear":
         for k in range(2):
             if active[k]:
-                yield (k, g, False) if k == 0 or inline[1] > 0 else (k, f"-{g}", True)
+                yield ((k, g, False) if k == 0 or inline[1] > 0
+                       else (k, on_data(f"-{g}", f"-{g}.data", False), True))
     elif kind == "product":
         for k in range(2):
             if active[k]:
-                yield k, f"{g} * {operands[1 - k]}", True
+                yield k, on_data(f"{g} * {operands[1 - k]}", f"{g}.data * {operands[1 - k]}"), True
     elif kind == "binary":
         _, d_first, d_second, uses_ans = inline
         ans = out if uses_ans else "None"
         for k, d in enumerate((d_first, d_second)):
             if active[k]:
-                yield (k, f"{g} * {const(d, 'partial')}({operands[0]}, {operands[1]}, {ans})",
-                       True)
+                partial = f"{const(d, 'partial')}({operands[0]}, {operands[1]}, {ans})"
+                yield k, on_data(f"{g} * {partial}", f"{g}.data * {partial}"), True
     elif kind == "map":
-        yield 0, f"{const(inline[1], 'adjoint')}({g})", True
+        adjoint = const(inline[1], 'adjoint')
+        yield 0, on_data(f"{adjoint}({g})", f"{adjoint}({g}.data)", False), True
     else:
         raise ValueError(f"unknown inline rule {kind!r}")
 

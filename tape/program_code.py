@@ -12,7 +12,9 @@ from .program import (AUGMENTED, FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, 
                       GuardFailed, Uncompilable, _ShapeChecked, _fill, _param_slots, same_value,
                       step_context)
 from .program_split import load
-from .program_adjoint import AdjointWriter, add_into, basic_index, iadd, inline_terms
+from .batching import Batched
+from .program_adjoint import (AdjointWriter, add_into, basic_index, batched_add_into, iadd,
+                              inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
@@ -27,6 +29,9 @@ class Program:
     - `grad_slots`: the leaves whose cotangents are returned;
     - `by_reference`: whether watched arrays are read at each call (a kept program), or the
       copies the trace took of them (a program that answers the traced call only).
+    - `width`: in batch mode (W seeds, `BatchDuplicated` arguments) the number of directions
+      W: the cotangents are `Batched`, as in eager batch mode, and each reverse rule is called
+      with them (once per direction where it cannot take them, as eagerly).
     The function returns ``(values of result_slots, cotangents of grad_slots)``. Its steps of
     user code (custom rules, `tape.inactive` functions) run as in eager mode, whatever their
     results feed, and through ``calls`` (tape/user_calls.UserCalls) when given one; with
@@ -34,7 +39,8 @@ class Program:
     """
 
     def __init__(self, trace: CompileTrace, leaf_slots, result_slots, seed_slots, grad_slots,
-                 by_reference: bool = True):
+                 by_reference: bool = True, width: int | None = None):
+        self.width = width
         self._take_steps(trace, by_reference)
         _check_defined(self.steps, leaf_slots, result_slots, grad_slots)
         self.inplace = _all_float64(self.values, self.steps)
@@ -42,7 +48,8 @@ class Program:
         # cotangents are never summed in place (an in-place sum would stay a 0-d array)
         self.scalar_slots = {s for s, (t, shape, _) in self.values.items()
                              if t is not np.ndarray or shape == ()}
-        self.scatters = self._scatters() if self.inplace else {}
+        # (batch mode calls those rules: their cotangents are `Batched`)
+        self.scatters = self._scatters() if self.inplace and width is None else {}
         self.repeats = {i: a for i, a in common_subexpressions(
             self.steps, trace.contexts, result_slots, trace.views).items()
             if (i in self.inline) == (a in self.inline)
@@ -306,7 +313,10 @@ class Program:
         if self.calls_user:   # every guard held: what user code got need not live on
             lines.append("    calls.primal_done()")
         adjoint_start = len(lines)
-        writer = AdjointWriter(lines, self.inplace, self.scalar_slots)
+        batched = self.width is not None
+        if batched:   # in-place sums of `Batched` cotangents, rules as eager batch mode calls them
+            ns.update(_B=Batched, _add_into=batched_add_into, _reverse_batched=reverse_batched)
+        writer = AdjointWriter(lines, self.inplace and not batched, self.scalar_slots)
         for k, s in enumerate(seed_slots):
             if s not in nondiff:
                 writer.add(s, f"seeds[{k}]", "    ", may_be_none=False, fresh=False)
@@ -330,8 +340,9 @@ class Program:
             writer.open_block(conditional)
             if i in self.inline:
                 operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
+                data_shape = (self.width,) + self.values[outs[0]][1] if batched else None
                 for k, term, fresh in inline_terms(fn.inline, cfg.active, g, operand,
-                                                   f"v{outs[0]}", const):
+                                                   f"v{outs[0]}", const, data_shape):
                     writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
@@ -347,8 +358,9 @@ class Program:
                 else:
                     writer.add(ins[0], f"_broadcast_to({g}, {shape!r})", indent, False, False)
             else:
-                lines.append(f"{indent}g = {const(fn.reverse, fn.name + '_rev')}"
-                             f"({const(cfg, 'cfg')}, s{i}, {g})")
+                rev, rule_args = const(fn.reverse, fn.name + '_rev'), f"{const(cfg, 'cfg')}, s{i}, {g}"
+                lines.append(f"{indent}g = _reverse_batched({rev}, {rule_args})" if batched
+                             else f"{indent}g = {rev}({rule_args})")
                 # A rule that says so (`reverse_results`) returns a cotangent for each active
                 # argument ("set"), each a new array nothing else holds ("fresh").
                 results = getattr(fn, "reverse_results", None)
