@@ -93,7 +93,7 @@ class ForwardCompileTrace(CompileTrace):
         outs = made if prim.multiple_results else (made,)
         for t, tan in zip(outs, tangent if prim.multiple_results else (tangent,)):
             if tan is not None:
-                self.tangents[t.slot] = _complex_like(t._v, tan)
+                self.tangents[t.slot] = _complex_like(t._v, tan, tans)
                 if self.tangents[t.slot] is not tan:
                     self.retyped.add(t.slot)
         return made
@@ -291,7 +291,7 @@ class ForwardProgram(Program):
             if kind == FORWARD and useful[i]:
                 for o in outs:
                     if _complex(self.values[o]) or o in trace.retyped:
-                        lines.append(f"    t{o} = _complex_like(v{o}, t{o})")
+                        lines.append(f"    t{o} = _complex_like(v{o}, t{o}, ({tans},))")
                     if i in self.user_steps:   # a rule of the user's decides its zeros
                         test = "is" if o in trace.tangents else "is not"
                         lines.append(f"    if t{o} {test} None: raise GuardFailed({o})")
