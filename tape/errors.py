@@ -1,5 +1,6 @@
 """Errors raised by the engine. Each one says what was wrong and where."""
 import importlib
+import inspect
 
 import numpy as np
 
@@ -42,6 +43,9 @@ class NonDifferentiableError(HecateError, TypeError):
     silently drop the derivative."""
 
 
+_GENERATOR = inspect.CO_GENERATOR
+
+
 class TracerConversionError(NonDifferentiableError):
     """A traced value was asked to become a plain NumPy array (its `__array__`). While something
     is traced, the NumPy functions that take lists (np.array, np.mean, ...) catch this and build
@@ -53,9 +57,13 @@ class TracerConversionError(NonDifferentiableError):
     def __init__(self, message: str, frame=None):
         super().__init__(message)
         self.message, self.frame = message, frame
+        # A generator's frame forgets its caller once it stops (np.vectorize with a signature
+        # converts its arguments in a generator expression): keep the caller it has now.
+        self.resumed_by = (frame.f_back if frame is not None and frame.f_code.co_flags & _GENERATOR
+                           else None)
 
     def __str__(self):
-        caller = _library_caller(self.frame)
+        caller = _library_caller(self.frame, self.resumed_by)
         if caller is not None and caller[0] == "scipy":
             module, function = caller[1], caller[2]
             return (f"{module}.{function} was called on a traced value; SciPy's functions "
@@ -124,11 +132,12 @@ def _wrapped_function(frame):
     return None
 
 
-def _library_caller(frame):
+def _library_caller(frame, resumed_by=None):
     """("scipy" or "numpy", public module, function) of the outermost SciPy or NumPy frame
-    between `frame` and the user's code, or None."""
+    between `frame` and the user's code, or None. `resumed_by`: the frame that was running
+    `frame`, a generator's, when the error was made (its own link is gone)."""
     found = None
-    while frame is not None:
+    for frame in _outward(frame, resumed_by):
         module = frame.f_globals.get("__name__", "")
         package = module.partition(".")[0]
         if package in ("scipy", "numpy"):
@@ -141,8 +150,16 @@ def _library_caller(frame):
                 found = (package, public, name)
         elif package not in ("tape", "ops", "kernels") and found is not None:
             return found
-        frame = frame.f_back
     return found
+
+
+def _outward(frame, resumed_by):
+    """`frame` and its callers, outwards; past a stopped generator's frame, `resumed_by`'s."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+        if frame is None:
+            frame, resumed_by = resumed_by, None
 
 
 class NaNError(HecateError, FloatingPointError):
