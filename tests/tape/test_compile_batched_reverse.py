@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tape
+from tape.core import Primitive
 from tape import (Active, BatchDuplicated, Const, Duplicated, MixedDuplicated, Reverse,
                   ReverseWithPrimal, autodiff)
 
@@ -297,6 +298,23 @@ def test_a_rule_error_that_is_not_about_batching_raises_as_eagerly():
     g = run_sequence(RV, f, Active,
                      lambda k: [BatchDuplicated(np.ones(2) * k, (np.ones(2),) * 2)], [0, 1, 2])
     assert g.stats.eager_calls >= 1, g.stats   # the replay raised: eager mode raises it
+
+
+def test_a_cotangent_of_another_shape_than_its_value_broadcasts_as_eagerly():
+    """A primitive's rule may return a cotangent that only broadcasts to its argument's shape
+    (a 0-d one for a (3,) array; `custom_rule` broadcasts it itself, a bare `Primitive` does
+    not): the inline terms of the steps before it must broadcast it with the batch axis aside,
+    as the rules do, even where W equals the array's length."""
+    total = Primitive("total", lambda x: np.sum(x * x),
+                      augmented_primal=lambda cfg, x: (np.sum(x * x), x),
+                      reverse=lambda cfg, x, g: (g * np.sum(x),))   # 0-d: it broadcasts
+
+    def f(x):
+        return total(np.sin(x)) + np.sum(x)   # sin: an inline step
+    g = run_sequence(RVP, f, Active, lambda k: [BatchDuplicated(
+        np.linspace(0.1, 1.0, 3) * (k + 1), tuple(np.full(3, j + 1.0) for j in range(3)))],
+        [0, 1, 2])
+    assert g.stats.eager_calls == 0 and g.stats.hits == 2, g.stats
 
 
 # -- guards, signatures, MixedDuplicated ----------------------------------------------------------
