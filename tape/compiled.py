@@ -40,8 +40,8 @@ from typing import Callable
 
 import numpy as np
 
-from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
+from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
+                         DuplicatedNoNeed, Mode)
 from .api import _argument_names, autodiff
 from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
@@ -72,9 +72,9 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     ``compile(mode, f, ReturnActivity, *ArgActivityTypes)`` returns a callable taking the
     annotated arguments. Without `f` (``@compile(Reverse, Active, Duplicated)``) it is a
     decorator. Reverse, ReverseWithPrimal, Forward and ForwardWithPrimal are traced and
-    replayed, forward mode with BatchDuplicated arguments too (W tangents in one pass);
-    batched reverse mode, MixedDuplicated and mode modifiers run eagerly, and split modes return
-    `autodiff_thunk`'s pair. `print(g)` shows the generated program of the last signature;
+    replayed, with BatchDuplicated arguments too (W tangents in one forward pass, W seeds in
+    one reverse sweep) and MixedDuplicated ones; mode modifiers run eagerly, and split modes
+    return `autodiff_thunk`'s pair. `print(g)` shows the generated program of the last signature;
     `g.stats` counts traces, cache hits, guard failures and eager calls.
 
     >>> import numpy as np
@@ -92,6 +92,15 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     >>> jvps = compile(ForwardWithPrimal, lambda x: x ** 3, BatchDuplicated, BatchDuplicated)
     >>> jvps(BatchDuplicated(2.0, (1.0, 0.5)))   # two directions in one pass
     ((12.0, 6.0), 8.0)
+    >>> def square_into(y, x):
+    ...     y[...] = x * x
+    >>> vjps = compile(Reverse, square_into, Const, BatchDuplicated, BatchDuplicated)
+    >>> dxs = (np.zeros(2), np.zeros(2))
+    >>> vjps(BatchDuplicated(np.zeros(2), (np.ones(2), np.array([0.0, 1.0]))),
+    ...      BatchDuplicated(np.array([1.0, 3.0]), dxs))   # the W seeds: y's shadows
+    ((None, None),)
+    >>> dxs
+    (array([2., 6.]), array([0., 6.]))
     """
     if not isinstance(mode, Mode):
         raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "

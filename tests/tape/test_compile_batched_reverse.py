@@ -21,7 +21,7 @@ from tape.core import Primitive
 from tape import (Active, BatchDuplicated, Const, Duplicated, MixedDuplicated, Reverse,
                   ReverseWithPrimal, autodiff)
 
-from forward_compare import identical, outcome, run_sequence
+from forward_compare import outcome, run_sequence
 from test_compile_programs import SHAPE, STEPS, make_function
 
 RV, RVP = Reverse, ReverseWithPrimal
