@@ -205,12 +205,15 @@ def _write_back_reverse(arg, trace, seeds, width=None):
             continue
         if width is None:
             shadow = arg.shadows[i]
-            seeds[t.slot] = to_user(shadow) if is_complex(shadow) else shadow.copy()
+            seed = to_user(shadow) if is_complex(shadow) else shadow.copy()
             shadow[...] = 0
         else:
-            seeds[t.slot] = to_user(stack_directions(arg.shadows[i]))
+            seed = to_user(stack_directions(arg.shadows[i]))
             for shadow in arg.shadows[i]:
                 shadow[...] = 0
+        # The final value may also be the Active result (f returns the buffer it wrote), or
+        # another written buffer's: its seeds add up
+        seeds[t.slot] = seed if t.slot not in seeds else seeds[t.slot] + seed
 
 
 def _write_primals(arg):

@@ -589,3 +589,29 @@ def test_a_const_instance_in_the_return_activity_place_is_explained():
     """Const(...) in the return activity's place reached f as an extra argument."""
     with pytest.raises(ActivityError, match="return activity must be a type, Const"):
         autodiff(Reverse, lambda x: np.sum(x), Const(1.0), Active(np.ones(2)))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_written_buffer_returned_as_the_active_result_sums_both_seeds(compiled):
+    """f writes a 0-d Duplicated buffer and returns it as its Active result: the result's seed
+    (1) and the buffer's shadow (the seed of its final value) both weigh the same value, so
+    d/dx of 1 * y + dy * y with y = 2 x is 2 (1 + dy). Eager mode let the shadow's seed
+    replace the result's (2 where the answer is 4); compiled programs summed them."""
+    def f(y, x):
+        y[...] = x * 2.0
+        return y
+
+    def run(*args):
+        if not compiled:
+            return autodiff(Reverse, f, Active, *args)
+        g = tape.compile(Reverse, f, Active, type(args[0]), Active)
+        for _ in range(2):
+            g(*(type(args[0])(a.val.copy(), tape.pytree.tree_map(np.copy, a.dval))
+                if isinstance(a, Duplicated) else a for a in args))
+        return g(*args)
+
+    ((_, dx),) = run(Duplicated(np.array(0.0), np.array(1.0)), Active(np.array(1.0)))
+    assert float(dx) == 4.0
+    ((_, dxs),) = run(BatchDuplicated(np.array(0.0), (np.array(1.0), np.array(3.0))),
+                      Active(np.array(1.0)))
+    assert [float(d) for d in dxs] == [4.0, 8.0]
