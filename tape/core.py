@@ -331,11 +331,13 @@ class ReverseTrace(Trace):
                     vals, in_slots, cfg = (a.value, b.value), (a.slot, b.slot), _ACTIVE_11
                 else:
                     vals, in_slots, cfg = (a.value, b), (a.slot, None), _ACTIVE_10
-                    untraced = (b,)
+                    if type(b) not in _NUMBERS:   # a Python number is never a caller's array
+                        untraced = (b,)
             else:
                 b.owned = False
                 vals, in_slots, cfg = (a, b.value), (None, b.slot), _ACTIVE_01
-                untraced = (a,)
+                if type(a) not in _NUMBERS:
+                    untraced = (a,)
         else:
             vals, slots = [], []
             for a in args:
@@ -385,7 +387,9 @@ class ReverseTrace(Trace):
         """`saved`, safe from later writes into the caller's arrays among the operands (see
         tape.residuals); first refuses a read of an argument's memory after `f` wrote it."""
         arrays = caller_arrays(untraced, params)
-        if self.written_arguments and arrays:
+        if not arrays:   # speed-up: the common case, nothing of the caller's among them
+            return saved
+        if self.written_arguments:
             refuse_stale_reads(arrays, self.written_arguments)
         return protect(saved, arrays)
 
@@ -446,6 +450,9 @@ def _popping(records: list):
     while records:
         yield records.pop()
 
+
+# Operand types that are never a caller's array (tape.residuals): `process` skips them.
+_NUMBERS = frozenset((int, float, complex, bool))
 
 # Residuals of a once-differentiable rule whose inputs an outer level is differentiating.
 _OUTER_TRACED = object()

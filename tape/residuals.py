@@ -64,11 +64,36 @@ def operands(values: Sequence, params: dict) -> Iterator:
             yield p
 
 
+# Types that are never a caller's array or list (`_is_caller_array` is False for them): a
+# speed-up that skips the checks for the numbers, flags and slices most operands are.
+_NEVER_ARRAYS = frozenset((int, float, bool, complex, str, type(None), slice, type(Ellipsis),
+                           np.float64, np.float32, np.int64, np.intp, np.bool_))
+
+
 def caller_arrays(values: Sequence, params: dict) -> list:
     """The arrays among `operands(values, params)` that their owner may still write into, and
     the Python lists among them (``x * [1.0, 2.0]``, an index ``x[rows, 0]``): the function
     may change those too after the use (``rows[0] = 1``)."""
-    return [x for x in operands(values, params) if type(x) is list or _is_caller_array(x)]
+    # `operands` unrolled (speed-up: no generator, and the common plain values skipped).
+    found = []
+    for x in values:
+        t = type(x)
+        if t not in _NEVER_ARRAYS and (t is list or _is_caller_array(x)):
+            found.append(x)
+    for p in params.values():
+        t = type(p)
+        if t in _NEVER_ARRAYS:
+            continue
+        if t is tuple or t is list:
+            if t is list:
+                found.append(p)
+            for x in p:
+                tx = type(x)
+                if tx not in _NEVER_ARRAYS and (tx is list or _is_caller_array(x)):
+                    found.append(x)
+        elif _is_caller_array(p):
+            found.append(p)
+    return found
 
 
 def _shares(x, arrays) -> bool:
