@@ -45,11 +45,32 @@ def normalize_axis(axis, ndim: int) -> tuple:
     >>> normalize_axis((-1, 0), 3)
     (0, 2)
     """
+    if type(axis) is tuple:   # speed-up: a tuple seen before (rules pass their own again)
+        try:
+            known = _NORMALIZED.get((axis, ndim))
+        except TypeError:   # unhashable: NumPy's check below names the fault
+            known = None
+        if known is not None and _all_ints(axis):   # (1.0,) equals (1,) but is refused
+            return known
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (int, np.integer)):   # the common case, without NumPy's generic path
         return (normalize_axis_index(axis, ndim),)
-    return tuple(sorted(normalize_axis_tuple(axis, ndim)))
+    out = tuple(sorted(normalize_axis_tuple(axis, ndim)))
+    if type(axis) is tuple and len(_NORMALIZED) < 4096 and _all_ints(axis):
+        _NORMALIZED[axis, ndim] = out
+    return out
+
+
+def _all_ints(items: tuple) -> bool:
+    for i in items:
+        if type(i) is not int:
+            return False
+    return True
+
+
+# Tuples of Python ints that `normalize_axis` has normalized, by (axis, ndim).
+_NORMALIZED: dict = {}
 
 
 def restore_reduced(g, in_shape: tuple, axis, keepdims: bool):
@@ -59,7 +80,9 @@ def restore_reduced(g, in_shape: tuple, axis, keepdims: bool):
     axes = normalize_axis(axis, len(in_shape))
     if axes == tuple(range(len(axes))):   # leading axes: broadcasting already lines g up
         return g
-    return np.reshape(g, tuple(1 if i in axes else n for i, n in enumerate(in_shape)))
+    shape = tuple(1 if i in axes else n for i, n in enumerate(in_shape))
+    # np.reshape's own path for an ndarray, without its dispatch (speed-up)
+    return g.reshape(shape) if type(g) is np.ndarray else np.reshape(g, shape)
 
 
 def _dtype(x):
@@ -107,6 +130,9 @@ def _count(shape, axes) -> int:
 
 # -- sum ------------------------------------------------------------------------------------------
 def _sum_augmented(cfg, x, axis=None, dtype=None, keepdims=False):
+    if type(x) is np.ndarray:   # speed-up: np.sum's own path for an ndarray, without dispatch
+        out = x.sum(axis=axis, dtype=dtype, keepdims=keepdims)
+        return out, (x.shape, None if dtype is None else x.dtype, axis, keepdims)
     out = np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
     return out, (shape_of(x), None if dtype is None else _dtype(x), axis, keepdims)
 
@@ -372,6 +398,8 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wher
 # -- max / min ------------------------------------------------------------------------------------
 def _extremum_impl(x, axis, keepdims=False, initial=None, kind="max"):
     extra = {} if initial is None else {"initial": initial}
+    if type(x) is np.ndarray:   # speed-up: np.max's own path for an ndarray, without dispatch
+        return (x.max if kind == "max" else x.min)(axis=axis, keepdims=keepdims, **extra)
     return (np.max if kind == "max" else np.min)(x, axis=axis, keepdims=keepdims, **extra)
 
 
@@ -382,9 +410,14 @@ def _tie_weights(x, out, axis, keepdims):
     """
     x = primal(x)
     best = restore_reduced(primal(out), shape_of(x), axis, keepdims)
-    hit = (x == best) | (np.isnan(x) & np.isnan(best))
+    hit = x == best
+    if np.isnan(best).any():   # (speed-up: only then can a NaN entry be a hit)
+        hit = hit | (np.isnan(x) & np.isnan(best))
     hit = hit.astype(_dtype(x))
-    return hit / np.maximum(np.sum(hit, axis=axis, keepdims=True), 1)
+    counts = np.sum(hit, axis=axis, keepdims=True)
+    if hit.dtype.kind == "f" and counts.size and counts.max() <= 1:
+        return hit   # no ties (speed-up): hit / 1 is hit, the same bits
+    return hit / np.maximum(counts, 1)
 
 
 def _extremum_augmented(cfg, x, axis, keepdims=False, initial=None, kind="max"):

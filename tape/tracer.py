@@ -35,16 +35,27 @@ def _rule(table: dict, key, what: str):
     return rule
 
 
+# The rule lookups name what is missing only when a rule is (speed-up: the message is not
+# formatted on every call).
 def _call_ufunc(ufunc, *args, **kw):
-    return _rule(UFUNC_RULES, ufunc, f"numpy.{ufunc.__name__}")(*args, **kw)
+    rule = UFUNC_RULES.get(ufunc)
+    if rule is None:
+        raise _missing(f"numpy.{ufunc.__name__}")
+    return rule(*args, **kw)
 
 
 def _call_function(func, *args, **kw):
-    return _rule(FUNCTION_RULES, func, f"numpy.{getattr(func, '__name__', func)}")(*args, **kw)
+    rule = FUNCTION_RULES.get(func)
+    if rule is None:
+        raise _missing(f"numpy.{getattr(func, '__name__', func)}")
+    return rule(*args, **kw)
 
 
 def _call_method(name, *args, **kw):
-    return _rule(METHOD_RULES, name, f"ndarray.{name}")(*args, **kw)
+    rule = METHOD_RULES.get(name)
+    if rule is None:
+        raise _missing(f"ndarray.{name}")
+    return rule(*args, **kw)
 
 
 def _operator(ufunc, tracer, other, args):
@@ -223,8 +234,8 @@ class _Surface:
     __hash__ = object.__hash__
 
     # -- attributes -----------------------------------------------------------------------
-    shape = property(lambda self: np.shape(peek(self)))
-    ndim = property(lambda self: np.ndim(peek(self)))
+    shape = property(lambda self: _shape(peek(self)))
+    ndim = property(lambda self: _ndim(peek(self)))
     size = property(lambda self: np.size(peek(self)))
     dtype = property(lambda self: _dtype_of(peek(self)))
     T = property(lambda self: _call_function(np.transpose, self))
@@ -480,6 +491,15 @@ def _is_view_index(index, ndim: int) -> bool:
             continue
         return False   # advanced indexing
     return not (only_integers and len(items) == ndim)
+
+
+def _shape(value) -> tuple:
+    # Speed-up: an ndarray's own attribute, without np.shape's dispatch (the same tuple).
+    return value.shape if type(value) is np.ndarray else np.shape(value)
+
+
+def _ndim(value) -> int:
+    return value.ndim if type(value) is np.ndarray else np.ndim(value)
 
 
 def _dtype_of(x):
