@@ -19,44 +19,11 @@ import tape
 from tape import (BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, Forward,
                   ForwardWithPrimal, autodiff)
 
+from batched_arguments import directions, program_args
 from forward_compare import identical, outcome, run_sequence
-from test_compile_programs import SHAPE, STEPS, Active, make_function
+from test_compile_programs import STEPS, Active, make_function
 
 FW, FWP = Forward, ForwardWithPrimal
-
-
-def _directions(rng, width, shape, dtype=np.float64):
-    if shape == ():   # a Python float argument: Python float tangents
-        return tuple(float(rng.normal()) for _ in range(width))
-    return tuple(rng.normal(size=shape).astype(dtype) for _ in range(width))
-
-
-def _program_args(spec, rng):
-    """The arguments of a generated program for one call in batch mode (as
-    test_compile_forward._program_args, each differentiated argument with W tangents)."""
-    width = spec["width"]
-
-    def batch(x):
-        if isinstance(x, dict):
-            per = [_directions(rng, width, np.shape(v)) for v in x.values()]
-            return BatchDuplicated(x, tuple(dict(zip(x, d)) for d in zip(*per)))
-        if isinstance(x, list):
-            per = [_directions(rng, width, np.shape(v)) for v in x]
-            return BatchDuplicated(x, tuple(list(d) for d in zip(*per)))
-        return BatchDuplicated(x, _directions(rng, width, np.shape(x)))
-    a = (float(rng.uniform(-1.5, 1.5)) if spec["a_kind"] == "float"
-         else rng.uniform(-1.5, 1.5, (4,)))
-    W = rng.uniform(-1.0, 1.0, (4, 4))
-    p = {"w": rng.uniform(-1, 1, (4,)), "b": rng.uniform(-1, 1, (3, 1))}
-    if spec["p_kind"] == "list":
-        p = [p["w"], p["b"]]
-    return [batch(rng.uniform(-2.0, 2.0, SHAPE)),
-            batch(a) if spec["a_active"] else Const(a),
-            batch(W) if spec["W_active"] else Const(W),
-            Const(np.array([int(rng.integers(0, 3))])),
-            Const(float(rng.choice([-0.3, 0.0, 0.4]))),
-            batch(rng.uniform(-1.0, 1.0, SHAPE)),
-            batch(p)]
 
 
 def _specs(n, seed=4321):
@@ -81,7 +48,7 @@ def _specs(n, seed=4321):
 def test_generated_programs_equal_eager_batch_mode(spec):
     f = make_function(spec["steps"], Active if spec["scalar"] else None)
     rng = np.random.default_rng(spec["seed"])
-    calls = [_program_args(spec, rng) for _ in range(3)]
+    calls = [program_args(spec, rng) for _ in range(3)]
     calls[1][0].val[...] = -calls[0][0].val   # the opposite x flips branches on sums, masks
     calls.append(calls[0])
     g = run_sequence(spec["mode"], f, spec["ret"], lambda c: calls[c], range(len(calls)))
@@ -103,7 +70,7 @@ def _chain(x, w, c):
 def test_each_direction_equals_a_one_direction_call_and_finite_differences(width):
     rng = np.random.default_rng(width)
     x, w, c = rng.normal(size=(3, 4)), rng.normal(size=(4, 4)), 0.7
-    vs, ws = _directions(rng, width, (3, 4)), _directions(rng, width, (4, 4))
+    vs, ws = directions(rng, width, (3, 4)), directions(rng, width, (4, 4))
     g = tape.compile(FWP, _chain, BatchDuplicated, BatchDuplicated, BatchDuplicated, Const)
     one = tape.compile(FWP, _chain, Duplicated, Duplicated, Duplicated, Const)
     for scale in (1.0, -0.6, 1.0):
@@ -128,10 +95,10 @@ def test_zero_d_and_column_primals_broadcast_with_the_batch_axis():
     rng = np.random.default_rng(0)
 
     def args(k):
-        return [BatchDuplicated(rng.normal(size=3), _directions(rng, 4, (3,))),
+        return [BatchDuplicated(rng.normal(size=3), directions(rng, 4, (3,))),
                 BatchDuplicated(np.float64(0.3 + k), tuple(np.float64(v) for v in
                                                            rng.normal(size=4))),
-                BatchDuplicated(rng.normal(size=(3, 1)), _directions(rng, 4, (3, 1)))]
+                BatchDuplicated(rng.normal(size=(3, 1)), directions(rng, 4, (3, 1)))]
     g = run_sequence(FWP, f, BatchDuplicated, args, [0, 1, 2])
     assert g.stats.eager_calls == 0 and g.stats.hits == 2, g.stats
 
@@ -170,9 +137,9 @@ def test_float32_programs():
     def args(k):
         rng = np.random.default_rng(k)
         return [BatchDuplicated(rng.normal(size=(3, 4)).astype(np.float32),
-                                _directions(rng, 2, (3, 4), np.float32)),
+                                directions(rng, 2, (3, 4), np.float32)),
                 BatchDuplicated(rng.normal(size=(4, 4)).astype(np.float32),
-                                _directions(rng, 2, (4, 4), np.float32))]
+                                directions(rng, 2, (4, 4), np.float32))]
     g = run_sequence(FWP, f, BatchDuplicated, args, [0, 1, 2])
     assert g.stats.eager_calls == 0, g.stats
 
@@ -221,7 +188,7 @@ def test_a_built_in_rule_that_runs_once_per_direction():
     rng = np.random.default_rng(1)
     g = run_sequence(FWP, f, BatchDuplicated,
                      lambda k: [BatchDuplicated(rng.normal(size=(3, 4)),
-                                                _directions(rng, 3, (3, 4)))], [0, 1, 2])
+                                                directions(rng, 3, (3, 4)))], [0, 1, 2])
     assert g.stats.eager_calls == 0 and g.stats.hits == 2, g.stats
     assert "_forward_batched(setitem_fwd" in str(g) and "_forward_batched(cumprod_fwd" in str(g)
 

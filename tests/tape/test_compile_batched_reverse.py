@@ -21,43 +21,11 @@ from tape.core import Primitive
 from tape import (Active, BatchDuplicated, Const, Duplicated, MixedDuplicated, Reverse,
                   ReverseWithPrimal, autodiff)
 
+from batched_arguments import directions, program_args
 from forward_compare import outcome, run_sequence
-from test_compile_programs import SHAPE, STEPS, make_function
+from test_compile_programs import STEPS, make_function
 
 RV, RVP = Reverse, ReverseWithPrimal
-
-
-def _directions(rng, width, shape, dtype=np.float64):
-    return tuple(rng.normal(size=shape).astype(dtype) for _ in range(width))
-
-
-def _program_args(spec, rng):
-    """The arguments of a generated program (x, a, W, n, c, buf, p) for one call in batch
-    mode: every Duplicated argument with W shadows (nonzero: they accumulate, and the shadows
-    of a buffer the program writes are its W seeds)."""
-    width = spec["width"]
-
-    def batch(x):
-        if isinstance(x, dict):
-            per = [_directions(rng, width, np.shape(v)) for v in x.values()]
-            return BatchDuplicated(x, tuple(dict(zip(x, d)) for d in zip(*per)))
-        if isinstance(x, list):
-            per = [_directions(rng, width, np.shape(v)) for v in x]
-            return BatchDuplicated(x, tuple(list(d) for d in zip(*per)))
-        return BatchDuplicated(x, _directions(rng, width, np.shape(x)))
-    a = (float(rng.uniform(-1.5, 1.5)) if spec["a_kind"] == "float"
-         else rng.uniform(-1.5, 1.5, (4,)))
-    W = rng.uniform(-1.0, 1.0, (4, 4))
-    p = {"w": rng.uniform(-1, 1, (4,)), "b": rng.uniform(-1, 1, (3, 1))}
-    if spec["p_kind"] == "list":
-        p = [p["w"], p["b"]]
-    return [batch(rng.uniform(-2.0, 2.0, SHAPE)),
-            Active(a) if spec["a_active"] else Const(a),
-            batch(W) if spec["W_active"] else Const(W),
-            Const(np.array([int(rng.integers(0, 3))])),
-            Const(float(rng.choice([-0.3, 0.0, 0.4]))),
-            batch(rng.uniform(-1.0, 1.0, SHAPE)),
-            batch(p)]
 
 
 def _specs(n, seed=8765):
@@ -82,7 +50,7 @@ def test_generated_programs_equal_eager_batch_mode(spec):
     # only the buffers the program writes are seeded (differently per direction).
     f = make_function(spec["steps"], spec["ret"])
     rng = np.random.default_rng(spec["seed"])
-    calls = [_program_args(spec, rng) for _ in range(3)]
+    calls = [program_args(spec, rng, Active) for _ in range(3)]
     calls[1][0].val[...] = -calls[0][0].val   # the opposite x flips branches on sums, masks
     calls.append(calls[0])
     g = run_sequence(spec["mode"], f, spec["ret"], lambda c: calls[c], range(len(calls)))
@@ -112,9 +80,9 @@ def test_each_direction_equals_a_one_direction_call_and_finite_differences(width
                      BatchDuplicated, Const)
     one = tape.compile(RV, _written, Const, Duplicated, Duplicated, Duplicated, Const)
     for scale in (1.0, -0.6, 1.0):
-        seeds = _directions(rng, width, (3, 4))
+        seeds = directions(rng, width, (3, 4))
         out = np.zeros((3, 4))
-        dxs, dws = _directions(rng, width, (3, 4)), _directions(rng, width, (4, 4))
+        dxs, dws = directions(rng, width, (3, 4)), directions(rng, width, (4, 4))
         start, start_w = [d.copy() for d in dxs], [d.copy() for d in dws]
         g(BatchDuplicated(out, tuple(s.copy() for s in seeds)),
           BatchDuplicated(x * scale, dxs), BatchDuplicated(w, dws), Const(c))
@@ -143,9 +111,9 @@ def test_zero_d_and_column_values_broadcast_with_the_batch_axis():
     rng = np.random.default_rng(0)
 
     def args(k):
-        return [BatchDuplicated(rng.normal(size=3), _directions(rng, 4, (3,))),
+        return [BatchDuplicated(rng.normal(size=3), directions(rng, 4, (3,))),
                 Active(np.float64(0.3 + k)),
-                BatchDuplicated(rng.normal(size=(3, 1)), _directions(rng, 4, (3, 1)))]
+                BatchDuplicated(rng.normal(size=(3, 1)), directions(rng, 4, (3, 1)))]
     g = run_sequence(RVP, f, Active, args, [0, 1, 2])
     assert g.stats.eager_calls == 0 and g.stats.hits == 2, g.stats
 
@@ -186,9 +154,9 @@ def test_float32_programs():
     def args(k):
         rng = np.random.default_rng(k)
         return [BatchDuplicated(rng.normal(size=(3, 4)).astype(np.float32),
-                                _directions(rng, 2, (3, 4), np.float32)),
+                                directions(rng, 2, (3, 4), np.float32)),
                 BatchDuplicated(rng.normal(size=(4, 4)).astype(np.float32),
-                                _directions(rng, 2, (4, 4), np.float32))]
+                                directions(rng, 2, (4, 4), np.float32))]
     g = run_sequence(RVP, f, Active, args, [0, 1, 2])
     assert g.stats.eager_calls == 0, g.stats
 
@@ -238,7 +206,7 @@ def test_a_built_in_rule_that_runs_once_per_direction():
 
     def args(k):
         rng = np.random.default_rng(k)
-        return [BatchDuplicated(rng.normal(size=(3, 4)), _directions(rng, 3, (3, 4)))]
+        return [BatchDuplicated(rng.normal(size=(3, 4)), directions(rng, 3, (3, 4)))]
     g = run_sequence(RVP, f, Active, args, [0, 1, 2])
     assert g.stats.eager_calls == 0 and g.stats.hits == 2, g.stats
     assert "_reverse_batched(cumprod_rev" in str(g), str(g)
