@@ -203,17 +203,20 @@ def _write_back_reverse(arg, trace, seeds, width=None):
         first = arg.first_slots[i]
         if first is None or t.slot == first or arg.shadows is None:
             continue
-        if width is None:
-            shadow = arg.shadows[i]
-            seed = to_user(shadow) if is_complex(shadow) else shadow.copy()
+        seed = written_seed(arg.shadows[i], width)
+        for shadow in arg.shadows[i] if width is not None else (arg.shadows[i],):
             shadow[...] = 0
-        else:
-            seed = to_user(stack_directions(arg.shadows[i]))
-            for shadow in arg.shadows[i]:
-                shadow[...] = 0
         # The final value may also be the Active result (f returns the buffer it wrote), or
         # another written buffer's: its seeds add up
         seeds[t.slot] = seed if t.slot not in seeds else seeds[t.slot] + seed
+
+
+def written_seed(shadow, width=None):
+    """The seed of a written buffer's final value: its shadow (a copy, in the user's complex
+    convention), or in batch mode its W shadows stacked."""
+    if width is not None:
+        return to_user(stack_directions(shadow))
+    return to_user(shadow) if is_complex(shadow) else shadow.copy()
 
 
 def _write_primals(arg):
@@ -380,14 +383,19 @@ def _write_back_forward(arg, width=None):
         if arg.first_slots[i] is None or t.value is arg.leaves[i]:
             continue   # never written
         arg.leaves[i][...] = t.value
-        shadows = arg.shadows[i] if width is not None else (arg.shadows[i],)
-        for w, shadow in enumerate(shadows):
-            if t.tangent is None:
-                shadow[...] = 0
-            elif isinstance(t.tangent, Batched):
-                shadow[...] = t.tangent.data[w]
-            else:
-                shadow[...] = t.tangent
+        write_tangent(arg.shadows[i], t.tangent, width)
+
+
+def write_tangent(shadow, tangent, width=None):
+    """Write a written buffer's tangent into its shadow (its W shadows in batch mode): zero
+    where it has none."""
+    for w, one in enumerate(shadow if width is not None else (shadow,)):
+        if tangent is None:
+            one[...] = 0
+        elif isinstance(tangent, Batched):
+            one[...] = tangent.data[w]
+        else:
+            one[...] = tangent
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import Active, BatchDuplicated, Const, Duplicated, DuplicatedNoNeed
-from .api import _cast_like, _is_float, _python_scalar, _reverse_argument, derivatives
+from .api import (_cast_like, _is_float, _python_scalar, _reverse_argument, derivatives,
+                  written_seed)
 from .backend import array_module
-from .batching import Batched, stack_directions
+from .batching import Batched
 from .core import Tracer
-from .modifiers import is_complex, to_user, user_cotangents
+from .modifiers import user_cotangents
 from .compiled_trace import aliased, const_leaves
 from .program import GuardFailed, _ShapeChecked
 from .program_code import Program
@@ -226,12 +227,8 @@ class CompiledSignature:
             if not seeded:
                 continue
             shadow = groups[g].shadows[i]
-            if self.width is None:
-                seeds.append(to_user(shadow) if is_complex(shadow) else shadow.copy())
-                zero_after.append(shadow)
-            else:   # its W shadows, stacked, as eager batch mode seeds them
-                seeds.append(to_user(stack_directions(shadow)))
-                zero_after.extend(shadow)
+            seeds.append(written_seed(shadow, self.width))
+            zero_after.extend(shadow if self.width is not None else (shadow,))
         return groups, leaves, seeds, zero_after
 
     def _call_plain(self, annotated, recorded=None, calls=None):

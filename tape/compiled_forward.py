@@ -9,9 +9,9 @@ import functools
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
-from .api import (_forward_argument, _is_float, _python_scalar, _tangent_direction,
+from .api import (write_tangent, _forward_argument, _is_float, _python_scalar, _tangent_direction,
                   _tangent_of, batch_width)
-from .batching import Batched, stack_directions
+from .batching import stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
 from .compiled_trace import (_CallTrace, _const_argument, aliased, const_leaves,
@@ -123,14 +123,7 @@ class ForwardSignature(CompiledSignature):
         for (g, i, _, _), value, tangent in zip(self.writes, results[n_out:],
                                                 result_tangents[n_tangents:]):
             groups[g].leaves[i][...] = value   # as eager mode writes them back, leaf by leaf
-            shadows = groups[g].shadows[i]
-            for w, shadow in enumerate(shadows if self.width is not None else (shadows,)):
-                if tangent is None:
-                    shadow[...] = 0
-                elif isinstance(tangent, Batched):
-                    shadow[...] = tangent.data[w]
-                else:
-                    shadow[...] = tangent
+            write_tangent(groups[g].shadows[i], tangent, self.width)
         return self._answer(results[:n_out], result_tangents[:n_tangents])
 
     def _inputs(self, annotated, names):
