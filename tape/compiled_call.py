@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import Active, BatchDuplicated, Const, Duplicated, DuplicatedNoNeed
-from .api import (_cast_like, _is_float, _python_scalar, _reverse_argument, derivatives,
+from .api import (_cast_like, _python_scalar, _reverse_argument, derivatives,
                   written_seed)
 from .backend import array_module
 from .batching import Batched
 from .core import Tracer
 from .modifiers import user_cotangents
-from .compiled_trace import aliased, const_leaves
+from .compiled_trace import program_leaves
 from .program import GuardFailed, _ShapeChecked
 from .program_code import Program
 from .signature import _changed, _is_scalar
@@ -195,30 +195,13 @@ class CompiledSignature:
     def _inputs(self, annotated, names):
         """The program's leaves and seeds for a call, the argument groups, and the shadows
         to zero after it (those of written buffers, whose seeds they are)."""
-        groups, leaves = [], []
-        consts, differentiated = [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                arrays = const_leaves(ann.val)
-                leaves.extend(arrays)
-                consts.extend(arrays)
-                continue
-            arg = _reverse_argument(ann, name)
-            arg.first_slots = []
-            for x in arg.leaves:
-                arg.first_slots.append(True if _is_float(x) else None)
-                if _is_float(x):
-                    leaves.append(x)
-                    differentiated.append(x)
-                elif isinstance(x, np.ndarray):   # an index or a mask: read as a Const
-                    leaves.append(x)
-                    consts.append(x)
-            groups.append(arg)
-        if self.writes and aliased(differentiated, consts):
-            raise GuardFailed("arguments share memory")
+        groups, leaves, floats = program_leaves(annotated, names, _reverse_argument,
+                                                bool(self.writes))
         slot_iter = iter(self.grad_slots)
-        for arg in groups:
-            arg.first_slots = [next(slot_iter) if s else None for s in arg.first_slots]
+        for arg, positions in zip(groups, floats):
+            arg.first_slots = [None] * len(arg.leaves)
+            for i in positions:
+                arg.first_slots[i] = next(slot_iter)
         seeds = []
         if self.ret_slot is not None:
             seeds.append(self.seed.copy() if self.width is None else Batched(self.seed.copy()))

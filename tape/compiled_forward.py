@@ -4,8 +4,6 @@ its results back onto the return value (primal, tangent), the buffers the functi
 their shadows, as eager `autodiff(Forward, ...)` gives them (tape/api.py `_forward`)."""
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
@@ -14,8 +12,8 @@ from .api import (write_tangent, _forward_argument, _is_float, _python_scalar, _
 from .batching import stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
-from .compiled_trace import (_CallTrace, _const_argument, aliased, const_leaves,
-                             nondiff_leaf, with_read_only_arguments)
+from .compiled_trace import (_CallTrace, _const_argument, float_leaf, nondiff_leaf,
+                             program_leaves, with_read_only_arguments)
 from .core import Tracer
 from .program import GuardFailed
 from .program_forward import ForwardCompileTrace, ForwardProgram
@@ -49,16 +47,11 @@ def _trace(owner, annotated, names, watched, read, calls):
             arg = _forward_argument(ann, name)
             for i, (x, dx) in enumerate(zip(arg.leaves, arg.shadows)):
                 if _is_float(x):
-                    t = trace.new_leaf(read(x))
+                    t = float_leaf(trace, arg, i, x, read, leaf_slots, watched_leaves)
                     # eager mode's tangent is the shadow itself; in batch mode the W
                     # shadows stacked on a leading axis
                     trace.tangents[t.slot] = dx if width is None else stack_directions(dx)
-                    leaf_slots.append((t.slot, False))
                     tangent_leaves.append(t.slot)
-                    arg.tracers.append(t)
-                    arg.first_slots.append(t.slot)
-                    if isinstance(x, np.ndarray):
-                        watched_leaves.append((functools.partial(arg.path, i), x, t))
                 else:
                     nondiff_leaf(trace, arg, i, x, read, leaf_slots)
             groups.append(arg)
@@ -128,25 +121,10 @@ class ForwardSignature(CompiledSignature):
 
     def _inputs(self, annotated, names):
         """The program's leaves and tangents for a call, and the argument groups."""
-        groups, leaves, tangents, consts, differentiated = [], [], [], [], []
-        for ann, name in zip(annotated, names):
-            if type(ann) is Const:
-                arrays = const_leaves(ann.val)
-                leaves.extend(arrays)
-                consts.extend(arrays)
-                continue
-            arg = _forward_argument(ann, name)
-            for x, dx in zip(arg.leaves, arg.shadows):
-                if _is_float(x):
-                    leaves.append(x)
-                    tangents.append(dx if arg.width is None else stack_directions(dx))
-                    differentiated.append(x)
-                elif isinstance(x, np.ndarray):
-                    leaves.append(x)
-                    consts.append(x)
-            groups.append(arg)
-        if self.writes and aliased(differentiated, consts):
-            raise GuardFailed("arguments share memory")
+        groups, leaves, floats = program_leaves(annotated, names, _forward_argument,
+                                                bool(self.writes))
+        tangents = [arg.shadows[i] if arg.width is None else stack_directions(arg.shadows[i])
+                    for arg, positions in zip(groups, floats) for i in positions]
         return groups, leaves, tangents
 
     def _call_plain(self, annotated, recorded=None, calls=None):

@@ -15,7 +15,7 @@ from .api import _is_float, _reverse_argument, _seed_return, batch_width, guess_
 from .core import Tracer
 from .errors import NonDifferentiableError
 from .modifiers import is_complex
-from .program import CompileTrace, Uncompilable, same_value
+from .program import CompileTrace, GuardFailed, Uncompilable, same_value
 from .pytree import flatten, unflatten
 from .signature import (Snapshotter, _argument_classes, _rng_key, _watch, generator_state,
                         set_generator_state)
@@ -44,6 +44,18 @@ def with_read_only_arguments(trace, owner, annotated, names, watched, calls):
         return trace(owner, annotated, names, watched, read, calls)
     finally:
         _thaw(frozen)
+
+
+def float_leaf(trace, arg, i: int, x, read, leaf_slots: list, watched_leaves: list):
+    """Leaf `i` of a differentiated argument that is a float: a differentiated input of the
+    program, its array watched for writes through other names. Returns its tracer."""
+    t = trace.new_leaf(read(x))
+    leaf_slots.append((t.slot, False))
+    arg.tracers.append(t)
+    arg.first_slots.append(t.slot)
+    if isinstance(x, np.ndarray):
+        watched_leaves.append((functools.partial(arg.path, i), x, t))
+    return t
 
 
 def nondiff_leaf(trace, arg, i: int, x, read, leaf_slots: list) -> None:
@@ -88,12 +100,7 @@ def _trace_once(owner, annotated, names, watched, read, calls):
             arg = _reverse_argument(ann, name)
             for i, x in enumerate(arg.leaves):
                 if _is_float(x):
-                    t = trace.new_leaf(read(x))
-                    leaf_slots.append((t.slot, False))
-                    arg.tracers.append(t)
-                    arg.first_slots.append(t.slot)
-                    if isinstance(x, np.ndarray):
-                        watched_leaves.append((functools.partial(arg.path, i), x, t))
+                    float_leaf(trace, arg, i, x, read, leaf_slots, watched_leaves)
                 else:
                     nondiff_leaf(trace, arg, i, x, read, leaf_slots)
             groups.append(arg)
@@ -177,6 +184,36 @@ def const_leaves(value):
         return [value]
     leaves, td = flatten(value)
     return [x for x in leaves if isinstance(x, np.ndarray)]
+
+
+def program_leaves(annotated, names, argument, check_aliasing: bool) -> tuple:
+    """``(groups, leaves, floats)`` of a call: the argument groups (`argument(ann, name)`,
+    eager mode's), the program's leaves in order (Const arrays, then per differentiated
+    argument its float leaves and its index or mask arrays), and per group the positions of
+    its float leaves. With `check_aliasing` (the program writes an argument) a differentiated
+    leaf that shares memory with another argument raises GuardFailed."""
+    groups, leaves, floats, consts, differentiated = [], [], [], [], []
+    for ann, name in zip(annotated, names):
+        if type(ann) is Const:
+            arrays = const_leaves(ann.val)
+            leaves.extend(arrays)
+            consts.extend(arrays)
+            continue
+        arg = argument(ann, name)
+        positions = []
+        for i, x in enumerate(arg.leaves):
+            if _is_float(x):
+                leaves.append(x)
+                differentiated.append(x)
+                positions.append(i)
+            elif isinstance(x, np.ndarray):   # an index or a mask: read as a Const
+                leaves.append(x)
+                consts.append(x)
+        groups.append(arg)
+        floats.append(positions)
+    if check_aliasing and aliased(differentiated, consts):
+        raise GuardFailed("arguments share memory")
+    return groups, leaves, floats
 
 
 def aliased(written, consts) -> bool:
