@@ -166,16 +166,20 @@ class CompiledSignature:
         the primal alone."""
         return self._inputs(annotated, names)[1], None
 
+    def _checked_fast_path(self, annotated, recorded, calls):
+        """Raise GuardFailed where a value the function reads changed; then the answer of the
+        fast path where it applies (`plain`), or None: take the general path."""
+        if self.watched and _changed(self.watched) is not None:
+            raise GuardFailed("a value the function reads changed")
+        return self._call_plain(annotated, recorded, calls) if self.plain else None
+
     def call(self, annotated, names, recorded=None, calls=None):
         """Replay for this call. `recorded`: what user code returned in the trace of this
         very call (`CompileTrace.recorded`), taken instead of running it again; `calls`: what
         it returned in this call's earlier runs (see `_replay`)."""
-        if self.watched and _changed(self.watched) is not None:
-            raise GuardFailed("a value the function reads changed")
-        if self.plain:
-            fast = self._call_plain(annotated, recorded, calls)
-            if fast is not None:
-                return fast
+        fast = self._checked_fast_path(annotated, recorded, calls)
+        if fast is not None:
+            return fast
         groups, leaves, seeds, zero_after = self._inputs(annotated, names)
         results, grads = _replay(self.program, leaves, seeds, recorded, calls)
         for shadow in zero_after:

@@ -15,10 +15,9 @@ from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
 from .compiled_trace import (_CallTrace, _const_argument, float_leaf, nondiff_leaf,
                              program_leaves, with_read_only_arguments)
 from .core import Tracer
-from .program import GuardFailed
 from .program_forward import ForwardCompileTrace, ForwardProgram
 from .pytree import flatten, unflatten
-from .signature import Snapshotter, _changed, _is_scalar
+from .signature import Snapshotter, _is_scalar
 
 
 def trace_forward_once(owner, annotated, names, watched, calls=None):
@@ -103,12 +102,9 @@ class ForwardSignature(CompiledSignature):
 
     def call(self, annotated, names, recorded=None, calls=None):
         """Replay for this call (see `CompiledSignature.call`)."""
-        if self.watched and _changed(self.watched) is not None:
-            raise GuardFailed("a value the function reads changed")
-        if self.plain:
-            fast = self._call_plain(annotated, recorded, calls)
-            if fast is not None:
-                return fast
+        fast = self._checked_fast_path(annotated, recorded, calls)
+        if fast is not None:
+            return fast
         groups, leaves, tangents = self._inputs(annotated, names)
         results, result_tangents = _replay(self.program, leaves, tangents, recorded, calls)
         n_out = sum(s is not None for s in self.out_slots)
