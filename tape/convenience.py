@@ -17,9 +17,9 @@ from .activities import (Active, Annotation, Const, Duplicated, Forward, Forward
                          Mode, Reverse)
 from .api import autodiff
 from .backend import array_module
-from .core import Tracer
+from .core import Tracer, is_complex
 from .errors import ActivityError
-from .jacobians import (_is_complex, check_argument, check_chunk, check_result,
+from .jacobians import (check_argument, check_chunk, check_result,
                         forward_columns, forward_jacobian, is_tree, on_float_leaves, onehot,
                         reverse_jacobian)
 from .pytree import flatten, flatten_with_paths, set_at
@@ -271,7 +271,7 @@ def hessian(f: Callable, x: Any, chunk: int | None = None):
     """
     chunk = check_chunk(chunk)
     check_argument(x, 0, f, "hessian")
-    if any(_is_complex(leaf) for leaf in flatten(x)[0]):
+    if any(is_complex(leaf) for leaf in flatten(x)[0]):
         raise ActivityError(
             "hessian: the argument holds complex values; the Hessian of a real function of "
             "complex variables is over their real and imaginary parts: pass them as real "

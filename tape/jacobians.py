@@ -20,7 +20,7 @@ import numpy as np
 from .activities import Active, BatchDuplicated, Const, ForwardWithPrimal, ReverseSplitWithPrimal
 from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
 from .backend import array_module
-from .core import Tracer
+from .core import Tracer, is_complex
 from .errors import ActivityError
 from .pytree import flatten, is_leaf, unflatten
 from .split import autodiff_thunk
@@ -58,7 +58,7 @@ def _units(x, value):
 def _directions(x):
     """Real unit directions, then (for complex leaves) imaginary ones, leaf by leaf."""
     if not isinstance(x, list):
-        return _units(x, 1) + (_units(x, 1j) if _is_complex(x) else ())
+        return _units(x, 1) + (_units(x, 1j) if is_complex(x) else ())
     out = []
     for k, leaf in enumerate(x):
         for hot in _directions(leaf):
@@ -66,11 +66,6 @@ def _directions(x):
             zeros[k] = hot
             out.append(zeros)
     return tuple(out)
-
-
-def _is_complex(v) -> bool:
-    dt = getattr(v, "dtype", None)
-    return isinstance(v, complex) if dt is None else np.dtype(dt).kind == "c"
 
 
 def check_chunk(chunk: Any) -> int | None:
@@ -116,7 +111,7 @@ def check_result(out: Any, f: Callable, caller: str) -> None:
             f"{type(out).__name__}; Jacobians of pytree results are not supported: take one "
             "Jacobian per output (lambda x: f(x)['a']), or return one array "
             "(np.concatenate of the raveled outputs)")
-    if _is_complex(out):
+    if is_complex(out):
         raise ActivityError(
             f"{caller} needs a real result, but `{_name(f)}` returned complex values "
             f"({_describe(out)}); return the real and imaginary parts as one real array, e.g. "
@@ -201,7 +196,7 @@ def _forward_jacobian(f, args, i, chunk, check):
             continue
         J = xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
         start += size
-        if _is_complex(leaf):
+        if is_complex(leaf):
             J = J + 1j * xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
             start += size
         out.append(_like_leaf(J.reshape(np.shape(primal) + np.shape(leaf)), leaf))
