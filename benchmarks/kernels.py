@@ -47,8 +47,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:   # run as a script from a checkout, without installing
-    sys.path.insert(0, str(ROOT))
+# Run as a script, this file's folder comes first on sys.path, where this file would shadow the
+# `kernels` package it benchmarks: the checkout's root goes first (also when PYTHONPATH holds it).
+sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
 from kernels import memory, memory_chunked  # noqa: E402
@@ -110,33 +111,42 @@ def hecate_step(pair, args, weights, prim_backend=None, **kw):
 
 
 def torch_memory(pair, torch, k, v, q, *rest):
-    """The recurrence as a PyTorch user writes it: a loop over tokens, autograd records it."""
+    """The recurrence as a PyTorch user writes it: a loop over tokens, autograd records it.
+    Leading batch axes ride along (k: [..., s, d], gates: [..., s], states: [..., d, d])."""
     gates, states = rest[:N_GATES[pair]], list(rest[N_GATES[pair]:])
     alpha = gates[0]
     M = states[0]
     S = states[1] if pair == "titans" else None
+
+    def outer(a, b):
+        return a[..., :, None] * b[..., None, :]
+
+    def scale(g, t):
+        return g[..., t, None, None]
+
     ys = []
-    for t in range(k.shape[0]):
+    for t in range(k.shape[-2]):
+        kt = k[..., t, :]
         if pair == "hebbian":
-            M = (1 - alpha[t]) * M + torch.outer(v[t], k[t])
+            M = (1 - scale(alpha, t)) * M + outer(v[..., t, :], kt)
         else:
-            upd = gates[1][t] * torch.outer(M @ k[t] - v[t], k[t])
+            upd = scale(gates[1], t) * outer((M @ kt[..., None])[..., 0] - v[..., t, :], kt)
             if pair == "delta":
-                M = (1 - alpha[t]) * M - upd
+                M = (1 - scale(alpha, t)) * M - upd
             else:
-                S = gates[2][t] * S - upd
-                M = (1 - alpha[t]) * M + S
-        ys.append(M @ q[t])
-    return (torch.stack(ys), M) + ((S,) if pair == "titans" else ())
+                S = scale(gates[2], t) * S - upd
+                M = (1 - scale(alpha, t)) * M + S
+        ys.append((M @ q[..., t, :, None])[..., 0])
+    return (torch.stack(ys, -2), M) + ((S,) if pair == "titans" else ())
 
 
 def torch_attention(torch, q, k, v):
     s = q.shape[-2]
     i = torch.arange(s, device=q.device)
     band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - WINDOW)
-    out = torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None],
-                                                           attn_mask=band)
-    return (out[0],)
+    out = torch.nn.functional.scaled_dot_product_attention(q[..., None, :, :], k[..., None, :, :],
+                                                           v[..., None, :, :], attn_mask=band)
+    return (out[..., 0, :, :],)
 
 
 def torch_step(pair, args, weights, device="cpu"):
@@ -151,8 +161,18 @@ def torch_step(pair, args, weights, device="cpu"):
         sum(((o * w).sum() for o, w in zip(outs, ws))).backward()
         if device != "cpu":
             torch.cuda.synchronize()
-        return [t.grad.cpu().numpy() for t in ts]
+        return [t.grad for t in ts]    # copied to the host by `host`, outside the timing
     return step
+
+
+def host(x):
+    """A gradient as a NumPy array: from NumPy, CuPy or a PyTorch tensor (CPU or CUDA)."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "__cuda_array_interface__"):
+        import cupy as cp
+        return cp.asnumpy(x)
+    return np.asarray(x)
 
 
 def torch_version(cuda=False):
@@ -213,7 +233,7 @@ def run_cpu(sizes, repeat, measure_memory=True):
                 tools.append(("torch", torch_step(pair, args, weights)))
             reference = None
             for name, step in tools:
-                got = step()
+                got = [host(g) for g in step()]
                 reference = got if reference is None else reference
                 row = {"pair": pair, "d": d, "s": s, "tool": name,
                        "seconds": best_time(step, repeat), "grad_check": grads_agree(got,
@@ -368,18 +388,17 @@ def run_gpu(sizes, repeat, batch):
             if pair != "swa":
                 tools.insert(1, ("cuda-ckpt", hecate_step(pair, args, weights, backend="cuda",
                                                           checkpoint_every=CHECKPOINT), True))
-            if have_torch:   # the PyTorch loop runs one sequence (the first of the batch)
-                first = [cp.asnumpy(a)[0] for a in args]
+            if have_torch:   # the same batch of sequences, batched in every PyTorch op
                 tools.append(("torch-cuda", torch_step(
-                    pair, first, [cp.asnumpy(w)[0] for w in weights], "cuda"), False))
+                    pair, [cp.asnumpy(a) for a in args], [cp.asnumpy(w) for w in weights],
+                    "cuda"), False))
             reference = None
             for name, step, ckpt in tools:
-                got = [cp.asnumpy(g) if hasattr(g, "__cuda_array_interface__") else g
-                       for g in step()]
-                n_seq = 1 if name == "torch-cuda" else batch
+                got = [host(g) for g in step()]
+                n_seq = batch
                 if reference is None:
                     reference = got
-                want = reference if n_seq == batch else [r[0] for r in reference]
+                want = reference
                 t = best_time(step, repeat, sync)
                 flops, nbytes = work_estimate(pair, s, d, n_seq, ckpt)
                 results.append({

@@ -36,34 +36,37 @@ from models import model  # noqa: E402
 from models.config import TEXT_MODEL, ModelConfig  # noqa: E402
 from models.layers import conductor  # noqa: E402
 from models.optim import AdamW, clip_by_global_norm  # noqa: E402
+from models.train import array_module_for  # noqa: E402
 from models.train_step import TrainStep  # noqa: E402
 from tape import make_zero, make_zero_, primal, tree_map  # noqa: E402
 from tape.pytree import flatten  # noqa: E402
 
 
-def hecate_step_fn(cfg: ModelConfig, batch: int, compiled: bool = False):
+def hecate_step_fn(cfg: ModelConfig, batch: int, compiled: bool = False, xp=np):
     """Hecate's training step (`models.train_step.TrainStep`, as `hecate train` runs it):
-    eager `autodiff`, or the `tape.compile`d program (`hecate train`'s default)."""
-    params = model.init_params(cfg, 0)
+    eager `autodiff`, or the `tape.compile`d program (`hecate train`'s default), on NumPy or
+    (``xp=cupy``) on the GPU. Returns the step and the initial parameters on the host."""
+    host_params = model.init_params(cfg, 0)
+    params = tree_map(xp.asarray, host_params)
     grads = make_zero(params)
     opt = AdamW(params, lr=1e-3)
     train_step = TrainStep(cfg, compiled=compiled)
-    box = {"state": model.init_state(cfg, batch)}
+    box = {"state": model.init_state(cfg, batch, xp)}
 
     def step(tokens):
         make_zero_(grads)
-        _, value, box["state"] = train_step(params, grads, tokens, box["state"])
+        _, value, box["state"] = train_step(params, grads, xp.asarray(tokens), box["state"])
         clip_by_global_norm(grads, 1.0)
         opt.step(params, grads)
-        return value
+        return float(primal(value))     # a host number: on the GPU this waits for the step
     step.stats = lambda: train_step.stats
-    return step, params
+    return step, host_params
 
 
-def torch_model(cfg: ModelConfig, params, torch):
+def torch_model(cfg: ModelConfig, params, torch, device: str = "cpu"):
     """The same model in eager PyTorch, on copies of Hecate's initial parameters."""
     leaves, _ = flatten(params)
-    tleaves = [torch.tensor(np.asarray(x), requires_grad=True) for x in leaves]
+    tleaves = [torch.tensor(np.asarray(x), requires_grad=True, device=device) for x in leaves]
     it = iter(tleaves)
     # Rebuild the same structure with torch leaves (flatten order is the dataclass order).
     tp = tree_map(lambda _: next(it), params)
@@ -85,8 +88,8 @@ def torch_model(cfg: ModelConfig, params, torch):
 
     def rope(x):        # rotary positions 0..T-1 within the chunk (models.layers.rotate)
         T, half = x.shape[-2], dh // 2
-        freq = 10000.0 ** (-torch.arange(half, dtype=torch.float64) * 2.0 / dh)
-        angle = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+        freq = 10000.0 ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2.0 / dh)
+        angle = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * freq[None, :]
         c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
@@ -97,7 +100,7 @@ def torch_model(cfg: ModelConfig, params, torch):
             q, k = rope(q), rope(k)
         T = q.shape[-2]
         s = q @ k.transpose(-1, -2) / math.sqrt(dh)
-        i = torch.arange(T)
+        i = torch.arange(T, device=q.device)
         mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - cfg.window)
         return merge(torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v)
 
@@ -164,16 +167,17 @@ def torch_model(cfg: ModelConfig, params, torch):
     return tleaves, loss
 
 
-def torch_step_fn(cfg: ModelConfig, batch: int, params, torch):
-    tleaves, loss = torch_model(cfg, params, torch)
+def torch_step_fn(cfg: ModelConfig, batch: int, params, torch, device: str = "cpu"):
+    tleaves, loss = torch_model(cfg, params, torch, device)
     opt = torch.optim.AdamW(tleaves, lr=1e-3)
-    zeros = torch.zeros(memory_shape(cfg, batch))
+    zeros = torch.zeros(memory_shape(cfg, batch), device=device)
     box = {"state": [[(zeros, zeros) for _ in range(cfg.levels)] for _ in range(cfg.layers)],
            "pos": 0}
 
     def step(tokens):
         opt.zero_grad(set_to_none=True)
-        value, box["state"] = loss(torch.as_tensor(tokens), box["state"], box["pos"])
+        value, box["state"] = loss(torch.as_tensor(tokens, device=device), box["state"],
+                                   box["pos"])
         box["pos"] += tokens.shape[1] - 1
         value.backward()
         torch.nn.utils.clip_grad_norm_(tleaves, 1.0)
@@ -205,6 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: Hecate on CuPy (hecate train --device gpu) against PyTorch CUDA")
     ap.add_argument("--text-model", action="store_true",
                     help="models.config.TEXT_MODEL's backbone (heads, MLP, rotary, bounded "
                          "theta) instead of ModelConfig's defaults")
@@ -217,25 +223,31 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, cfg.vocab, size=(args.batch, cfg.seq_len + 1))
                for _ in range(4)]
-    h_step, params = hecate_step_fn(cfg, args.batch)
-    result = {"config": cfg.to_dict(), "batch": args.batch}
+    xp = array_module_for(args.device)
+    t_device = "cuda" if args.device == "gpu" else "cpu"
+    h_step, params = hecate_step_fn(cfg, args.batch, xp=xp)
+    result = {"config": cfg.to_dict(), "batch": args.batch, "device": args.device}
     try:
         import torch
     except ImportError:
         torch = None
+    if torch is not None and t_device == "cuda" and not torch.cuda.is_available():
+        print("pytorch : no CUDA device visible to PyTorch (skipped)")
+        torch = None
     if torch is not None:
         torch.set_num_threads(1)
-        _, tloss = torch_model(cfg, params, torch)
-        st = [[(torch.zeros(memory_shape(cfg, args.batch)),) * 2
+        _, tloss = torch_model(cfg, params, torch, t_device)
+        st = [[(torch.zeros(memory_shape(cfg, args.batch), device=t_device),) * 2
                for _ in range(cfg.levels)] for _ in range(cfg.layers)]
-        t_val = float(tloss(torch.as_tensor(batches[0]), st, 0)[0].detach())
-        h_val = float(primal(model.training_loss(params, batches[0],
-                                                 model.init_state(cfg, args.batch), cfg)[0]))
+        t_val = float(tloss(torch.as_tensor(batches[0], device=t_device), st, 0)[0].detach())
+        h_val = float(primal(model.training_loss(tree_map(xp.asarray, params),
+                                                 xp.asarray(batches[0]),
+                                                 model.init_state(cfg, args.batch, xp), cfg)[0]))
         result["loss_check"] = {"hecate": h_val, "torch": t_val}
         print(f"same function: hecate loss {h_val:.6f}, torch loss {t_val:.6f}")
     result["hecate_tokens_per_s"] = measure(h_step, batches, args.repeat)
     print(f"hecate  : {result['hecate_tokens_per_s']:10,.0f} tokens/s (eager autodiff)")
-    c_step, _ = hecate_step_fn(cfg, args.batch, compiled=True)
+    c_step, _ = hecate_step_fn(cfg, args.batch, compiled=True, xp=xp)
     t0 = time.perf_counter()
     c_step(batches[0])   # the first call traces and compiles
     result["compile_s"] = time.perf_counter() - t0
@@ -246,7 +258,7 @@ def main(argv=None) -> int:
           f"(tape.compile, hecate train's default; {result['compiled_over_eager']:.2f}x eager; "
           f"first call {result['compile_s']:.2f} s; {c_step.stats()})")
     if torch is not None:
-        t_step, _ = torch_step_fn(cfg, args.batch, params, torch)
+        t_step, _ = torch_step_fn(cfg, args.batch, params, torch, t_device)
         result["torch_tokens_per_s"] = measure(t_step, batches, args.repeat)
         result["ratio"] = result["hecate_tokens_per_s"] / result["torch_tokens_per_s"]
         result["compiled_ratio"] = (result["hecate_compiled_tokens_per_s"]

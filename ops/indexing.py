@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.backend import array_module
+from tape.backend import add_at, array_module
 from tape.core import Tracer, nondiff_value, peek, primal
 from tape.errors import NonDifferentiableError
 from tape.rules import register_function, register_method
@@ -85,7 +85,7 @@ def _scatter_impl(g, index, shape, dtype):
     # zeros_like(g, shape=...) rather than xp.zeros: a batched g gives a batched buffer.
     out = np.zeros_like(g, shape=shape, dtype=np.result_type(dtype, _dtype(g)))
     if _may_repeat(index):
-        np.add.at(out, index, g)
+        add_at(out, index, g)   # np.add.at, also on CuPy arrays
     else:
         out[index] = g   # each element is selected at most once: plain assignment is enough
     return out

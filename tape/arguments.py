@@ -274,6 +274,9 @@ def _check_shadow_writable(arg):
 
 
 def _is_mutable_leaf(x):
+    """An array (of any rank, a 0-d NumPy or CuPy array too) takes a gradient in place; a
+    number or a NumPy scalar cannot."""
     if isinstance(x, Tracer):   # nested autodiff: a traced 0-d array is an array too
-        return np.ndim(x) > 0 or isinstance(peek(x), np.ndarray)
-    return hasattr(x, "shape") and np.ndim(x) > 0 or isinstance(x, np.ndarray)
+        x = peek(x)
+    return (isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
+            or hasattr(x, "shape") and np.ndim(x) > 0)

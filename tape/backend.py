@@ -21,6 +21,32 @@ def array_module(x) -> ModuleType:
     return np
 
 
+def add_at(out, index, values) -> None:
+    """``np.add.at(out, index, values)`` for NumPy and CuPy arrays: unbuffered, so a repeated
+    index receives every value. CuPy's ufuncs have no ``at``; ``cupyx.scatter_add`` does the
+    same with atomic adds (real dtypes only: a complex `out` takes its two parts one at a time).
+
+    >>> out = np.zeros(3)
+    >>> add_at(out, [0, 0, 2], np.array([1.0, 2.0, 5.0]))
+    >>> out
+    array([3., 0., 5.])
+    """
+    if not hasattr(out, "__cuda_array_interface__"):   # NumPy, or a traced or batched buffer
+        np.add.at(out, index, values)
+        return
+    import cupyx   # only reached with CuPy arrays, so CuPy is installed
+    xp = sys.modules["cupy"]
+    values = xp.asarray(values)
+    if out.dtype.kind == "c":
+        parts = [xp.zeros(out.shape, out.real.dtype) for _ in range(2)]
+        cupyx.scatter_add(parts[0], index, values.real.astype(parts[0].dtype, copy=False))
+        cupyx.scatter_add(parts[1], index, values.imag.astype(parts[1].dtype, copy=False)
+                          if values.dtype.kind == "c" else xp.zeros((), parts[1].dtype))
+        out += parts[0] + 1j * parts[1]
+        return
+    cupyx.scatter_add(out, index, values.astype(out.dtype, copy=False))
+
+
 def module_name(x) -> str:
     return "cupy" if hasattr(peek(x), "__cuda_array_interface__") else "numpy"
 

@@ -104,6 +104,11 @@ def _is_scalar(x) -> bool:
 def _array_key(x) -> tuple:
     """Shape, dtype and memory layout: whether `x.reshape(-1)` or `x.ravel()` is a view that
     writes through, or a copy, depends on the strides, and a replay repeats the traced one."""
+    if hasattr(x, "__cuda_array_interface__"):
+        # A program's inputs, guards and written buffers are NumPy arrays: a CuPy array would
+        # be baked into the program as a constant (a later call's array never read) and its
+        # writes could not be caught, so the call runs as eager autodiff does.
+        raise Uncompilable("CuPy arrays run eagerly: compiled programs replay NumPy arrays")
     flags = getattr(x, "flags", None)
     return (type(x), tuple(x.shape), x.dtype, getattr(x, "strides", None),
             None if flags is None else bool(flags.writeable))
