@@ -150,10 +150,11 @@ def vander(x, N=None, increasing=False):
 def bincount(x, weights=None, minlength=0):
     """np.bincount: with traced `weights`, the sums per bin (a scatter-add); the counts of an
     unweighted call carry no derivative."""
-    x = np.asarray(primal(x))
+    x = primal(x)
+    x = x if hasattr(x, "__cuda_array_interface__") else np.asarray(x)   # (a list, a CuPy array)
     if weights is None or not isinstance(weights, Tracer):
         return np.bincount(x, primal(weights) if weights is not None else None, minlength)
-    n = max(int(x.max(initial=-1)) + 1, minlength)
+    n = max(int(x.max()) + 1 if x.size else 0, minlength)
     # NumPy sums the weights in float64 whatever their dtype.
     return scatter_add(weights, index=x, shape=(n,), dtype=np.float64)
 
@@ -188,14 +189,14 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     w = None
     if fweights is not None:
         w = _as_array(fweights)
-        plain = np.asarray(primal(w))
+        plain = primal(w)   # (NumPy or CuPy: the checks run where the weights are)
         if not np.all(plain == np.around(plain)):
             raise TypeError("fweights must be integer")
         if np.any(plain < 0):
             raise ValueError("fweights cannot be negative")
     if aweights is not None:
         a = _as_array(aweights)
-        if np.any(np.asarray(primal(a)) < 0):
+        if np.any(primal(a) < 0):
             raise ValueError("aweights cannot be negative")
         w = a if w is None else w * a
     avg = np.average(X, axis=1, weights=w)

@@ -242,7 +242,7 @@ class _Surface:
     mT = property(lambda self: _call_function(np.swapaxes, self, -1, -2))
     itemsize = property(lambda self: _dtype_of(peek(self)).itemsize)
     nbytes = property(lambda self: np.size(peek(self)) * _dtype_of(peek(self)).itemsize)
-    strides = property(lambda self: np.asarray(peek(self)).strides)
+    strides = property(lambda self: _strides_of(peek(self)))
 
     @property
     def real(self):
@@ -500,6 +500,11 @@ def _shape(value) -> tuple:
 
 def _ndim(value) -> int:
     return value.ndim if type(value) is np.ndarray else np.ndim(value)
+
+
+def _strides_of(value):
+    """The strides of a traced value's array (NumPy or CuPy; a number's as a 0-d array's)."""
+    return value.strides if hasattr(value, "strides") else np.asarray(value).strides
 
 
 def _dtype_of(x):

@@ -179,3 +179,16 @@ def test_checkpoint_on_cupy():
     got, = gradient(Reverse, f, cp.asarray(x))
     want, = gradient(Reverse, f, x)
     np.testing.assert_allclose(cp.asnumpy(got), want, rtol=1e-12)
+
+
+def test_compiled_calls_read_each_calls_cupy_arrays():
+    def f(x, c):
+        return np.sum(np.sin(x) * c)
+
+    g = tape.compile(Reverse, f, Active, Active, Const)
+    x = cp.asarray([0.1, 0.2, 0.3])
+    for scale in (1.0, 2.0, 3.0):   # the same shapes: one signature, new values each call
+        c = cp.asarray([1.0, -1.0, 0.5]) * scale
+        (dx, _), = g(Active(x), Const(c))
+        want = np.cos([0.1, 0.2, 0.3]) * np.array([1.0, -1.0, 0.5]) * scale
+        np.testing.assert_allclose(cp.asnumpy(dx), want, rtol=1e-12)
