@@ -39,10 +39,13 @@ CARRY_ROWS = 4            # CARRY_ROWS
 CARRY_THREADS = 128       # CARRY_MAXD / CARRY_MAXCOL: the kernel's launch bound
 INVERSE_THREADS = 64      # TRI_MAXC
 DTYPES = ("float32", "float64")
-# Below this the per-token CUDA kernels are expected to be faster: an estimate from launch
-# counts (about 150 launches for the chunked forward plus backward against one per pass), to be
-# replaced by the crossover `benchmarks/kernels.py --gpu` measures.
-MIN_TOKENS = 512
+# Below these lengths the per-token CUDA kernels run the default dispatch. Measured with
+# `benchmarks/kernels.py --gpu` on an H100 (d = 64, 16 sequences, forward plus backward), the
+# chunked form against the per-token kernel: delta 0.3x at 256 tokens, 1.0x at 1024, 1.9x at
+# 4096, 2.4x at 16384; Hebbian 0.4x, 1.1x, 2.4x, 2.5x; Titans 0.2x, 0.5x, 0.8x, 0.8x. Titans
+# still goes chunked from 4096 tokens: 20% slower there, but the per-token kernel keeps every
+# state (2 GiB at that size), the chunked form one per chunk.
+MIN_TOKENS = {"delta": 2048, "hebbian": 2048, "titans": 4096}
 _MODES = {"matrix": 0, "matrix_t": 1, "scale": 2}
 
 
@@ -55,7 +58,7 @@ def preferred(rule: str, s: int) -> bool:
     >>> preferred("delta", 4096), preferred("titans", 16)
     (True, False)
     """
-    return memory_chunked.preferred(rule, s) and s >= MIN_TOKENS
+    return memory_chunked.preferred(rule, s) and s >= MIN_TOKENS.get(rule, 0)
 
 
 def _suffix(dtype) -> str:

@@ -155,12 +155,16 @@ _hebbian = _make("hebbian")
 
 def _default_backend(rule: str, args: tuple, d: int, chosen: str) -> str:
     """The chunkwise-parallel form where it applies (same results, fewer sequential steps):
-    on NumPy arrays for `chunked.preferred` lengths, on a GPU for
-    `cuda_memory_chunked.preferred` lengths."""
+    on NumPy arrays for `chunked.preferred` lengths; on a GPU for
+    `cuda_memory_chunked.preferred` lengths, and for every `chunked.preferred` length where no
+    per-token CUDA kernel applies (float64): the per-token reference is a Python loop of small
+    launches there."""
     s = shape(args[0])[-2]
     if module_name(args[0]) == "numpy":
         return "chunked" if chosen == "reference" and chunked.preferred(rule, s) else chosen
-    if cuda_memory_chunked.preferred(rule, s) and chunked_gpu_usable(args, d):
+    long_enough = (cuda_memory_chunked.preferred(rule, s)
+                   or chosen == "reference" and chunked.preferred(rule, s))
+    if long_enough and chunked_gpu_usable(args, d):
         return "cuda-chunked"
     return chosen
 

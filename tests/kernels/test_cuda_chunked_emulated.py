@@ -252,11 +252,15 @@ def chosen_backend(rule, s, d, dtype, **kw):
 
 @pytest.mark.parametrize("rule", PRIMS)
 def test_default_gpu_dispatch(fake_gpu, rule):
-    long_s = cuda_memory_chunked.MIN_TOKENS
+    long_s = cuda_memory_chunked.MIN_TOKENS[rule]
     assert chosen_backend(rule, long_s, 64, np.float32) == "cuda-chunked"
     assert chosen_backend(rule, long_s, 64, np.float64) == "cuda-chunked"
     assert chosen_backend(rule, long_s - 1, 64, np.float32) == "cuda"      # per-token kernels
-    assert chosen_backend(rule, long_s - 1, 64, np.float64) == "reference"
+    # float64 has no per-token CUDA kernel: chunked from memory_chunked's length on
+    assert chosen_backend(rule, long_s - 1, 64, np.float64) == "cuda-chunked"
+    short = memory_chunked.MIN_TOKENS
+    assert chosen_backend(rule, short, 64, np.float64) == "cuda-chunked"
+    assert chosen_backend(rule, short - 1, 64, np.float64) == "reference"
     assert chosen_backend(rule, long_s, 64, np.float32, backend="cuda") == "cuda"
     assert chosen_backend(rule, long_s, 64, np.float32, backend="reference") == "reference"
     with pytest.warns(RuntimeWarning, match="exceeds"):

@@ -285,7 +285,7 @@ def test_default_dispatch_runs_long_sequences_chunked(monkeypatch):
         calls.append(1)
         return real(*a, **kw)
     monkeypatch.setattr(cuda_memory_chunked, "forward", spy)
-    s = cuda_memory_chunked.MIN_TOKENS
+    s = cuda_memory_chunked.MIN_TOKENS["titans"]
     long_args = [cp.asarray(a, dtype=cp.float32) for a in memory_args("titans", s, 32)]
     short_args = [cp.asarray(a, dtype=cp.float32) for a in memory_args("titans", s - 1, 32)]
     got = kernels.titans_rule(*long_args)
@@ -302,7 +302,7 @@ def test_default_dispatch_runs_long_sequences_chunked(monkeypatch):
 def test_public_chunked_rule_differentiates_through_the_tape():
     from kernels import cuda_memory_chunked
     rng = np.random.default_rng(3)
-    s = cuda_memory_chunked.MIN_TOKENS + 37          # the default dispatch runs it chunked
+    s = cuda_memory_chunked.MIN_TOKENS["delta"] + 37   # the default dispatch runs it chunked
     x = rng.standard_normal((s, 32)) * 0.5
     W = [rng.standard_normal((32, 32)) * 0.2 for _ in range(3)]
 
