@@ -4,6 +4,7 @@
     python benchmarks/train.py --quick    # a smoke test: tiny model, one timed step
     python benchmarks/train.py --json out.json
     python benchmarks/train.py --text-model   # models.config.TEXT_MODEL's backbone
+    python benchmarks/train.py --device gpu   # Hecate on CuPy against PyTorch CUDA
 
 A training step is the same on both sides: forward, mean cross-entropy plus the gate-saturation
 penalty (`models.model.training_loss`), backward, a global-norm clip and an AdamW update. The PyTorch model has the same sizes and the same per-token memory
@@ -14,7 +15,9 @@ the way one writes a recurrence in eager PyTorch. (The PyTorch side keeps no pen
 across chunks: with seq_len a multiple of every period, as here, none is ever needed.) Before
 timing, the PyTorch loss on Hecate's initial parameters is checked against Hecate's loss (same number to float32 precision), so both
 sides compute the same function. Both run on one thread (``torch.set_num_threads(1)``; NumPy's
-BLAS is limited by the environment variables set below before NumPy loads).
+BLAS is limited by the environment variables set below before NumPy loads). With
+``--device gpu`` Hecate runs on CuPy arrays and PyTorch on CUDA; each timed step ends with the
+loss as a host number, which waits for the device.
 """
 from __future__ import annotations
 

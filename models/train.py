@@ -354,8 +354,8 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     buffer = StepBuffer(params, world)   # the gradient leaves are views of one flat array
     grads, rows = buffer.grads, world.rows(tcfg.batch_size)
     tokens_per_step = tcfg.batch_size * cfg.seq_len
-    # The compiled step (tape.compile) gives the eager step's values; on CuPy it has not been
-    # checked yet, so GPU runs use the eager step.
+    # The compiled step (tape.compile) gives the eager step's values; calls with CuPy arrays
+    # run eagerly in tape.compile anyway (docs/compile.md), so GPU runs use the eager step.
     train_step = TrainStep(cfg, compiled=compile_step and xp is np)
     bar = None
     if progress:
