@@ -7,7 +7,7 @@ import math
 import numbers
 
 from tape.backend import add_or_none, array_module, broadcast_axes
-from tape.core import STRONG_ZERO, Primitive, peek, primal
+from tape.core import STRONG_ZERO, Primitive, Tracer, peek, primal
 from tape.rules import register_function, register_ufunc
 
 
@@ -27,6 +27,18 @@ def numpy_scalar(x):
     'float64'
     """
     return x[()] if shape_of(x) == () and isinstance(peek(x), np.ndarray) else x
+
+
+def as_array(x):
+    """`x` as an array without leaving its device: a traced value or a CuPy array as it is,
+    anything else (a list, a number, a NumPy array) through np.asarray.
+
+    >>> as_array([1.0, 2.0])
+    array([1., 2.])
+    """
+    if isinstance(x, Tracer) or hasattr(x, "__cuda_array_interface__"):
+        return x
+    return np.asarray(x)
 
 
 def as_float(x):

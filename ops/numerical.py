@@ -28,10 +28,11 @@ import warnings
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
+from tape.backend import array_module
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
-from ._util import numpy_scalar, shape_of
+from ._util import as_array, numpy_scalar, shape_of
 from .linalg import _cross as _cross3
 
 
@@ -44,13 +45,15 @@ def _float_array(a):
     """`a` as an array (a traced value stays traced); integers become float64 as NumPy does."""
     if isinstance(a, Tracer):
         return a
-    a = np.asarray(a)
+    a = as_array(a)
     return a.astype(np.float64) if a.dtype.kind in "biu" else a
 
 
 # -- gradient -------------------------------------------------------------------------------------
-def _spacings(f_shape, axes, varargs):
-    """Each axis' spacing: a scalar (uniform) or the 1-d differences of its coordinates."""
+def _spacings(f_shape, axes, varargs, xp):
+    """Each axis' spacing: a scalar (uniform) or the 1-d differences of its coordinates, on
+    the array module `xp` of the values (NumPy coordinates go to the device with CuPy values,
+    as cupy.gradient takes them)."""
     if not varargs:
         return [1.0] * len(axes)
     if len(varargs) == 1 and np.ndim(varargs[0]) == 0:
@@ -65,6 +68,8 @@ def _spacings(f_shape, axes, varargs):
             continue
         if np.ndim(h) != 1:
             raise ValueError("np.gradient: distances must be either scalars or 1d")
+        if xp is not np and not isinstance(h, Tracer):
+            h = xp.asarray(h)
         if shape_of(h)[0] != f_shape[axis]:
             raise ValueError("np.gradient: when 1d, distances must match the length of the "
                              f"corresponding dimension ({shape_of(h)[0]} != {f_shape[axis]} "
@@ -125,7 +130,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     axes = tuple(range(len(shape))) if axis is None else normalize_axis_tuple(axis, len(shape))
     if edge_order not in (1, 2):
         raise ValueError(f"np.gradient: edge_order must be 1 or 2, got {edge_order!r}")
-    spacings = _spacings(shape, axes, varargs)
+    spacings = _spacings(shape, axes, varargs, array_module(f))
     out = []
     for ax, h in zip(axes, spacings):
         if shape[ax] < edge_order + 1:
@@ -249,7 +254,8 @@ def _as_3d(v):
     """A 2-vector (x, y) as the 3-vector (x, y, 0); a 3-vector unchanged."""
     if shape_of(v)[-1] == 3:
         return v
-    return np.concatenate([v, np.zeros(shape_of(v)[:-1] + (1,), dtype=peek(v).dtype)], axis=-1)
+    zeros = array_module(v).zeros(shape_of(v)[:-1] + (1,), dtype=peek(v).dtype)
+    return np.concatenate([v, zeros], axis=-1)
 
 
 # -- real_if_close --------------------------------------------------------------------------------
@@ -262,7 +268,7 @@ def real_if_close(a, tol=100):
     """
     if not np.iscomplexobj(a):
         return a
-    value = np.asarray(primal(a))   # a Python complex has no dtype
+    value = as_array(primal(a))   # a Python complex has no dtype
     if tol > 1:
         tol = np.finfo(value.dtype).eps * tol
     return np.real(a) if np.all(np.abs(value.imag) < tol) else a

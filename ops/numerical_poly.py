@@ -27,7 +27,7 @@ from tape.backend import array_module
 from tape.core import Tracer, peek
 from tape.rules import register_function
 
-from ._util import add_tangents, defprimitive, shape_of
+from ._util import add_tangents, as_array, defprimitive, shape_of
 
 
 # -- the full convolution -------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def _vector(x, name, fn):
         raise ValueError(f"np.{fn}: {name} must be one-dimensional, got shape {shape_of(x)}")
     if shape_of(x)[0] == 0:
         raise ValueError(f"{name} cannot be empty")
-    return x if isinstance(x, Tracer) else np.asarray(x)
+    return as_array(x)
 
 
 def _window(full, n, m, mode, offset_same):
@@ -120,9 +120,8 @@ def polyval(p, x):
     if isinstance(p, (list, tuple)) and not any(isinstance(c, Tracer) for c in p):
         p = np.asarray(p)   # as NumPy does: [1.0, 2.0] is float64, whatever x's dtype
     elif not isinstance(p, (Tracer, list, tuple)):
-        p = np.asarray(p)
-    if not isinstance(x, Tracer):
-        x = np.asarray(x)
+        p = as_array(p)
+    x = as_array(x)
     y = np.zeros_like(peek(x))
     for k in range(len(p)):
         y = y * x + p[k]
@@ -169,14 +168,14 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     array([2., 1.])
     """
     order = int(deg) + 1
-    x = x + 0.0 if isinstance(x, Tracer) else np.asarray(x) + 0.0
-    y = y + 0.0 if isinstance(y, Tracer) else np.asarray(y) + 0.0
+    x = as_array(x) + 0.0
+    y = as_array(y) + 0.0
     _check_polyfit(x, y, int(deg), w)
     if rcond is None:
         rcond = shape_of(x)[0] * np.finfo(peek(x).dtype).eps
     lhs, rhs = _vandermonde(x, order), y
     if w is not None:
-        w = w + 0.0 if isinstance(w, Tracer) else np.asarray(w) + 0.0
+        w = as_array(w) + 0.0
         lhs = lhs * w[:, None]
         rhs = rhs * (w if np.ndim(rhs) == 1 else w[:, None])
     scale = np.sqrt(np.sum(lhs * lhs, axis=0))

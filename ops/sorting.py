@@ -210,7 +210,9 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
     else:
         if lo.ndim == 0:
             lo, hi = int(lo), int(hi)    # a basic index: a cheap getitem and scatter
-        frac = np.reshape(frac, q_shape + (1,) * len(rest))
+        if q_shape:   # a 0-d frac broadcasts as it is; reshaped, the forward-mode tangent of a
+            #           scalar q would become a 1-element NumPy array, which CuPy refuses
+            frac = np.reshape(frac, q_shape + (1,) * len(rest))
         below, above = s[lo], s[hi]
     if median:
         out = np.where(primal(frac) == 0, below, (below + above) / 2)
@@ -346,6 +348,8 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
     array([10.,  1.,  0.])
     """
     value = primal(ar)
+    if sorted is not True and array_module(value) is not np:
+        sorted = True   # cupy.unique has no `sorted`; its sorted order is one sorted=False allows
     extra = {} if sorted is True else {"sorted": sorted}
     results = np.unique(value, return_index=return_index, return_inverse=return_inverse,
                         return_counts=return_counts, axis=axis, equal_nan=equal_nan, **extra)
