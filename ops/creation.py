@@ -14,6 +14,7 @@ import operator
 
 import numpy as np
 
+from tape.backend import array_module
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function, register_method
 
@@ -42,16 +43,21 @@ for _fn in (np.zeros_like, np.ones_like, np.empty_like):
     register_function(_fn, _like(_fn))
 
 
-def filled(shape: tuple, fill, dtype) -> object:
+def filled(shape: tuple, fill, dtype, xp=np) -> object:
     """A new array of `shape` and `dtype` holding `fill` (broadcast): np.full, traced (a
-    private, writable buffer) when `fill` is traced and `dtype` is inexact.
+    private, writable buffer) when `fill` is traced and `dtype` is inexact; on the array
+    module `xp` (numpy, or cupy for a device result).
 
     >>> filled((2,), np.float64(1.5), np.dtype(np.float64))
     array([1.5, 1.5])
     """
     if not isinstance(fill, Tracer) or not np.issubdtype(dtype, np.inexact):
-        return np.full(shape, primal(fill), dtype=dtype)   # integer buffers carry no derivative
+        return xp.full(shape, primal(fill), dtype=dtype)   # integer buffers carry no derivative
     value = fill if fill.dtype == dtype else astype(fill, dtype=dtype)
+    if xp is not np and array_module(value) is not xp:
+        # A host fill (a traced Python number) reaches the device through a product with
+        # device ones; its forward-mode tangent follows, direction by direction.
+        return value * xp.ones(tuple(shape), dtype)
     return _copy_method(broadcast_to(value, shape=tuple(shape)))
 
 
@@ -63,15 +69,18 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, d
     if not hasattr(a, "shape"):
         a = np.asarray(a)
     fill = np.asarray(fill_value) if has_tracer(fill_value) else fill_value
+    # subok only when given: CuPy's full_like refuses it even at its default.
+    extra = {} if subok is True else {"subok": subok}
     if not isinstance(fill, Tracer):
         if isinstance(a, Tracer):
             return a.level.constant(np.full_like(peek(a), fill, dtype=dtype, order=order,
-                                                 subok=subok, shape=shape))
-        return np.full_like(a, fill, dtype=dtype, order=order, subok=subok, shape=shape)
+                                                 shape=shape, **extra))
+        return np.full_like(a, fill, dtype=dtype, order=order, shape=shape, **extra)
     if not isinstance(a, Tracer) or fill.level.depth >= a.level.depth:
         out_shape = shape_of(a) if shape is None else shape
         out_shape = (out_shape,) if isinstance(out_shape, (int, np.integer)) else out_shape
-        return filled(out_shape, fill, np.dtype(a.dtype if dtype is None else dtype))
+        return filled(out_shape, fill, np.dtype(a.dtype if dtype is None else dtype),
+                      array_module(a))
     out = np.zeros_like(a, dtype=dtype, shape=shape)
     out[...] = fill
     return out
@@ -146,12 +155,14 @@ register_method("astype", _astype_method)
 
 
 # -- linspace and geomspace: NumPy's values, derivatives through the weights w_k = k / div --------
-def _weights(num: int, endpoint: bool, dtype, ndim: int):
+def _weights(num: int, endpoint: bool, out, ndim: int):
     """w_k = k / div along a leading axis of length num (then ndim broadcast axes), in the real
-    precision of `dtype`; w = 0 where NumPy has no step (num == 1 with the endpoint)."""
+    precision of `out`'s dtype and on its array module; w = 0 where NumPy has no step
+    (num == 1 with the endpoint)."""
     div = num - 1 if endpoint else num
-    real = np.finfo(dtype).dtype
-    w = np.arange(num, dtype=real) / real.type(div) if div > 0 else np.zeros(num, real)
+    real = np.finfo(out.dtype).dtype
+    xp = array_module(out)
+    w = xp.arange(num, dtype=real) / real.type(div) if div > 0 else xp.zeros(num, real)
     return w.reshape((num,) + (1,) * ndim)
 
 
@@ -186,7 +197,7 @@ def _spaced_augmented(impl, keep_out):
     def augmented(cfg, start, stop, *, num, endpoint, axis, dtype):
         out = impl(start, stop, num=num, endpoint=endpoint, axis=axis, dtype=dtype)
         axis = axis % np.ndim(out)
-        w = _weights(num, endpoint, out.dtype, np.ndim(out) - 1)
+        w = _weights(num, endpoint, out, np.ndim(out) - 1)
         saved = (start, stop, out) if keep_out else (shape_of(start), shape_of(stop), None)
         return out, saved + (w, axis)
     return augmented
@@ -207,7 +218,7 @@ def _linspace_reverse(cfg, saved, g):
 def _linspace_forward(cfg, primals, tangents, *, num, endpoint, axis, dtype):
     out = _linspace_impl(*primals, num=num, endpoint=endpoint, axis=axis, dtype=dtype)
     axis = axis % np.ndim(out)
-    w = _weights(num, endpoint, out.dtype, np.ndim(out) - 1)
+    w = _weights(num, endpoint, out, np.ndim(out) - 1)
     t_start, t_stop = tangents
     t = add_tangents(None if t_start is None else t_start * (1 - w),
                      None if t_stop is None else t_stop * w)
@@ -235,7 +246,7 @@ def _geomspace_forward(cfg, primals, tangents, *, num, endpoint, axis, dtype):
     start, stop = primals
     out = _geomspace_impl(start, stop, num=num, endpoint=endpoint, axis=axis, dtype=dtype)
     axis = axis % np.ndim(out)
-    w = _weights(num, endpoint, out.dtype, np.ndim(out) - 1)
+    w = _weights(num, endpoint, out, np.ndim(out) - 1)
     t_start, t_stop = tangents
     rate = add_tangents(None if t_start is None else t_start / start * (1 - w),
                         None if t_stop is None else t_stop / stop * w)

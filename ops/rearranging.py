@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tape.backend import array_module
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
@@ -143,7 +144,8 @@ def _block(arrays, depth, ndim):
 def vander(x, N=None, increasing=False):
     """np.vander: powers of x as columns (decreasing unless `increasing`)."""
     n = len(peek(x)) if N is None else N
-    powers = np.arange(n) if increasing else np.arange(n)[::-1]
+    xp = array_module(x)
+    powers = xp.arange(n) if increasing else xp.arange(n)[::-1]
     return _as_array(x)[:, None] ** powers
 
 
