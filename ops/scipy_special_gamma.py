@@ -21,15 +21,27 @@ import numpy as np
 import scipy.special as sc
 from scipy.special import _ufuncs
 
+from tape.backend import array_module
+
 from .scipy_special_rules import elementwise_rule, integer_argument, no_closed_form, special_ufunc
 
 
 # -- polygamma: a primitive of (n, x), n an integer ------------------------------------------------
+def _polygamma(n, x):
+    """scipy.special.polygamma, or cupyx.scipy.special's for CuPy arrays (SciPy's is not a ufunc:
+    it converts its arguments to NumPy arrays, which CuPy refuses)."""
+    xp = array_module(x)
+    if xp is np:
+        return sc.polygamma(n, x)
+    import cupyx.scipy.special   # only reached with CuPy arrays, so CuPy is installed
+    return cupyx.scipy.special.polygamma(xp.asarray(n), x)
+
+
 def _d_polygamma(n, x, ans):
     return polygamma_rule(np.add(n, 1), x)
 
 
-polygamma_rule = elementwise_rule("polygamma", sc.polygamma,
+polygamma_rule = elementwise_rule("polygamma", _polygamma,
                                   (integer_argument("n"), _d_polygamma))
 
 
