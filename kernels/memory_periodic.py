@@ -16,8 +16,8 @@ instead of per token; long periods cut into `sub_chunks`), with a hand-written b
 gate) is not positive and finite, whose inputs hold a NaN or an inf, whose chunk transitions
 cancel, or whose chunked states or gradients come near overflow
 (`kernels.memory_periodic_chunked`): there the loop's values are the ones returned.
-The code is written against the arrays' own module, but `models.layers` calls it on NumPy
-arrays only, and on CuPy arrays it is untested (there is no CUDA version).
+The code is written against the arrays' own module: on CuPy arrays it runs as it is (no CUDA
+kernel of its own), checked against NumPy by tests/kernels/test_gpu_periodic.py.
 
 Shapes as `kernels.delta_rule`: ``k, v, q [..., s, d]``, gates ``[..., s]``, states
 ``[..., d, d]``; the leading axes (batch, heads) run together.
