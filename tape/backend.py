@@ -23,8 +23,9 @@ def array_module(x) -> ModuleType:
 
 def add_at(out, index, values) -> None:
     """``np.add.at(out, index, values)`` for NumPy and CuPy arrays: unbuffered, so a repeated
-    index receives every value. CuPy's ufuncs have no ``at``; ``cupyx.scatter_add`` does the
-    same with atomic adds (real dtypes only: a complex `out` takes its two parts one at a time).
+    index receives every value. ``np.add.at`` does not reach CuPy's own ``cupy.add.at`` (older
+    CuPy: ``cupyx.scatter_add``), atomic adds on real dtypes: a complex `out` takes its two
+    parts one at a time.
 
     >>> out = np.zeros(3)
     >>> add_at(out, [0, 0, 2], np.array([1.0, 2.0, 5.0]))
@@ -34,17 +35,20 @@ def add_at(out, index, values) -> None:
     if not hasattr(out, "__cuda_array_interface__"):   # NumPy, or a traced or batched buffer
         np.add.at(out, index, values)
         return
-    import cupyx   # only reached with CuPy arrays, so CuPy is installed
     xp = sys.modules["cupy"]
+    scatter_add = getattr(xp.add, "at", None)
+    if scatter_add is None:
+        import cupyx   # only reached with CuPy arrays, so CuPy is installed
+        scatter_add = cupyx.scatter_add
     values = xp.asarray(values)
     if out.dtype.kind == "c":
         parts = [xp.zeros(out.shape, out.real.dtype) for _ in range(2)]
-        cupyx.scatter_add(parts[0], index, values.real.astype(parts[0].dtype, copy=False))
-        cupyx.scatter_add(parts[1], index, values.imag.astype(parts[1].dtype, copy=False)
-                          if values.dtype.kind == "c" else xp.zeros((), parts[1].dtype))
+        scatter_add(parts[0], index, values.real.astype(parts[0].dtype, copy=False))
+        scatter_add(parts[1], index, values.imag.astype(parts[1].dtype, copy=False)
+                    if values.dtype.kind == "c" else xp.zeros((), parts[1].dtype))
         out += parts[0] + 1j * parts[1]
         return
-    cupyx.scatter_add(out, index, values.astype(out.dtype, copy=False))
+    scatter_add(out, index, values.astype(out.dtype, copy=False))
 
 
 def module_name(x) -> str:
