@@ -519,7 +519,12 @@ def main(argv=None):
     parser.add_argument("--gpu-batch", type=int, default=16,
                         help="sequences per call on the GPU (one CUDA block each)")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU comparison")
+    parser.add_argument("--device", choices=("cpu", "gpu"),
+                        help="gpu: the GPU runs alone (--gpu --no-cpu), as benchmarks/train.py "
+                             "--device gpu; cpu: the CPU runs alone")
     args = parser.parse_args(argv)
+    if args.device == "gpu":
+        args.gpu, args.no_cpu = True, True
     sizes = [(64, 512)] if args.quick else [(64, 512), (64, 2048), (128, 512), (128, 2048)]
     repeat = 1 if args.quick else args.repeat
     print(f"# Kernel pairs, forward + backward; Python {platform.python_version()}, NumPy "
