@@ -525,6 +525,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.device == "gpu":
         args.gpu, args.no_cpu = True, True
+    if args.gpu and kernels.detect_gpu() is None:
+        print("benchmarks/kernels.py: error: --gpu needs CuPy and a usable CUDA GPU "
+              "(pip install -e '.[cuda]'); none was found", file=sys.stderr)
+        return 2
     sizes = [(64, 512)] if args.quick else [(64, 512), (64, 2048), (128, 512), (128, 2048)]
     repeat = 1 if args.quick else args.repeat
     print(f"# Kernel pairs, forward + backward; Python {platform.python_version()}, NumPy "
