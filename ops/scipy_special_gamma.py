@@ -46,7 +46,11 @@ polygamma_rule = elementwise_rule("polygamma", _polygamma,
 
 
 def _trigamma(x):
-    return polygamma_rule(1, x)
+    # SciPy's polygamma computes in float64; digamma of float32 keeps float32, so must its
+    # derivative (a forward tangent wider than its primal).
+    d = polygamma_rule(1, x)
+    dtype = getattr(x, "dtype", None)
+    return d.astype(dtype) if dtype is not None and dtype.kind == "f" and d.dtype != dtype else d
 
 
 # -- one-argument gamma functions -------------------------------------------------------------
