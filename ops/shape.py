@@ -137,6 +137,18 @@ def _broadcast_to_function(array, shape, subok=False):
 register_function(np.broadcast_to, _broadcast_to_function)
 
 
+def _broadcast_arrays(*args, subok=False):
+    """np.broadcast_arrays: each argument broadcast to the common shape (read-only views, as
+    np.broadcast_to gives), as a tuple (NumPy 2) or a list (NumPy 1)."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    out = [a if np.shape(a) == shape else _broadcast_to_function(a, shape) for a in args]
+    return tuple(out) if _BROADCAST_ARRAYS_TUPLE else out
+
+
+_BROADCAST_ARRAYS_TUPLE = isinstance(np.broadcast_arrays(np.zeros(1)), tuple)
+register_function(np.broadcast_arrays, _broadcast_arrays)
+
+
 # -- compositions of reshape and transpose ---------------------------------------------------------
 def _is_fortran(value) -> bool:
     """NumPy's PyArray_ISFORTRAN: Fortran-contiguous and not C-contiguous."""

@@ -132,6 +132,9 @@ def _wrapped_function(frame):
     return None
 
 
+_WRAPPER_NAMES = ("wrapper", "wrapped", "inner", "decorated")
+
+
 def _library_caller(frame, resumed_by=None):
     """("scipy" or "numpy", public module, function) of the outermost SciPy or NumPy frame
     between `frame` and the user's code, or None. `resumed_by`: the frame that was running
@@ -142,9 +145,10 @@ def _library_caller(frame, resumed_by=None):
         package = module.partition(".")[0]
         if package in ("scipy", "numpy"):
             public, name = _public_module(module), _function_name(frame)
-            if public == package:
-                # A decorator's wrapper in a private module (scipy._lib's batching `wrapper`)
-                # names neither the module nor the function; the function it wraps does.
+            if public == package or name in _WRAPPER_NAMES:
+                # A decorator's wrapper (scipy._lib's batching `wrapper`, scipy.special's
+                # around spherical_jn) names neither the module nor the function; the function
+                # it wraps does.
                 public, name = _wrapped_function(frame) or (public, name)
             if found is None or public != package or found[1] == package:
                 found = (package, public, name)

@@ -40,8 +40,17 @@ def _rule(table: dict, key, what: str):
 def _call_ufunc(ufunc, *args, **kw):
     rule = UFUNC_RULES.get(ufunc)
     if rule is None:
-        raise _missing(f"numpy.{ufunc.__name__}")
+        raise _missing(_ufunc_name(ufunc))
     return rule(*args, **kw)
+
+
+def _ufunc_name(ufunc) -> str:
+    """``numpy.sin``, or ``scipy.special.hyp2f1`` for the ufuncs that are not NumPy's (SciPy's
+    report no module of their own)."""
+    if getattr(np, ufunc.__name__, None) is ufunc:
+        return f"numpy.{ufunc.__name__}"
+    module = getattr(ufunc, "__module__", None)
+    return f"{module or 'scipy.special'}.{ufunc.__name__}"
 
 
 def _call_function(func, *args, **kw):
@@ -183,7 +192,7 @@ class _Surface:
             name = f"{ufunc.__name__}.at"
             return _rule(METHOD_RULES, name, f"numpy.{name}")(*inputs)
         else:
-            raise _missing(f"numpy.{ufunc.__name__}.{method}")
+            raise _missing(f"{_ufunc_name(ufunc)}.{method}")
         if out is None:
             return result
         return _write_out(out, result, ufunc.__name__)

@@ -124,10 +124,14 @@ def _log_t_normaliser(df):
     >>> bool(np.isclose(_log_t_normaliser(1e12), -0.5 * np.log(2 * np.pi), rtol=1e-15))
     True
     """
-    x = 0.5 * as_value(df)
+    df = as_value(df)
+    x = 0.5 * df
     large = plain(x) >= _SERIES_FROM
-    x_direct = guard(~large, x, 1.0)
-    direct = sc.gammaln(x_direct + 0.5) - sc.gammaln(x_direct) - 0.5 * np.log(2 * np.pi * x_direct)
+    # (log(pi df), not log(2 pi x): at a subnormal df, x underflows to 0 and the difference of
+    # two infinities would be NaN where SciPy, and this, give -inf.)
+    df_direct = guard(~large, df, 2.0)
+    direct = (sc.gammaln(0.5 * df_direct + 0.5) - sc.gammaln(0.5 * df_direct)
+              - 0.5 * np.log(np.pi * df_direct))
     if not np.any(large):
         return direct
     inv = 1.0 / guard(large, x, _SERIES_FROM)

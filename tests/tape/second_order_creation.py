@@ -30,6 +30,8 @@ def _written_list_buffer(x):
 
 
 EXAMPLES = {
+    "np.broadcast_arrays": (lambda a, b: np.prod(np.broadcast_arrays(a, b), axis=0) * a,
+                            (s21, x3)),
     "np.linspace": (lambda a, b: np.sin(np.linspace(a, b, 4)), (0.3, 1.7)),
     "np.linspace[broadcast endpoints, axis=1, no endpoint]": (
         lambda a, b: np.linspace(a, b, 3, endpoint=False, axis=1) ** 2, (s21, x3)),
