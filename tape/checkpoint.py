@@ -119,8 +119,14 @@ class _Saved(NamedTuple):
 
 def _record(prim, f, trace, args, kwargs):
     seen: dict = {}
+    # A buffer `f` makes (np.zeros_like(x), a copy of a Const array) records nothing at this
+    # level, but under an outer level (hvp's forward trace) it must be that level's buffer:
+    # a plain array cannot hold the outer level's values written into it.
+    stack = _TRACE_STACK.get()
+    depth = stack.index(trace) if trace in stack else 0
+    constant = stack[depth - 1].constant if depth > 0 else (lambda value: value)
     with _overridden(trace, process=_transparent_process(trace, seen, prim.name),
-                     constant=lambda value: value):
+                     constant=constant):
         out = f(*args, **kwargs)
     leaves, treedef = flatten(out)
     for leaf in leaves:   # an input returned as it is is an input too

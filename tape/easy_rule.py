@@ -63,13 +63,24 @@ def easy_rule(fn: Callable | None = None, *, partials: Callable, with_output: bo
             raise RuleError(f"the partials of `{name}` returned {len(ps)} partial derivatives "
                             f"for {len(args)} arguments; return one per positional argument")
         for i, p in enumerate(ps):
+            if p is None:
+                raise RuleError(f"the partials of `{name}` returned None as the partial "
+                                f"derivative with respect to argument {i}; return zeros "
+                                "(np.zeros_like) where the result does not depend on it")
             if not _broadcasts_to(_shape(p), out_shape):
                 raise RuleError(f"the partial derivative of `{name}` with respect to argument "
                                 f"{i} has shape {_shape(p)}, which does not broadcast to the "
                                 f"result's shape {out_shape}")
         return ps
 
-    def augmented_primal(cfg, *args):
+    def refuse_keywords(params):
+        if params:
+            raise TypeError(f"`{name}` (an easy_rule) was called with keyword arguments "
+                            f"{sorted(params)}; easy_rule functions take positional "
+                            "arguments only: bind the others with functools.partial")
+
+    def augmented_primal(cfg, *args, **params):
+        refuse_keywords(params)
         out = prim(*args)
         # A constant that may be overwritten before the sweep is copied (see RuleConfig).
         kept = tuple(x.copy() if ow and isinstance(x, np.ndarray) else x
@@ -82,7 +93,8 @@ def easy_rule(fn: Callable | None = None, *, partials: Callable, with_output: bo
         return tuple(_unbroadcast(_times(g, p), _shape(x)) if active else None
                      for active, x, p in zip(cfg.active, args, ps))
 
-    def forward(cfg, primals, tangents):
+    def forward(cfg, primals, tangents, **params):
+        refuse_keywords(params)
         out = prim(*primals)
         ps = derivatives(primals, out, _shape(out))
         tangent = None

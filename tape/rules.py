@@ -264,6 +264,9 @@ class _CheckedRules:
         if not _is_value(tan):
             raise self._fail("forward", f"returned a {type(tan).__name__} as the tangent"
                               f"{which}; expected an array or a number")
+        if not _is_inexact(tan):
+            raise self._fail("forward", f"returned a tangent{which} of dtype {_dtype(tan)}; a "
+                              "tangent is a floating-point (or complex) array like its primal")
         if out is None:
             return tan
         if _shape(tan) != _shape(out):
@@ -307,6 +310,8 @@ def _disagreement(got, want) -> str | None:
         got_value, want_value = np.asarray(primal(got)), np.asarray(primal(want))
     except (TypeError, ValueError):
         return None   # a device array: left to the rule's own tests
+    if want_value.dtype.kind in "fc" and got_value.dtype.kind not in "fc":
+        return f"dtype {got_value.dtype}, expected {want_value.dtype}"
     if got_value.dtype.kind not in "fc" or want_value.dtype.kind not in "fc":
         return None if np.array_equal(got_value, want_value) else "different values"
     rtol = 1e-6 if np.finfo(np.result_type(got_value, want_value)).bits >= 64 else 1e-3
