@@ -40,23 +40,25 @@ CARRY_THREADS = 128       # CARRY_MAXD / CARRY_MAXCOL: the kernel's launch bound
 INVERSE_THREADS = 64      # TRI_MAXC
 DTYPES = ("float32", "float64")
 # Below these lengths the per-token CUDA kernels run the default dispatch. Measured with
-# `benchmarks/kernels.py --gpu` on an H100 (d = 64, 16 sequences, forward plus backward), the
-# chunked form against the per-token kernel: delta 0.3x at 256 tokens, 1.0x at 1024, 1.9x at
-# 4096, 2.4x at 16384; Hebbian 0.4x, 1.1x, 2.4x, 2.5x; Titans 0.2x, 0.5x, 0.8x, 0.8x. Titans
-# still goes chunked from 4096 tokens: 20% slower there, but the per-token kernel keeps every
-# state (2 GiB at that size), the chunked form one per chunk.
-MIN_TOKENS = {"delta": 2048, "hebbian": 2048, "titans": 4096}
+# `benchmarks/kernels.py --gpu` on an H100 (16 sequences, forward plus backward), the chunked
+# form against the per-token kernels (one block per group of state rows): at d = 64 delta
+# 0.82x at 4096 tokens, 0.96x at 8192, 1.02x at 16384; Hebbian 1.01x, 1.07x, 1.06x; Titans
+# 0.34-0.36x; at d = 128 0.67-0.93x (delta, Hebbian) and 0.23-0.25x (Titans). The chunked form
+# still takes over at 16384 tokens: the per-token kernels keep every state (s d^2 floats per
+# sequence and state, 268 MB at d = 64), the chunked form one per chunk.
+MIN_TOKENS = {"delta": 16384, "hebbian": 16384, "titans": 16384}
 _MODES = {"matrix": 0, "matrix_t": 1, "scale": 2}
 
 
 def preferred(rule: str, s: int) -> bool:
     """Whether the default CuPy dispatch runs `rule` on `s` tokens in the chunked form.
 
-    The per-token kernels are one launch per call; the chunked form is about a hundred
-    (forward plus backward), so it pays once the sequence is long enough.
+    The per-token kernels are one launch per pass and as fast or faster up to 16384 tokens
+    (`MIN_TOKENS`); the chunked form (about a hundred launches) keeps one state per chunk
+    instead of every state, which decides from there on.
 
-    >>> preferred("delta", 4096), preferred("titans", 16)
-    (True, False)
+    >>> preferred("delta", 16384), preferred("delta", 4096), preferred("titans", 16)
+    (True, False, False)
     """
     return memory_chunked.preferred(rule, s) and s >= MIN_TOKENS.get(rule, 0)
 

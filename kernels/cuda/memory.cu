@@ -7,13 +7,16 @@
 //   titans  S' = eta S - th e k^T,  M' = ret M + S'
 //   hebbian M' = ret M + v k^T
 //
-// Mapping: one block of NWARP warps per batch entry b. Row i of every rule's update depends
-// only on row i of the state (plus the shared vectors k, q and the gates), so a warp owns
-// rows and keeps them in registers for the whole sequence: warp w holds rows
-// w, w + NWARP, ..., lane l holds columns l, l + 32, l + 64, l + 96 (d <= 128). Row dot
-// products are warp reductions. In the backward the cotangent G of the state evolves row by
-// row too; only dk, dq (column sums over rows) and the gate gradients (sums over the matrix)
-// need the whole block, reduced through shared memory in a fixed order: deterministic.
+// Mapping: blocks (b, g) of NWARP warps, gridDim.y = G row groups per batch entry b. Row i of
+// every rule's update depends only on row i of the state (plus the shared vectors k, q and
+// the gates), so a warp owns rows and keeps them in registers for the whole sequence: warp w
+// of group g holds rows w + NWARP (g + G ri), ri = 0, 1, ..., lane l holds columns l, l + 32,
+// l + 64, l + 96 (d <= 128). G > 1 spreads one sequence over several blocks (a small batch
+// fills more of the GPU). Row dot products are warp reductions. In the backward the cotangent
+// G of the state evolves row by row too; only dk, dq (column sums over rows) and the gate
+// gradients (sums over the matrix) need every row: each block reduces its rows through shared
+// memory in a fixed order and writes its partial sums to its own slice [g] of dk, dq and the
+// gate gradients ([G, s, B, *]), which the host sums over g: deterministic.
 //
 // States: ck[j] is the state at time j*C for j < n_chunks = ceil(s / C), and ck[n_chunks] the
 // final state. C = 1 keeps every state. With C > 1 the backward re-runs each chunk from its
@@ -32,6 +35,11 @@
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
     return x;
+}
+
+// Row ri of warp `warp` in row group g of G.
+__device__ __forceinline__ int row_of(int warp, int ri, int g, int G) {
+    return warp + NWARP * (g + G * ri);
 }
 
 // Offset of element (row, col) of batch entry b in state slot j.
@@ -84,9 +92,10 @@ __device__ __forceinline__ float step_row(const Step& x, float v_row, float* M,
 }
 
 __device__ __forceinline__ void load_rows(float (*dst)[MAXC], const float* src, long long j,
-                                          int b, int B, int d, int warp, int lane) {
+                                          int b, int B, int d, int warp, int lane, int g,
+                                          int G) {
     for (int ri = 0; ri < MAXR; ++ri) {
-        const int row = warp + NWARP * ri;
+        const int row = row_of(warp, ri, g, G);
         for (int r = 0; r < MAXC; ++r) {
             const int c = lane + WARP * r;
             dst[ri][r] = (row < d && c < d) ? src[sidx(j, b, B, d, row, c)] : 0.0f;
@@ -95,9 +104,9 @@ __device__ __forceinline__ void load_rows(float (*dst)[MAXC], const float* src, 
 }
 
 __device__ __forceinline__ void store_rows(float* dst, float (*src)[MAXC], long long j, int b,
-                                           int B, int d, int warp, int lane) {
+                                           int B, int d, int warp, int lane, int g, int G) {
     for (int ri = 0; ri < MAXR; ++ri) {
-        const int row = warp + NWARP * ri;
+        const int row = row_of(warp, ri, g, G);
         if (row >= d) break;
         for (int r = 0; r < MAXC; ++r) {
             const int c = lane + WARP * r;
@@ -113,18 +122,18 @@ __device__ void memory_forward_impl(const float* __restrict__ k, const float* __
                const float* __restrict__ th, const float* __restrict__ eta,
                float* __restrict__ ckM, float* __restrict__ ckS, float* __restrict__ y,
                float* __restrict__ E, int s, int B, int d, int C) {
-    const int b = blockIdx.x;
+    const int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int n_chunks = (s + C - 1) / C;
     float M[MAXR][MAXC], S[MAXR][MAXC];
-    load_rows(M, ckM, 0, b, B, d, warp, lane);
-    if (rule == TITANS) load_rows(S, ckS, 0, b, B, d, warp, lane);
+    load_rows(M, ckM, 0, b, B, d, warp, lane, g, G);
+    if (rule == TITANS) load_rows(S, ckS, 0, b, B, d, warp, lane, g, G);
     Step x;
     for (int t = 0; t < s; ++t) {
         load_step<rule>(x, k, q, ret, th, eta, t, b, B, d, lane);
         const long long vo = ((long long)t * B + b) * d;
         for (int ri = 0; ri < MAXR; ++ri) {
-            const int row = warp + NWARP * ri;
+            const int row = row_of(warp, ri, g, G);
             if (row >= d) break;                 // warp-uniform
             const float e = step_row<rule>(x, v[vo + row], M[ri], S[ri]);
             float mq = 0.0f;
@@ -140,8 +149,8 @@ __device__ void memory_forward_impl(const float* __restrict__ k, const float* __
         if (t1 == s) slot = n_chunks;
         else if (t1 % C == 0) slot = t1 / C;
         if (slot >= 0) {
-            store_rows(ckM, M, slot, b, B, d, warp, lane);
-            if (rule == TITANS) store_rows(ckS, S, slot, b, B, d, warp, lane);
+            store_rows(ckM, M, slot, b, B, d, warp, lane, g, G);
+            if (rule == TITANS) store_rows(ckS, S, slot, b, B, d, warp, lane, g, G);
         }
     }
 }
@@ -156,9 +165,9 @@ __device__ __forceinline__ void rerun_chunk(const float* k, const float* v,
                                             const float* eta, const float* ckM,
                                             const float* ckS, float* scrM, float* scrS, int c,
                                             int t0, int t1, int b, int B, int d, int warp,
-                                            int lane) {
+                                            int lane, int g, int G) {
     for (int ri = 0; ri < MAXR; ++ri) {
-        const int row = warp + NWARP * ri;
+        const int row = row_of(warp, ri, g, G);
         if (row >= d) break;                     // warp-uniform
         float M[MAXC], S[MAXC];
         for (int r = 0; r < MAXC; ++r) {
@@ -277,13 +286,15 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
     __shared__ float red_k[2][NWARP][WARP * MAXC];
     __shared__ float red_q[2][NWARP][WARP * MAXC];
     __shared__ float red_s[2][NWARP][3];
-    const int b = blockIdx.x;
+    const int b = blockIdx.x, g = blockIdx.y, G = gridDim.y;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int n_chunks = (s + C - 1) / C;
     const bool full = C == 1;
+    // This block's slice of the partial sums: dk, dq [G, s, B, d], gate gradients [G, s, B].
+    const long long part_v = (long long)g * s * B * d, part_g = (long long)g * s * B;
     float GM[MAXR][MAXC], GS[MAXR][MAXC];
-    load_rows(GM, GM_io, 0, b, B, d, warp, lane);
-    if (rule == TITANS) load_rows(GS, GS_io, 0, b, B, d, warp, lane);
+    load_rows(GM, GM_io, 0, b, B, d, warp, lane, g, G);
+    if (rule == TITANS) load_rows(GS, GS_io, 0, b, B, d, warp, lane, g, G);
     Step x;
     int parity = 0;
     for (int c = n_chunks - 1; c >= 0; --c) {
@@ -295,7 +306,7 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
         const int off = full ? 0 : t0;
         if (!full)
             rerun_chunk<rule>(k, v, ret, th, eta, ckM, ckS, scrM, scrS, c, t0, t1, b, B, d, warp,
-                        lane);
+                              lane, g, G);
         for (int t = t1 - 1; t >= t0; --t) {
             const int i = t - off;
             load_step<rule>(x, k, q, ret, th, eta, t, b, B, d, lane);
@@ -305,7 +316,7 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
             float p_alpha = 0.0f, p_th = 0.0f, p_eta = 0.0f;
 #pragma unroll
             for (int ri = 0; ri < MAXR; ++ri) {
-                const int row = warp + NWARP * ri;
+                const int row = row_of(warp, ri, g, G);
                 if (row < d)                     // warp-uniform
                     reverse_row<rule>(x, row, i, vo, b, B, d, lane, baseM, baseS, v, E, dy, dv,
                                 GM[ri], GS[ri], pk, pq, p_alpha, p_th, p_eta);
@@ -332,8 +343,8 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
                     sk += red_k[parity][w][col];
                     sq += red_q[parity][w][col];
                 }
-                dk[vo + col] = sk;
-                dq[vo + col] = sq;
+                dk[part_v + vo + col] = sk;
+                dq[part_v + vo + col] = sq;
             }
             if (threadIdx.x == 0) {
                 float sa = 0.0f, st = 0.0f, se = 0.0f;
@@ -342,7 +353,7 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
                     st += red_s[parity][w][1];
                     se += red_s[parity][w][2];
                 }
-                const long long go = (long long)t * B + b;
+                const long long go = part_g + (long long)t * B + b;
                 dalpha[go] = -sa;
                 if (rule != HEBBIAN) dth[go] = -st;
                 if (rule == TITANS) deta[go] = se;
@@ -350,8 +361,8 @@ __device__ void memory_backward_impl(const float* __restrict__ k, const float* _
             parity ^= 1;
         }
     }
-    store_rows(GM_io, GM, 0, b, B, d, warp, lane);
-    if (rule == TITANS) store_rows(GS_io, GS, 0, b, B, d, warp, lane);
+    store_rows(GM_io, GM, 0, b, B, d, warp, lane, g, G);
+    if (rule == TITANS) store_rows(GS_io, GS, 0, b, B, d, warp, lane, g, G);
 }
 
 #define MEMORY_ENTRY_POINTS(NAME, RULE)                                                        \

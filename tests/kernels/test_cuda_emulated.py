@@ -136,6 +136,17 @@ def test_memory_rules_wide(emulated, rule, d):
         compare(PRIMS[rule], args, {"checkpoint_every": 2}, 2)
 
 
+@pytest.mark.parametrize("rule", PRIMS)
+@pytest.mark.parametrize("checkpoint_every", [None, 2])
+def test_memory_rules_over_several_row_groups(emulated, rule, checkpoint_every):
+    # d = 40: three groups of rows per batch entry (16, 16 and 8 rows), partial sums of dk,
+    # dq and the gates added up over the groups on the host.
+    args = memory_args(rule, 6, 40, seed=40)
+    with emulated() as launches:
+        compare(PRIMS[rule], args, {"checkpoint_every": checkpoint_every}, 2)
+    assert {grid for _, grid, *_ in launches.launches} == {(2, 3)}
+
+
 def test_memory_cotangent_on_the_final_state_only(emulated):
     args = memory_args("titans", 5, 16)
     with emulated():
