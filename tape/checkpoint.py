@@ -39,7 +39,10 @@ differentiated values), and must not write into arrays it did not create (its ar
 closures are snapshots). The plain arrays it reads (a closure's workspace, a Const argument, the
 scanned xs) are not copied: the record keeps a digest of `f`'s results, and a recomputation
 whose results differ (such an array was written before the reverse pass) raises instead of
-returning the derivative at the new values.
+returning the derivative at the new values. A write that leaves the results the same but not
+their derivative (a closed-over weight vector permuted under a sum) is not caught: the
+derivative then comes out at the new values (tests/tape/test_extension_features_redteam.py
+keeps the case as a strict xfail). Leave such arrays unchanged until the gradient is computed.
 """
 from __future__ import annotations
 
