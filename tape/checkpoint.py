@@ -122,14 +122,8 @@ class _Saved(NamedTuple):
 
 def _record(prim, f, trace, args, kwargs):
     seen: dict = {}
-    # A buffer `f` makes (np.zeros_like(x), a copy of a Const array) records nothing at this
-    # level, but under an outer level (hvp's forward trace) it must be that level's buffer:
-    # a plain array cannot hold the outer level's values written into it.
-    stack = _TRACE_STACK.get()
-    depth = stack.index(trace) if trace in stack else 0
-    constant = stack[depth - 1].constant if depth > 0 else (lambda value: value)
     with _overridden(trace, process=_transparent_process(trace, seen, prim.name),
-                     constant=constant):
+                     constant=_enclosing_constant(trace)):
         out = f(*args, **kwargs)
     leaves, treedef = flatten(out)
     for leaf in leaves:   # an input returned as it is is an input too
@@ -153,6 +147,22 @@ def _record(prim, f, trace, args, kwargs):
     for k, i in enumerate(positions):
         values[i] = trace.tracer_class(values[i], trace, first + k)
     return unflatten(treedef, values)
+
+
+def _enclosing_constant(trace):
+    """How `f`'s first run makes a buffer (np.zeros_like(x), a copy of a Const array): it
+    records nothing at `trace`, but under an enclosing differentiation (hvp's forward trace)
+    it must be that level's buffer, since a plain array cannot hold the enclosing level's
+    values written into it. A level whose sweep is recomputing this one (a checkpoint inside
+    a checkpoint) encloses nothing: it is skipped."""
+    stack = _TRACE_STACK.get()
+    skip = getattr(trace, "recomputing_for", None)
+    for outer in reversed(stack[:stack.index(trace)] if trace in stack else ()):
+        if outer is skip:
+            skip = getattr(outer, "recomputing_for", None)
+            continue
+        return outer.constant
+    return lambda value: value
 
 
 def _transparent_process(trace, seen, name):
@@ -230,6 +240,7 @@ def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
     level = saved.level
     # The recomputation is swept under the same mode modifiers as the tape it stands in for.
     with ReverseTrace(strong_zero=level.strong_zero, nan_check=level.nan_check) as inner:
+        inner.recomputing_for = level
         objects = [obj for obj, _, _ in saved.inputs]
         states = [_repoint(obj, inner, value) for obj, value, _ in saved.inputs]
         leaf_slots = [obj.slot for obj in objects]

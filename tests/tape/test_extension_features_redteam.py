@@ -671,3 +671,22 @@ def test_runtime_activity_with_aliasing_arguments():
     with pytest.raises(tape.ActivityError, match="shares memory"):
         autodiff(set_runtime_activity(Reverse), writes_a, Active, Duplicated(x, dx),
                  Duplicated(x, dx))
+
+
+def test_a_buffer_filled_inside_nested_checkpoints_under_hvp():
+    # A checkpoint inside a checkpoint: the inner one's buffers, made while the outer one is
+    # recomputed, belong to no enclosing level (the outer sweep is not one); under hvp they
+    # belong to the forward trace.
+    def f(x):
+        z = np.zeros_like(x)
+        z[:] = x
+        z[0] = 3.0 * z[1] * z[2]
+        return np.sum(np.sin(z) * z)
+
+    x, v = np.array([0.3, -0.5, 0.8, 1.1]), np.array([1.0, -2.0, 0.5, 0.3])
+    eps = 1e-6
+    want = (tape.gradient(Reverse, f, x + eps * v)[0]
+            - tape.gradient(Reverse, f, x - eps * v)[0]) / (2 * eps)
+    for g in (checkpoint(f), checkpoint(checkpoint(f))):
+        close(tape.gradient(Reverse, g, x)[0], tape.gradient(Reverse, f, x)[0])
+        np.testing.assert_allclose(tape.hvp(g, x, v), want, rtol=1e-6, atol=1e-8)
