@@ -39,16 +39,20 @@ differentiated values), and must not write into arrays it did not create (its ar
 closures are snapshots). The plain arrays it reads (a closure's workspace, a Const argument, the
 scanned xs) are not copied: the record keeps a digest of `f`'s results, and a recomputation
 whose results differ (such an array was written before the reverse pass) raises instead of
-returning the derivative at the new values. A write that leaves the results the same but not
-their derivative (a closed-over weight vector permuted under a sum) is not caught: the
-derivative then comes out at the new values (tests/tape/test_extension_features_redteam.py
-keeps the case as a strict xfail). Leave such arrays unchanged until the gradient is computed.
+returning the derivative at the new values. The plain NumPy arrays that operations on
+differentiated values read in the first run are digested too (O(1) memory each, and a weak
+reference: no temporary is kept alive), and the recomputation raises when it reads one of those
+same array objects with other contents: a write that leaves the results the same but not their
+derivative (a closed-over weight vector permuted under a sum) is caught that way. Not caught
+there: a fresh view of such an array (``c[::-1]`` inside f), and CuPy arrays; the results'
+digest covers those.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import math
+import weakref
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -118,11 +122,13 @@ class _Saved(NamedTuple):
     treedef: Any       # structure of f's result
     positions: list    # which result leaves are record outputs
     digests: list      # `_digest` of each of those outputs, checked by the recomputation
+    reads: dict        # id -> (weak reference, {`_read_digest`}) of the plain arrays f read
 
 
 def _record(prim, f, trace, args, kwargs):
     seen: dict = {}
-    with _overridden(trace, process=_transparent_process(trace, seen, prim.name),
+    reads: dict = {}
+    with _overridden(trace, process=_transparent_process(trace, seen, prim.name, reads),
                      constant=_enclosing_constant(trace)):
         out = f(*args, **kwargs)
     leaves, treedef = flatten(out)
@@ -138,7 +144,7 @@ def _record(prim, f, trace, args, kwargs):
         return unflatten(treedef, values)
     inputs = list(seen.values())
     saved = _Saved(f, prim.name, trace, args, kwargs, inputs, treedef, positions,
-                   [_digest(values[i]) for i in positions])
+                   [_digest(values[i]) for i in positions], reads)
     first = trace.n_slots
     trace.n_slots = first + len(positions)
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
@@ -165,9 +171,15 @@ def _enclosing_constant(trace):
     return lambda value: value
 
 
-def _transparent_process(trace, seen, name):
-    """`trace.process` while a checkpointed call runs: unwrap, note, compute, record nothing."""
+def _transparent_process(trace, seen, name, reads):
+    """`trace.process` while a checkpointed call runs: unwrap, note, compute, record nothing
+    (but the digest of each plain array an operation reads, into `reads`)."""
     def process(prim, args, params):
+        for x in _plain_reads(args, params):
+            entry = reads.get(id(x))
+            if entry is None or entry[0]() is not x:   # (an id of a dead array, reused)
+                reads[id(x)] = entry = (weakref.ref(x), set())
+            entry[1].add(_read_digest(x))
         vals = list(args)
         mine = False
         for i, a in enumerate(args):
@@ -198,6 +210,50 @@ def _transparent_process(trace, seen, name):
     process.serving = True
     process.read = read
     return process
+
+
+def _plain_reads(args, params) -> list:
+    """The plain NumPy arrays among an operation's operands and parameters (one level of
+    tuples and lists opened: an index ``x[i, j]``)."""
+    found = []
+    for v in (*args, *params.values()):
+        for x in (v if type(v) in (tuple, list) else (v,)):
+            if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.size:
+                found.append(x)
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(n: int) -> np.ndarray:
+    return np.cos(np.arange(n) * 0.7071)
+
+
+def _read_digest(x) -> tuple:
+    """Shape, dtype and a weighted sum of a plain array's values (one pass): equal contents
+    give equal digests (the same operations on the same values), and a change, a permutation
+    too, almost surely another."""
+    a = np.asarray(x)
+    flat = a.reshape(-1)
+    if flat.dtype.kind == "c":
+        flat = np.concatenate([flat.real, flat.imag])
+    flat = flat.astype(np.float64, copy=False)
+    return (a.shape, a.dtype.str, float(flat @ _weights(flat.size)))
+
+
+def _checking_process(process, saved):
+    """`process` of the recomputation's trace, refusing an operation that reads a plain array
+    the first run read, now with other contents (written since: the results, or only their
+    derivative, would be the new values')."""
+    def checked(prim, args, params):
+        for x in _plain_reads(args, params):
+            entry = saved.reads.get(id(x))
+            if entry is None or entry[0]() is not x:
+                continue
+            digest = _read_digest(x)
+            if digest not in entry[1] and digest[2] == digest[2]:   # (NaN: not comparable)
+                raise CheckpointError(_CHANGED.format(name=saved.name))
+        return process(prim, args, params)
+    return checked
 
 
 def _note(seen, tracer):
@@ -239,7 +295,8 @@ _TRACER_STATE = ("owned", "view_of", "views")
 def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
     level = saved.level
     # The recomputation is swept under the same mode modifiers as the tape it stands in for.
-    with ReverseTrace(strong_zero=level.strong_zero, nan_check=level.nan_check) as inner:
+    with ReverseTrace(strong_zero=level.strong_zero, nan_check=level.nan_check) as inner, \
+            _overridden(inner, process=_checking_process(inner.process, saved)):
         inner.recomputing_for = level
         objects = [obj for obj, _, _ in saved.inputs]
         states = [_repoint(obj, inner, value) for obj, value, _ in saved.inputs]
@@ -295,12 +352,7 @@ def _seeds(saved, out, g, inner):
             "deterministic")
     for pos, digest in zip(saved.positions, saved.digests):
         if not _same_digest(digest, _digest(primal(leaves[pos]))):
-            raise CheckpointError(
-                f"`{saved.name}` computed other values when recomputed for the reverse pass "
-                "than when it first ran: an array it reads without differentiating it (a "
-                "closure, a global, a Const argument, the xs of a scan) was written after the "
-                "call, or it is not deterministic. Leave such arrays unchanged until the "
-                "gradient is computed, or give the function a copy (c.copy())")
+            raise CheckpointError(_CHANGED.format(name=saved.name))
     seeds: dict = {}
     for pos, gi in zip(saved.positions, g):
         leaf = leaves[pos]
@@ -309,6 +361,13 @@ def _seeds(saved, out, g, inner):
         s = leaf.slot
         seeds[s] = gi if s not in seeds else seeds[s] + gi
     return seeds
+
+
+_CHANGED = ("`{name}` computed other values when recomputed for the reverse pass than when it "
+            "first ran: an array it reads without differentiating it (a closure, a global, a "
+            "Const argument, the xs of a scan) was written after the call, or it is not "
+            "deterministic. Leave such arrays unchanged until the gradient is computed, or "
+            "give the function a copy (c.copy())")
 
 
 def _digest(value) -> tuple:
