@@ -20,8 +20,8 @@ from tape.backend import array_module
 from .cuda_loader import i32, launch
 from .memory_ref import Rule, Seq
 
-BLOCK = 512         # NWARP * 32 in memory.cu
-NWARP = 16
+NWARP = 16          # warps per block, as in memory.cu
+BLOCK = NWARP * 32
 TARGET_BLOCKS = 256   # about two blocks per multiprocessor of a large GPU (132 on an H100)
 
 

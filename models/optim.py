@@ -16,6 +16,7 @@ array([0.9, 0.9, 0.9])
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -94,24 +95,20 @@ def _fusable(p, g, m, v) -> bool:
             and g.shape == m.shape == v.shape == p.shape)
 
 
-_KERNELS: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _adamw_kernel(cp: Any) -> Any:
     """AdamW's update of one CuPy leaf as one elementwise kernel (`AdamW.step`'s operations)."""
-    if "adamw" not in _KERNELS:
-        _KERNELS["adamw"] = cp.ElementwiseKernel(
-            "T g, T shrink, T b1, T one_b1, T b2, T one_b2, T c2, T eps, T step_size",
-            "T p, T m, T v",
-            """
-            p = p * shrink;
-            m = m * b1 + one_b1 * g;
-            v = v * b2 + one_b2 * (g * g);
-            T denom = sqrt(v / c2) + eps;
-            p = p - step_size * m / denom;
-            """,
-            "hecate_adamw")
-    return _KERNELS["adamw"]
+    return cp.ElementwiseKernel(
+        "T g, T shrink, T b1, T one_b1, T b2, T one_b2, T c2, T eps, T step_size",
+        "T p, T m, T v",
+        """
+        p = p * shrink;
+        m = m * b1 + one_b1 * g;
+        v = v * b2 + one_b2 * (g * g);
+        T denom = sqrt(v / c2) + eps;
+        p = p - step_size * m / denom;
+        """,
+        "hecate_adamw")
 
 
 class AdamW:

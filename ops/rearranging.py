@@ -21,7 +21,7 @@ from tape.backend import array_module
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
-from ._util import shape_of
+from ._util import as_array, shape_of
 from .indexing import getitem, scatter_add
 from .joining import concatenate
 from .shape import ravel, reshape
@@ -152,8 +152,7 @@ def vander(x, N=None, increasing=False):
 def bincount(x, weights=None, minlength=0):
     """np.bincount: with traced `weights`, the sums per bin (a scatter-add); the counts of an
     unweighted call carry no derivative."""
-    x = primal(x)
-    x = x if hasattr(x, "__cuda_array_interface__") else np.asarray(x)   # (a list, a CuPy array)
+    x = as_array(primal(x))   # (a list; a CuPy array stays on the device)
     if weights is None or not isinstance(weights, Tracer):
         return np.bincount(x, primal(weights) if weights is not None else None, minlength)
     n = max(int(x.max()) + 1 if x.size else 0, minlength)

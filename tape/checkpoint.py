@@ -61,6 +61,7 @@ from .backend import array_module
 from .core import _TRACE_STACK, Primitive, ReverseTrace, Tracer, config_for, primal
 from .errors import HecateError
 from .pytree import flatten, flatten_with_paths, format_path, unflatten
+from .residuals import operands
 
 __all__ = ["checkpoint", "checkpointed_scan", "CheckpointError"]
 
@@ -213,14 +214,10 @@ def _transparent_process(trace, seen, name, reads):
 
 
 def _plain_reads(args, params) -> list:
-    """The plain NumPy arrays among an operation's operands and parameters (one level of
-    tuples and lists opened: an index ``x[i, j]``)."""
-    found = []
-    for v in (*args, *params.values()):
-        for x in (v if type(v) in (tuple, list) else (v,)):
-            if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.size:
-                found.append(x)
-    return found
+    """The plain NumPy arrays among an operation's operands and parameters (`operands`: one
+    level of tuples and lists opened, an index ``x[i, j]``)."""
+    return [x for x in operands(args, params)
+            if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.size]
 
 
 @functools.lru_cache(maxsize=16)
@@ -377,7 +374,7 @@ def _digest(value) -> tuple:
     xp = array_module(v)
     flat = xp.asarray(v).ravel()
     parts = (flat.real, flat.imag) if xp.iscomplexobj(flat) else (flat,)
-    weights = xp.cos(xp.arange(flat.size) * 0.7071)
+    weights = _weights(flat.size) if xp is np else xp.cos(xp.arange(flat.size) * 0.7071)
     sums = tuple(float(xp.sum(p)) for p in parts) + tuple(float(p @ weights) for p in parts)
     scale = float(sum(xp.sum(xp.abs(p)) for p in parts))
     # Rules may compute the primal in another order than the plain call did: a few roundings.
