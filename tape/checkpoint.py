@@ -42,10 +42,10 @@ whose results differ (such an array was written before the reverse pass) raises 
 returning the derivative at the new values. The plain NumPy arrays that operations on
 differentiated values read in the first run are digested too (O(1) memory each, and a weak
 reference: no temporary is kept alive), and the recomputation raises when it reads one of those
-same array objects with other contents: a write that leaves the results the same but not their
+same array objects, or the same place in their memory through a fresh view (``c[::-1]``
+inside f), with other contents: a write that leaves the results the same but not their
 derivative (a closed-over weight vector permuted under a sum) is caught that way. Not caught
-there: a fresh view of such an array (``c[::-1]`` inside f), and CuPy arrays; the results'
-digest covers those.
+there: CuPy arrays; the results' digest covers those.
 """
 from __future__ import annotations
 
@@ -177,9 +177,10 @@ def _transparent_process(trace, seen, name, reads):
     (but the digest of each plain array an operation reads, into `reads`)."""
     def process(prim, args, params):
         for x in _plain_reads(args, params):
-            entry = reads.get(id(x))
-            if entry is None or entry[0]() is not x:   # (an id of a dead array, reused)
-                reads[id(x)] = entry = (weakref.ref(x), set())
+            owner = _owner(x)
+            entry = reads.get(id(owner))
+            if entry is None or entry[0]() is not owner:   # (an id of a dead array, reused)
+                reads[id(owner)] = entry = (weakref.ref(owner), set())
             entry[1].add(_read_digest(x))
         vals = list(args)
         mine = False
@@ -225,16 +226,30 @@ def _weights(n: int) -> np.ndarray:
     return np.cos(np.arange(n) * 0.7071)
 
 
+def _owner(x: np.ndarray) -> np.ndarray:
+    """The array whose memory `x` views (`x` itself when it owns its memory): reads are noted
+    per owner, since f makes a fresh view (``c[::-1]``, ``c.T``) of a closed-over array at
+    every run, and only the owner is the same object in the recomputation."""
+    base = x.base
+    while isinstance(base, np.ndarray):
+        x, base = base, base.base
+    return x
+
+
 def _read_digest(x) -> tuple:
-    """Shape, dtype and a weighted sum of a plain array's values (one pass): equal contents
-    give equal digests (the same operations on the same values), and a change, a permutation
-    too, almost surely another."""
+    """Shape, dtype, where in its owner's memory a view lies, and a weighted sum of a plain
+    array's values (one pass): equal contents give equal digests (the same operations on the
+    same values), and a change, a permutation too, almost surely another."""
     a = np.asarray(x)
+    place = None
+    if a.base is not None:
+        place = (a.__array_interface__["data"][0] - _owner(a).__array_interface__["data"][0],
+                 a.strides)
     flat = a.reshape(-1)
     if flat.dtype.kind == "c":
         flat = np.concatenate([flat.real, flat.imag])
     flat = flat.astype(np.float64, copy=False)
-    return (a.shape, a.dtype.str, float(flat @ _weights(flat.size)))
+    return (a.shape, a.dtype.str, place, float(flat @ _weights(flat.size)))
 
 
 def _checking_process(process, saved):
@@ -243,11 +258,12 @@ def _checking_process(process, saved):
     derivative, would be the new values')."""
     def checked(prim, args, params):
         for x in _plain_reads(args, params):
-            entry = saved.reads.get(id(x))
-            if entry is None or entry[0]() is not x:
+            owner = _owner(x)
+            entry = saved.reads.get(id(owner))
+            if entry is None or entry[0]() is not owner:
                 continue
             digest = _read_digest(x)
-            if digest not in entry[1] and digest[2] == digest[2]:   # (NaN: not comparable)
+            if digest not in entry[1] and digest[3] == digest[3]:   # (NaN: not comparable)
                 raise CheckpointError(_CHANGED.format(name=saved.name))
         return process(prim, args, params)
     return checked

@@ -259,6 +259,32 @@ def test_closure_rewritten_without_changing_the_results_is_refused():
         reverse_gradient(f, np.ones(3))
 
 
+@pytest.mark.parametrize("view", [lambda c: c[::-1], lambda c: c.reshape(3, 1)[:, 0],
+                                  lambda c: c[None, :][0]])
+def test_closure_read_through_a_fresh_view_and_rewritten_is_refused(view):
+    # f makes a new view of the closed-over array at every run, so the view read in the
+    # recomputation is another object than the first run's; the owner of its memory is not.
+    def f(x):
+        c = np.array([1.0, 2.0, 3.0])
+        y = checkpoint(lambda h: np.sum(h * view(c)))(x)
+        c[:] = c[::-1]
+        return y
+    with pytest.raises(CheckpointError, match="written after the call"):
+        reverse_gradient(f, np.ones(3))
+
+
+def test_other_views_of_one_array_unchanged_where_read_are_not_refused():
+    # Two views of one buffer, read at two places; the caller then writes a part f never
+    # read: the recomputation reads the same contents at the same places.
+    buf = np.arange(8.0)
+
+    def f(x):
+        y = checkpoint(lambda h: np.sum(h * buf[0:3]) + np.sum(h * buf[3:6] ** 2))(x)
+        buf[6:] = -1.0
+        return y
+    close(reverse_gradient(f, np.ones(3)), np.arange(3.0) + np.arange(3.0, 6.0) ** 2)
+
+
 def test_a_workspace_rewritten_by_each_call_is_not_refused():
     # A closed-over workspace that f itself fills before reading it: later calls rewrite it,
     # and the recomputation fills it again with what the first run read.
