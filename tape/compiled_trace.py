@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
+from numpy.random import bit_generator as numpy_bit_generator
 
 from .activities import Active, Const
 from .aliasing import watch_arguments
@@ -233,8 +234,41 @@ def aliased(written, consts) -> bool:
 
 
 RANDOM_DRAWS = ("the function draws random numbers (NumPy's global generator, a Generator it "
-           "reads, or Python's random module); a replay would repeat the same draws, so each "
-           "call runs eagerly")
+           "reads, a Generator it makes without a seed, or Python's random module); a replay "
+           "would repeat the same draws, so each call runs eagerly")
+
+
+class _EntropyDraws:
+    """How many NumPy generators were seeded from the operating system's entropy so far.
+
+    ``np.random.default_rng()`` (or ``RandomState()``, ``PCG64()``) made inside `f` is a new
+    generator per call, out of reach of the watch; its draws are constants of the trace, and a
+    confirming trace whose few draws happen to repeat (one stochastic-depth coin, a one-unit
+    mask: about half the time) would confirm a program that then replays that draw forever.
+    Such a seed is drawn by ``numpy.random.bit_generator.randbits``, looked up in that module
+    at each call: wrapping it (once, calling the original) lets a trace see that it made one."""
+
+    count = 0
+    installed = False
+
+    @classmethod
+    def now(cls) -> int:
+        if not cls.installed:
+            cls.installed = True
+            cls._install()
+        return cls.count
+
+    @classmethod
+    def _install(cls) -> None:
+        original = getattr(numpy_bit_generator, "randbits", None)
+        if original is None or getattr(original, "counts_entropy", False):
+            return   # another NumPy layout: only the generators the watch reaches are seen
+
+        def randbits(k):
+            cls.count += 1
+            return original(k)
+        randbits.counts_entropy = True
+        numpy_bit_generator.randbits = randbits
 
 
 class RandomStates:
@@ -247,9 +281,12 @@ class RandomStates:
         self.states = [generator_state(g) for g in self.generators]
         self.numpy = np.random.get_state(legacy=False)
         self.python = random.getstate()
+        self.entropy = _EntropyDraws.now()
 
     def drew(self) -> bool:
-        return (not same_value(_rng_key(self.numpy), _rng_key(np.random.get_state(legacy=False)))
+        numpy_state = np.random.get_state(legacy=False)
+        return (_EntropyDraws.now() != self.entropy
+                or not same_value(_rng_key(self.numpy), _rng_key(numpy_state))
                 or random.getstate() != self.python
                 or any(not same_value(generator_state(g), s)
                        for g, s in zip(self.generators, self.states)))

@@ -59,6 +59,14 @@ class ConstBuffer(np.ndarray):
         _protect_saved(self)
         self.view(np.ndarray)[index] = _plain(value)
 
+    def dot(self, b, out=None):
+        """`c.dot(x)` as `np.dot(c, x)` when `x` is traced: NumPy's method would convert `x` to
+        a plain array (its derivative lost) where the function dispatches to the tracer, and a
+        compiled trace, whose Consts are tracers, differentiates `c.dot(x)` too."""
+        if _has_tracer(b):
+            return np.dot(self, b) if out is None else np.dot(self, b, out=out)
+        return super().dot(b) if out is None else super().dot(b, out)
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.get("out")
         if out is not None:

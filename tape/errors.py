@@ -1,6 +1,8 @@
 """Errors raised by the engine. Each one says what was wrong and where."""
+import ast
 import importlib
 import inspect
+import linecache
 
 import numpy as np
 
@@ -74,6 +76,14 @@ class TracerConversionError(NonDifferentiableError):
                     "would be lost. Call the function on the whole array instead (written with "
                     "NumPy operations it usually works as is), or loop in Python and collect "
                     "the traced results with np.array([...]) or np.stack")
+        if caller is None:
+            method = _plain_array_method(self.frame)
+            if method is not None:
+                return (f"`{method}` calls a method of a plain NumPy array with a traced value, "
+                        "and NumPy's array methods convert their arguments to plain arrays, "
+                        "so the derivative would be lost. Use the function or the operator, "
+                        "which Hecate differentiates: `A @ B` or `np.dot(A, B)` for "
+                        "`A.dot(B)`.")
         where = f" (in {caller[1]}.{caller[2]})" if caller is not None else ""
         return (self.message + where + " This also happens with np.float64(x), np.int64(x) "
                 "or plain_array[i] = x (a plain array cannot hold a traced value: allocate it "
@@ -82,6 +92,30 @@ class TracerConversionError(NonDifferentiableError):
                 "differentiates, but not to a ufunc (np.sin([a, b])) or to a function imported "
                 "by name before differentiating (`from numpy import mean`): build the array "
                 "first, np.array([a, b]).")
+
+
+def _plain_array_method(frame) -> str | None:
+    """The source of the `.dot(...)` call that `frame` is running, or None. NumPy's
+    `ndarray.dot` has no dispatch protocol: it converts a traced argument itself, from user
+    code, so no NumPy frame lies between."""
+    if frame is None:
+        return None
+    try:
+        line, end_line, start, end = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+    except (AttributeError, IndexError, ValueError):
+        return None
+    if None in (line, end_line, start, end):
+        return None
+    lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(line, end_line + 1)]
+    lines[-1] = lines[-1][:end]
+    lines[0] = lines[0][start:]
+    call = " ".join(text.strip() for text in lines)
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return None
+    called = getattr(node, "func", None)   # the outermost call only: not np.float64(a.dot(b))
+    return call if isinstance(called, ast.Attribute) and called.attr == "dot" else None
 
 
 def _scipy_replacement(module: str, function: str) -> str:
