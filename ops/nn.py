@@ -33,6 +33,7 @@ import numpy as np
 
 from tape.backend import array_module
 from tape.core import Tracer, nondiff_value, peek
+from tape.rules import register_method
 
 from ._util import (add_tangents, as_float, broadcast_tangent, defprimitive, shape_of,
                     unbroadcast)
@@ -133,6 +134,28 @@ def logsumexp(x, axis=None, keepdims=False):
     """
     return _logsumexp(x, axis=_axes(axis, np.ndim(x)), keepdims=bool(keepdims))
 
+
+
+def _logaddexp_reduce(base_log):
+    """np.logaddexp.reduce / np.logaddexp2.reduce on a traced array: logsumexp along `axis`
+    (ufunc.reduce's default axis is 0), in base e or 2."""
+    def reduce(a, axis=0, dtype=None, out=None, keepdims=False, **unsupported):
+        name = f"np.logaddexp{'2' if base_log != 1.0 else ''}.reduce"
+        if dtype is not None or out is not None or unsupported:
+            given = [k for k, v in (("dtype", dtype), ("out", out)) if v is not None]
+            raise NotImplementedError(
+                f"{name} of a traced value takes axis and keepdims only, not "
+                f"{', '.join(given + sorted(unsupported))}; write ops.logsumexp(x, axis) "
+                "(or tape.scipy.special.logsumexp) and cast or copy the result")
+        if base_log == 1.0:
+            return logsumexp(a, axis=axis, keepdims=keepdims)
+        return logsumexp(a * base_log, axis=axis, keepdims=keepdims) / base_log
+    reduce.__name__ = f"logaddexp{'2' if base_log != 1.0 else ''}_reduce"
+    return reduce
+
+
+register_method("logaddexp.reduce", _logaddexp_reduce(1.0))
+register_method("logaddexp2.reduce", _logaddexp_reduce(math.log(2.0)))
 
 def _softmax_impl(x, axis):
     e, _ = _shifted_exp(as_float(x), axis)

@@ -179,6 +179,8 @@ class _Surface:
             if kwargs["axis"] in (0, -1) and np.ndim(peek(inputs[0])) == 0:
                 kwargs["axis"] = None   # NumPy reduces a 0-d array over axis 0 or -1 to itself
             result = _call_function(_REDUCE_AS[ufunc], *inputs, **kwargs)
+        elif method == "reduce" and f"{ufunc.__name__}.reduce" in METHOD_RULES:
+            result = METHOD_RULES[f"{ufunc.__name__}.reduce"](*inputs, **kwargs)
         elif method == "accumulate" and ufunc in _ACCUMULATE_AS:
             kwargs.setdefault("axis", 0)
             result = _call_function(_ACCUMULATE_AS[ufunc], *inputs, **kwargs)

@@ -353,3 +353,32 @@ def test_dot_method_of_a_plain_array_names_the_call_and_the_fix():
     with pytest.raises(TracerConversionError, match=r"`X\.T\.dot\( ?W\.T\)`.*`A @ B` or "
                                                     r"`np\.dot\(A, B\)`"):
         autodiff(Reverse, f, Active, Active(np.ones((2, 3))))
+
+
+# -- np.logaddexp.reduce (a log-sum-exp spelled with the ufunc's method) -------------------------
+def test_logaddexp_reduce_in_every_mode():
+    Z = np.random.default_rng(9).normal(size=(4, 3))
+
+    def f(w, Z):
+        s = Z * w
+        return (np.sum(np.logaddexp.reduce(s, axis=1) ** 2) + np.logaddexp.reduce(s.ravel())
+                + np.sum(np.logaddexp2.reduce(s)) + np.sum(np.logaddexp.reduce(s, 1, keepdims=True)))
+
+    w = np.array([0.3, -0.7, 0.5])
+    fd = _fd_gradient(f, w, [Z])
+    (grad, _), value = autodiff(ReverseWithPrimal, f, Active, Active(w.copy()), Const(Z))
+    np.testing.assert_allclose(value, f(w, Z), rtol=1e-13)
+    _close(grad, fd, 1e-6)
+    (tangent,) = autodiff(Forward, f, Duplicated(w.copy(), np.ones(3)), Const(Z))
+    _close(tangent, fd.sum(), 1e-6)
+    rev = tape.compile(Reverse, f, Active, Active, Const)
+    for z in (Z, Z * 2, Z):
+        np.testing.assert_allclose(rev(Active(w.copy()), Const(z))[0][0],
+                                   _fd_gradient(f, w, [z]), rtol=1e-6, atol=1e-8)
+    fx = lambda v: f(v, Z)   # noqa: E731
+    u = np.array([0.2, 1.0, -0.5])
+    grad_at = lambda v: tape.gradient(Reverse, fx, v)[0]   # noqa: E731
+    _close(tape.hvp(fx, w.copy(), u), (grad_at(w + 1e-5 * u) - grad_at(w - 1e-5 * u)) / 2e-5,
+           1e-5)
+    with pytest.raises(NotImplementedError, match=r"np\.logaddexp\.reduce.*dtype"):
+        autodiff(Reverse, lambda v: np.logaddexp.reduce(v, dtype=np.float32), Active, Active(w))

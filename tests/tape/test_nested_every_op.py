@@ -343,6 +343,8 @@ EXAMPLES = {
     "ndarray.astype": (lambda x: x.astype(np.float64) * x, (x3,)),
     "ndarray.copy": (lambda x: x.copy() * x, (x3,)),
     "ndarray.real": (lambda z: (z * z).real * np.abs(z), (c3,)),
+    "ndarray.logaddexp.reduce": (lambda a: np.logaddexp.reduce(a * a, axis=1), (M23,)),
+    "ndarray.logaddexp2.reduce": (lambda a: np.logaddexp2.reduce(np.sin(a)), (M23,)),
     # fused ops
     "ops.logsumexp": (lambda a: ops.logsumexp(a, axis=1), (M23,)),
     "ops.softmax": (ops.softmax, (M23,)),
