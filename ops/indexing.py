@@ -147,9 +147,22 @@ def _setitem_augmented(cfg, old, value, index, inplace):
     return _setitem_impl(old, value, index, inplace), (index, shape_of(value), kept)
 
 
+def _covers_everything(index) -> bool:
+    """Whether `x[index] = v` writes every element of x (``x[...] = v``, ``x[:] = v``)."""
+    parts = index if type(index) is tuple else (index,)
+    return all(p is Ellipsis or type(p) is slice and p == _WHOLE for p in parts)
+
+
+_WHOLE = slice(None)
+
+
 def _setitem_reverse(cfg, saved, g):
     index, value_shape, kept = saved
-    g_old = setitem(g, 0, index=index, inplace=False) if cfg.active[0] else None
+    g_old = None
+    # The buffer's values before the write reach the result where it was not overwritten;
+    # a write of the whole buffer leaves them no path (no cotangent, not an array of zeros).
+    if cfg.active[0] and not _covers_everything(index):
+        g_old = setitem(g, 0, index=index, inplace=False)
     g_value = None
     if cfg.active[1]:
         g_value = g[index]

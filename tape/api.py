@@ -213,10 +213,19 @@ def _write_back_reverse(arg, trace, seeds, width=None):
 
 def written_seed(shadow, width=None):
     """The seed of a written buffer's final value: its shadow (a copy, in the user's complex
-    convention), or in batch mode its W shadows stacked."""
+    convention), or in batch mode its W shadows stacked. A shadow of zeros (a buffer written
+    only for its primal, the usual case) gives a read-only broadcast zero: no copy."""
     if width is not None:
         return to_user(stack_directions(shadow))
-    return to_user(shadow) if is_complex(shadow) else shadow.copy()
+    if is_complex(shadow):
+        return to_user(shadow)
+    if shadow.size > _SMALL and not shadow.any():
+        xp = array_module(shadow)
+        return xp.broadcast_to(xp.zeros((), dtype=shadow.dtype), shadow.shape)
+    return shadow.copy()
+
+
+_SMALL = 64   # below this many elements a copy costs less than the test
 
 
 def _write_primals(arg):
