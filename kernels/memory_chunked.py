@@ -71,16 +71,23 @@ MIN_TOKENS = 16     # below this the sequential loop is as fast (measured at d =
 # tolerances against the loop (1e-10 float64, 1e-4 float32) in the erasing regime only at
 # ratios below 5e-6 (float64) and 1.3e-2 (float32): margins of 200x and 8x.
 CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
-# The largest ratio of a chunk transition's Frobenius norm to ``decay * sqrt(d)`` that a float32
-# call runs in float32 (`transitions_grow`). While every token has ``theta |k|^2 <= 2 (1 -
-# alpha)`` the ratio is at most 1 (each token's factor ``(1 - alpha) I - theta k k^T`` is at
-# most ``1 - alpha`` in norm); above, the state grows against the decay inside a chunk and the
+# How far a chunk transition may grow against its decay before a float32 call runs in float64
+# (`transitions_grow`): its squared Frobenius norm may exceed the decay's own, ``d decay^2``,
+# by as much as one direction grown GROWTH_RATIO-fold, ``(GROWTH_RATIO^2 - 1) decay^2``
+# (`growth_limit`). A limit of ``GROWTH_RATIO^2 d decay^2`` let growth in a few directions pass
+# at larger d: 7-fold in one direction per chunk at d = 64 measured 15x to 70x the float32
+# loop's error (Titans, periodic sub-chunks of 32 tokens). While every token has ``theta |k|^2
+# <= 2 (1 - alpha)`` no direction grows (each token's factor ``(1 - alpha) I - theta k k^T`` is
+# at most ``1 - alpha`` in norm); above, the state grows against the decay inside a chunk and the
 # WY form's triangular solve and products carry that growth: float32 results measured 1e-5 to
 # 5e-5 of their scale away from an exact float64 computation (delta, d = 32 and 64, theta 1.5
 # to 2, alpha 0 to 0.9, keys clustered; the float32 loop 2e-6 to 5e-6). Such calls run the
-# chunked form in float64 (about 1e-15 from exact) and cast back. Not checked where a chunk
-# has fewer tokens than d and the transition is not formed (Titans per token at d = 64,
-# periodic sub-chunks shorter than d): there Titans' ds0 measured up to 4e-4 (loop 5e-6).
+# chunked form in float64 (about 1e-15 from exact) and cast back. Where a chunk has fewer
+# tokens than d the transition is not formed by the forward run (Titans per token for d > 16,
+# periodic sub-chunks shorter than d): `thin_transitions_grow` takes its norm from the Gram
+# matrices of its factors instead. Unchecked there, float32 results
+# measured up to 1.5e-2 of scale from exact against 3e-5 for the loop (Titans d = 64, keys
+# clustered, theta 0 to 3, momentum near 1; periodic delta with sub-chunks of 32 at d = 64).
 GROWTH_RATIO = 2.0
 
 
@@ -198,7 +205,7 @@ def transitions_cancel(parts) -> bool:
 def transitions_grow(parts, d: int) -> bool:
     """Whether a float32 call should run in float64 (`GROWTH_RATIO`): `parts` as for
     `transitions_cancel` (float32 squares; other dtypes never grow here), true where
-    ``|part|_F > GROWTH_RATIO * decay * sqrt(d)`` in some chunk.
+    ``|part|_F^2 > growth_limit(d) * decay^2`` in some chunk.
 
     >>> gC = np.array([[0.5]], np.float32)
     >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 0.9, np.float32), gC), 1.0)], 1)
@@ -208,7 +215,44 @@ def transitions_grow(parts, d: int) -> bool:
     """
     if any(square.dtype != np.float32 for square, _ in parts):
         return False
-    return _in_some_chunk(parts, lambda square, decay: square > GROWTH_RATIO ** 2 * d * decay ** 2)
+    limit = growth_limit(d)
+    return _in_some_chunk(parts, lambda square, decay: square > limit * decay ** 2)
+
+
+def growth_limit(d: int) -> float:
+    """The largest ``|Phi|_F^2 / decay^2`` of a float32 chunk transition run in float32: ``d``
+    (the decay alone) plus one direction grown `GROWTH_RATIO`-fold.
+
+    >>> growth_limit(64)
+    67.0
+    """
+    return d + GROWTH_RATIO ** 2 - 1
+
+
+def thin_transitions_grow(W, DK, gC) -> bool:
+    """`transitions_grow` of the chunk transitions ``Phi = gC I - W^T DK`` (``W, DK [B, N, C,
+    d]``, ``gC [B, N]``: the delta rule's form) without forming ``Phi`` (``O(C d^2)`` per
+    chunk), for chunks of fewer tokens than d: ``|Phi|_F^2 - d gC^2 = |W^T DK|_F^2 - 2 gC
+    <W, DK>``, with ``|W^T DK|_F^2 = <W W^T, DK DK^T>`` from the ``[C, C]`` Gram matrices
+    (``O(C^2 d)``). Float32 only.
+
+    >>> gC = np.ones((1, 1), np.float32)
+    >>> W = np.zeros((1, 1, 2, 4), np.float32); DK = W.copy()
+    >>> W[..., 0, 0] = 3.0; DK[..., 0, 0] = 1.0                  # Phi = diag(-2, 1, 1, 1)
+    >>> thin_transitions_grow(W, DK, gC)
+    False
+    >>> W[..., 0, 0] = 9.0                                       # Phi = diag(-8, 1, 1, 1)
+    >>> thin_transitions_grow(W, DK, gC)
+    True
+    """
+    if W.dtype != np.float32:
+        return False
+    xp = array_module(W)
+    d = W.shape[-1]
+    with np.errstate(all="ignore"):
+        square = xp.einsum("bnij,bnij->bn", W @ _tr(W), DK @ _tr(DK))          # |W^T DK|_F^2
+        excess = square - 2 * gC * xp.einsum("bnci,bnci->bn", W, DK)
+        return bool(xp.any(excess > (growth_limit(d) - d) * gC * gC))     # NaN: no growth
 
 
 def _in_some_chunk(parts, test) -> bool:

@@ -99,6 +99,50 @@ def transition_parts(Phi, grC, cC, geC) -> list:
                 (q[..., 0, 1] + q[..., 1, 1], geC / scale)]
 
 
+def thin_transitions_grow(Wms, K, KK, w_last, e_last, grC, cC, geC) -> bool:
+    """`memory_chunked.transitions_grow` of the pair's transitions ``Phi = Lam - Wms^T Dk`` on
+    the parts that `transition_parts` gives it (M0's rows, S0's rows, M_C's columns), without
+    forming ``Phi`` (``O(C d^2)`` per chunk), for chunks of fewer tokens than d, where the
+    forward run does not form it. ``Wms [B, N, C, 2d]``; ``Dk = [w_last * K, e_last * K]``
+    from the keys ``K [B, N, C, d]``, their products ``KK = K K^T`` and ``w_last, e_last [B, N,
+    C]``; ``Lam = [[grC I, 0], [cC I, geC I]]`` (decays ``[B, N]``). Over a part's blocks
+    ``Lam_ab I - Wa^T Db`` (``Wa, Db`` the halves), ``|Phi|_F^2 - |Lam|_F^2 = sum |Wa^T Db|_F^2 -
+    2 Lam_ab <Wa, Db>``, with ``|Wa^T Db|_F^2 = <Wa Wa^T, Db Db^T>`` from ``[C, C]`` Gram
+    matrices (``O(C^2 d)``). Float32 only.
+
+    >>> one = np.ones((1, 1), np.float32)
+    >>> K = np.zeros((1, 1, 2, 2), np.float32); K[..., 0, 0] = 1.0
+    >>> Wms = np.zeros((1, 1, 2, 4), np.float32); Wms[..., 0, 0] = 2.0
+    >>> grows = lambda Wms: thin_transitions_grow(Wms, K, K @ K.swapaxes(-1, -2), one[..., None]
+    ...                                           * [1, 0], 0 * K[..., 0], one, 0 * one, one)
+    >>> grows(Wms)                                  # M0's rows: diag(-1, 1)
+    False
+    >>> grows(9 * Wms / 2)                          # diag(-8, 1)
+    True
+    """
+    if Wms.dtype != np.float32:
+        return False
+    xp = array_module(Wms)
+    d = Wms.shape[-1] // 2
+    WM, WS = Wms[..., :d], Wms[..., d:]
+
+    def quad(G, u, v):                                 # u^T G v per chunk
+        return xp.sum((G @ v[..., None])[..., 0] * u, axis=-1)
+    with np.errstate(all="ignore"):
+        xM, xS = ((a @ _tr(a)) * KK for a in (WM, WS))           # (Wa Wa^T) * K K^T
+        cMM, cMS = quad(xM, w_last, w_last), quad(xM, e_last, e_last)     # |Wa^T Db|_F^2
+        cSM, cSS = quad(xS, w_last, w_last), quad(xS, e_last, e_last)
+        pM, pS = (xp.einsum("bnci,bnci->bnc", a, K) for a in (WM, WS))
+        tMM, tSM, tSS = (xp.sum(a * b, axis=-1) for a, b in ((pM, w_last), (pS, w_last),
+                                                           (pS, e_last)))   # <Wa, Db>
+        extra = memory_chunked.growth_limit(d) - d
+        # |part|_F^2 less d |decays|^2, against `extra` |decays|^2 (NaN: no growth)
+        grows = ((cMM + cMS - 2 * grC * tMM > extra * grC * grC)                       # M0's rows
+                 | (cSM + cSS - 2 * (cC * tSM + geC * tSS) > extra * (cC * cC + geC * geC))
+                 | (cMM + cSM - 2 * (grC * tMM + cC * tSM) > extra * (grC * grC + cC * cC)))
+        return bool(xp.any(grows))
+
+
 def _by_transition(ops, C: int, d: int) -> bool:
     """Whether the pair crosses chunks through the ``[2d, 2d]`` transition matrices rather than
     through the updates: always for an `ops` with its own carry (one launch per sweep), and on
@@ -157,17 +201,19 @@ class _Chunks:
 
     def transition_check(self) -> Optional[str]:
         """``"cancel"`` where a chunk's transition lost its relative precision to cancellation
-        (`memory_chunked.transitions_cancel`), ``"grow"`` where a float32 call should run in
-        float64 (`memory_chunked.transitions_grow`, on the parts of M0's rows and S0's rows
-        and M_C's columns: S_C's columns against the momentum's decay alone are far above it
-        for ordinary gates), else None; never with fewer tokens than d, where the transition
-        is not formed on NumPy."""
+        (`memory_chunked.transitions_cancel`; never with fewer tokens than d), ``"grow"`` where
+        a float32 call should run in float64 (`memory_chunked.transitions_grow`, on the parts
+        of M0's rows and S0's rows and M_C's columns: S_C's columns against the momentum's
+        decay alone are far above it for ordinary gates; with fewer tokens than d, where the
+        transition is not formed on NumPy, by `thin_transitions_grow`), else None."""
         C, d = self.K.shape[-2:]
-        if C < d:
-            return None
+        decays = tuple(a[..., 0, 0] for a in (self.grC, self.cC, self.geC))
+        if C < d and self.Phi is None:
+            return "grow" if thin_transitions_grow(self.Wms, self.K, self.KK, self.W[..., -1, :],
+                                                   self.Ee[..., -1, :], *decays) else None
         Phi = self._transition() if self.Phi is None else self.Phi
-        parts = transition_parts(Phi, *(a[..., 0, 0] for a in (self.grC, self.cC, self.geC)))
-        if transitions_cancel(parts):
+        parts = transition_parts(Phi, *decays)
+        if C >= d and transitions_cancel(parts):
             return "cancel"
         return "grow" if transitions_grow(parts[:3], d) else None
 

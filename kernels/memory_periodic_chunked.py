@@ -39,6 +39,7 @@ import numpy as np
 from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
+from . import memory_chunked, memory_chunked_titans
 from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays,
                              squared_norms, transitions_cancel, transitions_grow)
 from .memory_chunked_titans import _decays, _shift, transition_parts
@@ -131,6 +132,12 @@ class _DeltaHebbian:
         eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
         return [(squared_norms(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC), 1.0)]
 
+    def thin_transitions_grow(self) -> bool:
+        """`memory_chunked.thin_transitions_grow` of every chunk's transition (never for the
+        Hebbian rule)."""
+        return self.P is not None and memory_chunked.thin_transitions_grow(self.W, self.DK,
+                                                                           self.gC)
+
     def grads(self, M0, GC, U=None, dU=None):
         """Gradients of every chunk's transition given the states entering the chunks `M0`
         and the cotangents of the states leaving them `GC` (both ``[B, N, d, d]``), and the
@@ -214,6 +221,11 @@ class _Titans:
         Phi[..., d:, :d] += cC[..., None, None] * eye
         Phi[..., d:, d:] += geC[..., None, None] * eye
         return transition_parts(Phi, grC, cC, geC)
+
+    def thin_transitions_grow(self) -> bool:
+        """`memory_chunked_titans.thin_transitions_grow` of every chunk's transition."""
+        return memory_chunked_titans.thin_transitions_grow(
+            _tr(self.P), self.K, self.KK, self.W[..., -1, :], self.Ee[..., -1, :], *self.coefs)
 
     def grads(self, X0, G, U=None, dU=None):
         """Gradients of every chunk's transition given the joint states entering the chunks
@@ -317,7 +329,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     (N: the final state); ``(None, None)`` when they come near overflow for the input growth
     `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
     fewer tokens than d): the caller then runs the sequential loop; ``(None, GROW)`` for a
-    float32 call to run in float64 (`transitions_grow`, checked as cancellation is)."""
+    float32 call to run in float64 (`transitions_grow`; with fewer tokens than d, where the
+    transitions are not formed, `thin_transitions_grow`)."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
@@ -327,6 +340,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
             return None, None
         if transitions_grow(parts[:3], d):      # Titans: not S_C's columns (as per token)
             return None, GROW
+    elif ch.thin_transitions_grow():
+        return None, GROW
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
