@@ -69,6 +69,11 @@ class ConstBuffer(np.ndarray):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.get("out")
+        if out is None and _has_tracer(inputs):
+            # `c @ x`, `c * x` with a traced x: the tracer records the call with this buffer
+            # as it is. A plain view of it would look like a caller's array that may change,
+            # which the record would have to copy (one copy of c per use, as in a loop).
+            return NotImplemented
         if out is not None:
             if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):
                 self._refuse()
@@ -82,6 +87,10 @@ class ConstBuffer(np.ndarray):
     def __array_function__(self, func, types, args, kwargs):
         if not all(issubclass(t, np.ndarray) for t in types):
             return NotImplemented    # a traced argument too: its type records the call
+        for target in _written_by(func, args, kwargs):
+            if isinstance(target, ConstBuffer):
+                target._check_alias()
+                _protect_saved(target)
         result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
         if func in _NEW_BUFFERS and _called_by_user(sys._getframe(1)):
             return _traced_buffer(result)
@@ -92,6 +101,42 @@ class ConstBuffer(np.ndarray):
         `_traced_buffer`)."""
         result = self.view(np.ndarray).copy(order)
         return _traced_buffer(result) if _called_by_user(sys._getframe(1)) else result
+
+
+def _writing_method(name: str):
+    """ndarray's method `name`, which writes into the array (``c.fill(0)``, ``c.sort()``):
+    the records that saved this buffer's memory get copies first, as for ``c[i] = v``."""
+    method = getattr(np.ndarray, name)
+
+    def write(self, *args, **kwargs):
+        self._check_alias()
+        _protect_saved(self)
+        return method(self.view(np.ndarray), *args, **kwargs)
+    write.__name__ = write.__qualname__ = name
+    write.__doc__ = f"ndarray.{name}, into a Const argument's memory (see `_writing_method`)."
+    return write
+
+
+for _name in ("fill", "sort", "partition", "put", "setfield", "byteswap"):
+    setattr(ConstBuffer, _name, _writing_method(_name))
+
+
+# NumPy functions that write into an argument: the position and name of that argument.
+_WRITERS = {np.copyto: (0, "dst"), np.put: (0, "a"), np.place: (0, "arr"),
+            np.putmask: (0, "a"), np.fill_diagonal: (0, "a"), np.put_along_axis: (0, "arr")}
+
+
+def _written_by(func, args, kwargs) -> list:
+    """The arrays a NumPy function call writes into: its destination argument, and `out=`."""
+    written = []
+    where = _WRITERS.get(func)
+    if where is not None:
+        position, name = where
+        written.append(args[position] if len(args) > position else kwargs.get(name))
+    out = kwargs.get("out")
+    if out is not None:
+        written.extend(out if isinstance(out, tuple) else (out,))
+    return written
 
 
 # A buffer made from a Const argument (np.zeros_like(c), c.copy()) is usually made to be filled,

@@ -391,7 +391,10 @@ class ReverseTrace(Trace):
             return saved
         if self.written_arguments:
             refuse_stale_reads(arrays, self.written_arguments)
-        return protect(saved, arrays)
+        copies = self.__dict__.get("residual_copies")
+        if copies is None:
+            copies = self.residual_copies = {}
+        return protect(saved, arrays, copies)
 
     def backward(self, seeds: dict, keep: Sequence[int], consume: bool = True) -> dict:
         """The reverse sweep. `seeds` maps slots to cotangents; returns cotangents of `keep`.
@@ -400,6 +403,7 @@ class ReverseTrace(Trace):
         default) records are released as they are used, so saved arrays die during the sweep,
         not after it; ``consume=False`` keeps the tape for another sweep (split mode).
         """
+        self.residual_copies = None   # the records hold them; a later record copies afresh
         ct: list = [None] * self.n_slots
         for s, g in seeds.items():
             ct[s] = g if ct[s] is None else ct[s] + g

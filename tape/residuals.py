@@ -112,16 +112,50 @@ def _overlaps(p, n, q, m) -> bool:
     return p < q + max(m, 1) and q < p + max(n, 1) if n and m else p == q
 
 
-def protect(saved: Any, arrays: list) -> Any:
+def protect(saved: Any, arrays: list, copies: dict | None = None) -> Any:
     """`saved` with a copy of every array in it (inside tuples, named tuples, lists and dicts)
-    that may share memory with one of `arrays`; `saved` itself when there is none."""
+    that may share memory with one of `arrays`; `saved` itself when there is none.
+
+    With `copies` (a dict the caller keeps for one differentiation), an array read again with
+    the same bits reuses its earlier copy: a closed-over weight matrix used at every step of
+    a loop is kept once, not once per step."""
     if not arrays:
         return saved
     if type(saved) is np.ndarray or type(saved).__module__.startswith("cupy"):
-        return saved.copy() if _shares(saved, arrays) else saved
+        if not _shares(saved, arrays):
+            return saved
+        return saved.copy() if copies is None else _copy_once(saved, copies)
     if type(saved) is list and any(saved is a for a in arrays):
         return _list_copy(saved)
-    return _map_items(saved, protect, arrays)
+    return _map_items(saved, lambda v, arrays: protect(v, arrays, copies), arrays)
+
+
+# Below this size a copy costs no more than comparing with an earlier one.
+_SHARED_COPY_BYTES = 16384
+
+
+def _copy_once(a, copies: dict):
+    """A copy of `a`, or an earlier copy of the same memory (address, shape, dtype) whose bits
+    still equal `a`'s. Shared copies are read-only: no record may change another's residual."""
+    if (type(a) is not np.ndarray or a.nbytes < _SHARED_COPY_BYTES or not a.flags.c_contiguous
+            or a.dtype.hasobject):
+        return a.copy()
+    key = (a.__array_interface__["data"][0], a.shape, a.dtype.str)
+    kept = copies.get(key)
+    if kept is not None and _same_bits(kept, a):
+        return kept
+    kept = a.copy()
+    kept.flags.writeable = False
+    copies[key] = kept
+    return kept
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two C-contiguous arrays of one shape and dtype hold the same bytes (a NaN equals
+    itself, 0.0 differs from -0.0: exactly what a residual must keep)."""
+    size = x.dtype.itemsize
+    unit = np.uint64 if size % 8 == 0 else np.uint32 if size % 4 == 0 else np.uint8
+    return bool(np.array_equal(x.reshape(-1).view(unit), y.reshape(-1).view(unit)))
 
 
 def _list_copy(items: list) -> list:
