@@ -36,10 +36,10 @@ def errors(results, exact) -> list:
     return out
 
 
-@pytest.mark.parametrize("rule,period,d,T,seed", [("delta", None, 64, 512, 0),
-                                                  ("delta", None, 32, 256, 1)])
-def test_growing_transitions_are_as_accurate_as_the_loop(rule, period, d, T, seed):
-    args = growing_args(rule, T, d, seed)
+def worse_than_the_loop(rule, period, args, factor) -> dict:
+    """{result: (default's error, loop's error)} for the results (outputs, final states, the
+    gradients of every input) where the default dispatch is more than `factor` times (plus
+    1e-6 of scale) less accurate than the float32 loop, both against the float64 loop."""
     wide = tuple(a.astype(np.float64) for a in args)
     fn = kernel(rule, period)
     with np.errstate(all="ignore"):
@@ -51,9 +51,14 @@ def test_growing_transitions_are_as_accurate_as_the_loop(rule, period, d, T, see
             loop = errors(list(fn(*args)) + list(grads(fn, args, narrow)), exact)
         default = errors(list(fn(*args)) + list(grads(fn, args, narrow)), exact)
     names = [f"out{i}" for i in range(len(exact) - len(args))] + ["d" + n for n in NAMES[rule]]
-    worse = {n: (f"{a:.2g}", f"{b:.2g}") for n, a, b in zip(names, default, loop)
-             if a > 2 * b + 1e-6}
-    assert worse == {}
+    return {n: (f"{a:.2g}", f"{b:.2g}") for n, a, b in zip(names, default, loop)
+            if a > factor * b + 1e-6}
+
+
+@pytest.mark.parametrize("rule,period,d,T,seed", [("delta", None, 64, 512, 0),
+                                                  ("delta", None, 32, 256, 1)])
+def test_growing_transitions_are_as_accurate_as_the_loop(rule, period, d, T, seed):
+    assert worse_than_the_loop(rule, period, growing_args(rule, T, d, seed), factor=2) == {}
 
 
 def test_ordinary_gates_do_not_grow():
