@@ -69,7 +69,13 @@ class ConstBuffer(np.ndarray):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         out = kwargs.get("out")
-        if out is None and _has_tracer(inputs):
+        if method == "at" and isinstance(inputs[0], ConstBuffer):
+            # np.add.at(c, idx, v) writes into its first operand, which takes no `out=`.
+            if _has_tracer(inputs):
+                inputs[0]._refuse()
+            inputs[0]._check_alias()
+            _protect_saved(inputs[0])
+        elif out is None and _has_tracer(inputs):
             # `c @ x`, `c * x` with a traced x: the tracer records the call with this buffer
             # as it is. A plain view of it would look like a caller's array that may change,
             # which the record would have to copy (one copy of c per use, as in a loop).
@@ -92,15 +98,49 @@ class ConstBuffer(np.ndarray):
                 target._check_alias()
                 _protect_saved(target)
         result = func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
-        if func in _NEW_BUFFERS and _called_by_user(sys._getframe(1)):
-            return _traced_buffer(result)
+        if func in _NEW_BUFFERS:
+            return _traced_buffer(result) if _called_by_user(sys._getframe(1)) else result
+        if _called_by_user(sys._getframe(1)):
+            # np.reshape(c, ...), np.transpose(c), np.split(c, 2): a view of the argument
+            # stays a ConstBuffer, so that writes through it copy the records' residuals too.
+            return _views_kept(result, args)
         return result
+
+    @property
+    def flat(self):
+        """`c.flat`, whose writes (``c.flat[i] = v``) NumPy makes without a hook: the records
+        that saved this buffer's memory get copies first, as for ``c[i] = v``."""
+        _protect_saved(self)
+        return self.view(np.ndarray).flat
+
+    @flat.setter
+    def flat(self, value):
+        self._check_alias()
+        if _has_tracer(value):
+            self._refuse()
+        _protect_saved(self)
+        self.view(np.ndarray).flat = value
 
     def copy(self, order="C"):
         """A copy; made by the user's function, one that may receive traced values (see
         `_traced_buffer`)."""
         result = self.view(np.ndarray).copy(order)
         return _traced_buffer(result) if _called_by_user(sys._getframe(1)) else result
+
+
+def _views_kept(result, args):
+    """`result` (an array, or a list or tuple of arrays) with each array that shares memory
+    with a ConstBuffer among `args` made a ConstBuffer of that argument."""
+    if type(result) in (list, tuple):
+        return type(result)(_views_kept(r, args) for r in result)
+    if type(result) is not np.ndarray:
+        return result
+    for a in args:
+        if isinstance(a, ConstBuffer) and np.may_share_memory(result, a):
+            view = result.view(ConstBuffer)
+            view.__dict__.update((k, v) for k, v in a.__dict__.items() if k != "_scanned")
+            return view
+    return result
 
 
 def _writing_method(name: str):

@@ -36,10 +36,14 @@ def _may_change(a) -> bool:
     memory comes from is writeable."""
     if a.flags.writeable:
         return True
+    # The chain of bases may pass through objects that are not arrays: as_strided and
+    # sliding_window_view (read-only views) hang theirs on a DummyArray with a `base`.
     root = a
-    while isinstance(root.base, np.ndarray):
+    while getattr(root, "base", None) is not None:
         root = root.base
-    return root is not a and root.flags.writeable
+    if root is a or isinstance(root, bytes):
+        return False     # memory the array owns and will not write, or immutable bytes
+    return not isinstance(root, np.ndarray) or root.flags.writeable
 
 
 def _is_caller_array(x) -> bool:

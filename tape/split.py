@@ -220,6 +220,11 @@ class _Thunk:
             if type(a) is not Const and not _same_argument(a.val, recorded):
                 raise ActivityError(f"reverse: argument {i} is not the value forward recorded; "
                                     "pass the same arrays to forward and reverse")
+            if type(a) is Const and not _same_const(a.val, recorded):
+                raise ActivityError(
+                    f"reverse: the Const argument {i} holds other values than forward "
+                    "recorded; the tape holds the derivative at forward's values. Run "
+                    "forward again with the new values")
         tape.check_unchanged()
         for arg, ann in zip(tape._groups, [a for a in annotated if type(a) is not Const]):
             arg.annotation = ann
@@ -237,6 +242,28 @@ def _same_argument(value, recorded) -> bool:
     if isinstance(value, (int, float, complex, np.generic)):
         return isinstance(recorded, (int, float, complex, np.generic)) and value == recorded
     return value is recorded
+
+
+def _same_const(value, recorded) -> bool:
+    """Whether a Const argument given to reverse is what forward saw: the same object, or
+    the same structure with equal numbers and arrays (other leaves are not compared)."""
+    if value is recorded:
+        return True
+    leaves, td = flatten(value)
+    before, td_before = flatten(recorded)
+    if td != td_before:
+        return False
+    for a, b in zip(leaves, before):
+        if a is b:
+            continue
+        if isinstance(a, (int, float, complex, np.generic)):
+            if not isinstance(b, (int, float, complex, np.generic)) or not (a == b or a != a):
+                return False
+        elif isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+            if not (hasattr(b, "shape") and a.shape == b.shape
+                    and bool(array_module(a).array_equal(a, b, equal_nan=a.dtype.kind in "fc"))):
+                return False
+    return True
 
 
 def _protect_and_write_primals(trace, groups):

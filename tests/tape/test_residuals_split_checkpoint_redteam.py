@@ -1,0 +1,106 @@
+"""Red team of residuals of arrays the function does not differentiate, split thunks and
+checkpointed layers, with ML code written in plain NumPy.
+
+Each test states the values the reverse sweep must use; the reference is plain NumPy (the
+closed form of the derivative) or the same code differentiated without the feature."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+
+from tape import (Active, ActivityError, Const, Reverse, ReverseSplitWithPrimal, autodiff,
+                  autodiff_thunk)
+
+C0 = np.array([3.0, 1.0, 2.0, 5.0])
+
+
+# --------------------------------------------------------------------------------------------
+# Closed-over arrays read through read-only strided views
+
+
+@pytest.mark.parametrize("window", ["sliding_window_view", "as_strided read-only"])
+def test_a_closure_read_through_a_read_only_window_is_copied(window):
+    # A 1-d convolution over a closed-over signal by im2col, the signal refilled after the
+    # use (the next batch): the window view is read-only, but its memory is the signal's.
+    signal = np.arange(8.0)
+    expected = sliding_window_view(signal, 3).sum(axis=0)
+    windows = {"sliding_window_view": lambda s: sliding_window_view(s, 3),
+               "as_strided read-only": lambda s: as_strided(s, (6, 3), (8, 8), writeable=False)}
+
+    def conv(kernel):
+        y = np.sum(windows[window](signal) @ kernel)
+        signal[...] = 0.0
+        return y
+    (g,), = autodiff(Reverse, conv, Active, Active(np.ones(3)))
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# Const arguments written after a use, through views NumPy functions make, ufunc.at and flat
+
+
+CONST_WRITES = {
+    "np.reshape view": lambda c: np.reshape(c, (2, 2)).__setitem__((0, 0), 9.0),
+    "np.transpose view": lambda c: np.transpose(c).__setitem__(0, 9.0),
+    "np.ravel view": lambda c: np.ravel(c).__setitem__(0, 9.0),
+    "np.split views": lambda c: np.split(c, 2)[0].__setitem__(0, 9.0),
+    "np.flip view": lambda c: np.flip(c).__setitem__(-1, 9.0),
+    "np.expand_dims view": lambda c: np.expand_dims(c, 0).__setitem__((0, 0), 9.0),
+    "np.add.at": lambda c: np.add.at(c, [0, 0], 1.0),
+    "np.multiply.at": lambda c: np.multiply.at(c, [0], 2.0),
+    "c.flat[i] = v": lambda c: c.flat.__setitem__(0, 9.0),
+    "c.flat = v": lambda c: setattr(c, "flat", 0.0),
+}
+
+
+@pytest.mark.parametrize("write", list(CONST_WRITES))
+def test_a_const_written_through_numpy_views_and_ufunc_at_keeps_the_values_used(write):
+    def f(x, c):
+        y = np.sum(x * c)
+        CONST_WRITES[write](c)
+        return y
+    c = C0.copy()
+    (gx, _), = autodiff(Reverse, f, Active, Active(np.ones(4)), Const(c))
+    assert not np.array_equal(c, C0)    # the write happened
+    np.testing.assert_array_equal(gx, C0)
+
+
+def test_a_const_scatter_added_between_uses_gives_each_use_its_values():
+    # Counts accumulated into a Const buffer between two uses (a histogram of a batch).
+    def f(x, counts):
+        y = np.sum(x * counts)
+        np.add.at(counts, np.array([1, 1, 3]), 1.0)
+        return y + np.sum(x * np.reshape(counts, (2, 2)).ravel())
+    (gx, _), = autodiff(Reverse, f, Active, Active(np.ones(4)), Const(C0.copy()))
+    np.testing.assert_array_equal(gx, 2 * C0 + [0.0, 2.0, 0.0, 1.0])
+
+
+def test_a_traced_value_scatter_added_into_a_const_is_refused_naming_it():
+    # (It was refused as a write into "a plain array", with the advice to allocate one.)
+    def f(x, c):
+        np.add.at(c, [0], x[0])
+        return np.sum(x * c)
+    with pytest.raises(ActivityError, match=r"`c`\) is Const"):
+        autodiff(Reverse, f, Active, Active(np.ones(4)), Const(C0.copy()))
+
+
+# --------------------------------------------------------------------------------------------
+# Split thunks
+
+
+def _mlp_loss(W, X):
+    return np.sum(np.tanh(X @ W) ** 2)
+
+
+def test_split_reverse_refuses_a_const_with_other_values_than_forward_saw():
+    rng = np.random.default_rng(0)
+    W, X = rng.standard_normal((3, 2)), rng.standard_normal((5, 3))
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, _mlp_loss, Active, Active, Const)
+    tape, _, _ = fwd(Active(W), Const(X))
+    with pytest.raises(ActivityError, match="Const argument 1 holds other values"):
+        rev(Active(W), Const(X * 5.0), 1.0, tape)
+    # The same values in another array are the same point: the derivative there.
+    (g, _), = rev(Active(W), Const(X.copy()), 1.0, tape)
+    (expected, _), = autodiff(Reverse, _mlp_loss, Active, Active(W), Const(X))
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
