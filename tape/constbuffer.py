@@ -15,6 +15,7 @@ import numpy as np
 from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError
+from .residuals import _map_items
 
 
 def _has_tracer(x) -> bool:
@@ -226,13 +227,11 @@ def _protect_saved(buffer):
 
 
 def _copied_if_shared(saved, buffer):
+    # Inside tuples, named tuples, lists and dicts, as `tape.residuals.protect` looks (a
+    # user's rule may keep its residuals in a named tuple or a dict).
     if isinstance(saved, np.ndarray):
         return saved.copy() if np.may_share_memory(saved, buffer) else saved
-    if type(saved) in (tuple, list):
-        items = [_copied_if_shared(v, buffer) for v in saved]
-        if any(a is not b for a, b in zip(items, saved)):
-            return type(saved)(items)
-    return saved
+    return _map_items(saved, _copied_if_shared, buffer)
 
 
 def as_const(value, name):

@@ -36,6 +36,7 @@ from .batching import Batched, stack_directions
 from .core import ReverseTrace, Tracer
 from .errors import ActivityError, HecateError
 from .pytree import flatten, is_inactive
+from .residuals import _map_items
 from .modifiers import strong_zero_scope, to_user
 
 
@@ -153,12 +154,12 @@ def _fingerprints(records) -> list:
 
 
 def _replace_saved(saved, copies: dict):
-    """`saved` with the arrays in `copies` (by id) replaced by their copies."""
-    if isinstance(saved, tuple):
-        return tuple(_replace_saved(v, copies) for v in saved)
-    if isinstance(saved, list):
-        return [_replace_saved(v, copies) for v in saved]
-    return copies.get(id(saved), saved)
+    """`saved` with the arrays in `copies` (by id) replaced by their copies, inside tuples,
+    named tuples (kept as such), lists and dicts."""
+    copy = copies.get(id(saved))
+    if copy is not None:
+        return copy
+    return _map_items(saved, _replace_saved, copies)
 
 
 # --------------------------------------------------------------------------------------------

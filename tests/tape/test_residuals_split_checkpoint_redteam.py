@@ -5,12 +5,14 @@ Each test states the values the reverse sweep must use; the reference is plain N
 closed form of the derivative) or the same code differentiated without the feature."""
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from tape import (Active, ActivityError, Const, Reverse, ReverseSplitWithPrimal, autodiff,
-                  autodiff_thunk)
+from tape import (Active, ActivityError, Const, Duplicated, Reverse, ReverseSplitWithPrimal,
+                  autodiff, autodiff_thunk, custom_rule)
 
 C0 = np.array([3.0, 1.0, 2.0, 5.0])
 
@@ -104,3 +106,56 @@ def test_split_reverse_refuses_a_const_with_other_values_than_forward_saw():
     (g, _), = rev(Active(W), Const(X.copy()), 1.0, tape)
     (expected, _), = autodiff(Reverse, _mlp_loss, Active, Active(W), Const(X))
     np.testing.assert_allclose(g, expected, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# A user's rule that keeps its residuals in a named tuple or a dict
+
+
+_Kept = namedtuple("_Kept", "array")
+_CONTAINERS = {"named tuple": (_Kept, lambda kept: kept.array),
+               "dict": (lambda a: {"array": a}, lambda kept: kept["array"])}
+
+
+def _weighted_sum_rule(container):
+    wrap, unwrap = _CONTAINERS[container]
+    return custom_rule(lambda x, c: np.sum(x * c),
+                       augmented_primal=lambda cfg, x, c: (np.sum(x * c), wrap(c)),
+                       reverse=lambda cfg, kept, g: (g * unwrap(kept), None))
+
+
+def _cube_rule(container):
+    wrap, unwrap = _CONTAINERS[container]
+    return custom_rule(lambda x: np.sum(x ** 3),
+                       augmented_primal=lambda cfg, x: (np.sum(x ** 3), wrap(x)),
+                       reverse=lambda cfg, kept, g: (3.0 * unwrap(kept) ** 2 * g,))
+
+
+@pytest.mark.parametrize("container", list(_CONTAINERS))
+def test_a_const_written_after_a_rule_kept_it_in_a_container(container):
+    weighted_sum = _weighted_sum_rule(container)
+
+    def f(x, c):
+        y = weighted_sum(x, c)
+        c[...] = 0.0
+        return y
+    (gx, _), = autodiff(Reverse, f, Active, Active(np.ones(4)), Const(C0.copy()))
+    np.testing.assert_array_equal(gx, C0)
+
+
+@pytest.mark.parametrize("container", list(_CONTAINERS))
+def test_split_mode_argument_written_by_f_after_a_rule_kept_it_in_a_container(container):
+    # forward writes x's final values into the caller's array before reverse runs: the
+    # record must keep the values it saw (a named tuple came back as a plain tuple).
+    cube = _cube_rule(container)
+
+    def f(x):
+        y = cube(x)
+        x[...] = 0.0
+        return y
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, Duplicated)
+    x, dx = np.array([1.0, 2.0]), np.zeros(2)
+    tape, _, _ = fwd(Duplicated(x, dx))
+    rev(Duplicated(x, dx), 1.0, tape)
+    np.testing.assert_array_equal(x, [0.0, 0.0])
+    np.testing.assert_allclose(dx, [3.0, 12.0], rtol=1e-14)
