@@ -77,6 +77,8 @@ def checkpoint(f: Callable) -> Callable:
     the differentiated values it closes over); the reverse pass runs `f` again and
     differentiates that. Elsewhere (no autodiff, forward mode) it is `f`. `f` may take several
     arrays and return any pytree; it must be deterministic and must not write into its inputs.
+    State it updates outside what it returns (a batch norm's running statistics, a counter)
+    is updated again by the recomputation: keep such updates out of the checkpointed function.
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active
