@@ -9,6 +9,7 @@ Everything else behaves as a plain ndarray (results are plain ndarrays).
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -217,13 +218,17 @@ def _protect_saved(buffer):
         records = getattr(trace, "records", None)
         if not records:
             continue
-        start = scanned.get(id(trace), 0)
+        # The trace itself, not only its id: the same buffer may reach a later
+        # differentiation (an inner autodiff given Const(c) in a loop) whose trace has the
+        # id of a finished one, and must not skip that one's count of records.
+        seen = scanned.get(id(trace))
+        start = seen[1] if seen is not None and seen[0]() is trace else 0
         for i in range(start, len(records)):
             record = records[i]
             saved = _copied_if_shared(record[2], plain)
             if saved is not record[2]:
                 records[i] = record[:2] + (saved,) + record[3:]
-        scanned[id(trace)] = len(records)
+        scanned[id(trace)] = (weakref.ref(trace), len(records))
 
 
 def _copied_if_shared(saved, buffer):

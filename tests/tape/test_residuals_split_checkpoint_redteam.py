@@ -5,6 +5,7 @@ Each test states the values the reverse sweep must use; the reference is plain N
 closed form of the derivative) or the same code differentiated without the feature."""
 from __future__ import annotations
 
+import gc
 from collections import namedtuple
 
 import numpy as np
@@ -186,3 +187,31 @@ def test_a_checkpointed_batch_norm_updates_its_running_mean_once():
         return running_mean
     np.testing.assert_allclose(running_mean_after(checkpoint),
                                running_mean_after(lambda f: f), rtol=1e-12)
+
+
+def test_a_const_buffer_reaching_inner_differentiations_in_a_loop_is_scanned_for_each():
+    # f differentiates an inner function of its Const buffer at each step (an inner
+    # optimisation loop); the inner function writes the buffer after using it. Copy on write
+    # counted the records it had scanned by the trace's id, which a later inner trace reuses:
+    # its first records were skipped and read the new values.
+    def inner(x, c):
+        y = np.sum(x * c)
+        for _ in range(int(c[1])):   # a varying number of records per inner trace
+            y = y * 1.0
+        c[0] = c[0] + 1.0
+        return y
+
+    wrong = []
+
+    def outer(theta, c):
+        for k in range(20):
+            c[1] = 1 + (k % 7) * 3
+            before = np.array(c)
+            (g, _), = autodiff(Reverse, inner, Active, Active(np.ones(3)), Const(c))
+            if not np.array_equal(g, before):
+                wrong.append(k)
+            gc.collect(1)   # frees the finished trace, so that its id comes back
+        return np.sum(theta * theta)
+    (g, _), = autodiff(Reverse, outer, Active, Active(np.ones(2)), Const(np.array([3.0, 1.0, 2.0])))
+    np.testing.assert_array_equal(g, [2.0, 2.0])
+    assert wrong == []
