@@ -9,6 +9,7 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicatedNoNe
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
 from .backend import array_module
 from .batching import Batched, stack_directions
+from .constbuffer import refuse_unseen_writes
 from .core import ForwardTrace, ReverseTrace, Tracer, primal
 from .errors import ActivityError
 from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
@@ -102,7 +103,9 @@ def record_reverse(trace, f, annotated, names):
     # copied back into them after the sweep.
     call_args, groups = _trace_arguments(annotated, names, _reverse_argument,
                                          lambda x, dx: trace.new_leaf(x))
-    return f(*call_args), groups
+    out = f(*call_args)
+    refuse_unseen_writes(trace)
+    return out, groups
 
 
 def _takes_one_fewer(f, n_args) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+import zlib
 
 import numpy as np
 
@@ -123,6 +124,17 @@ class ConstBuffer(np.ndarray):
         _protect_saved(self)
         self.view(np.ndarray).flat = value
 
+    def note_saved(self, trace) -> None:
+        """A record of `trace` keeps this buffer by reference: remember a checksum of its bytes
+        (once per place in memory), checked when the function returns (`refuse_unseen_writes`).
+        The writes this class sees copy the records first and forget the checksum."""
+        digests = trace.__dict__.get("const_digests")
+        if digests is None:
+            digests = trace.const_digests = {}
+        place = (self.__array_interface__["data"][0], self.shape, self.strides, self.dtype.str)
+        if place not in digests:
+            digests[place] = (self, _checksum(self))
+
     def copy(self, order="C"):
         """A copy; made by the user's function, one that may receive traced values (see
         `_traced_buffer`)."""
@@ -229,6 +241,37 @@ def _protect_saved(buffer):
             if saved is not record[2]:
                 records[i] = record[:2] + (saved,) + record[3:]
         scanned[id(trace)] = (weakref.ref(trace), len(records))
+        digests = trace.__dict__.get("const_digests")
+        if digests:   # the records hold copies now: this write is seen
+            for place in [p for p, (b, _) in digests.items() if np.may_share_memory(b, plain)]:
+                del digests[place]
+
+
+def _checksum(buffer) -> int:
+    """CRC-32 of the buffer's bytes: one pass, no temporary for contiguous memory; any write
+    that changes a bit (a -0.0, a NaN payload) changes it, but for a 2^-32 chance."""
+    if buffer.dtype.hasobject:
+        return 0
+    plain = np.ascontiguousarray(buffer.view(np.ndarray))
+    return zlib.crc32(memoryview(plain).cast("B")) if plain.size else 0
+
+
+def refuse_unseen_writes(trace) -> None:
+    """Raise if a Const argument that a record of `trace` keeps by reference was written
+    through a path that bypasses it (no hook of this class ran): the records would read the
+    new values in the sweep, and the derivative would silently be the one at those values."""
+    digests = trace.__dict__.get("const_digests")
+    if not digests:
+        return
+    trace.const_digests = None
+    for buffer, checksum in digests.values():
+        if _checksum(buffer) != checksum:
+            raise ActivityError(
+                f"{buffer._argument} is Const and was written after an operation used it, "
+                "through a path that bypasses the argument (np.asarray(c)[i] = v, "
+                "c.view(np.ndarray), memoryview(c), as_strided(c), np.ndarray.fill(c, v)); "
+                "the derivative would use the new values. Write through the argument itself "
+                "(c[i] = v, np.copyto(c, v), c.fill(v)), or write into a copy (c = c.copy())")
 
 
 def _copied_if_shared(saved, buffer):

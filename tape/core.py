@@ -385,7 +385,13 @@ class ReverseTrace(Trace):
 
     def _protect(self, saved, untraced, params):
         """`saved`, safe from later writes into the caller's arrays among the operands (see
-        tape.residuals); first refuses a read of an argument's memory after `f` wrote it."""
+        tape.residuals); first refuses a read of an argument's memory after `f` wrote it.
+        Const arguments (tape.constbuffer) are kept by reference and note that they are."""
+        for x in untraced:
+            if isinstance(x, np.ndarray) and type(x) is not np.ndarray:
+                note = getattr(x, "note_saved", None)
+                if note is not None:
+                    note(self)
         arrays = caller_arrays(untraced, params)
         if not arrays:   # speed-up: the common case, nothing of the caller's among them
             return saved

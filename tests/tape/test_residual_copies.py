@@ -12,7 +12,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tape import Active, Const, Reverse, autodiff
+from tape import Active, ActivityError, Const, Reverse, autodiff
 from tape.residuals import _same_bits
 
 W0 = np.array([3.0, 1.0, 2.0])
@@ -124,3 +124,33 @@ def test_shared_copies_compare_bits():
     assert not _same_bits(np.arange(4.0), np.arange(4.0)[::-1].copy())
     assert _same_bits(np.arange(6, dtype=np.float32).reshape(2, 3),
                       np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+BYPASSES = {
+    "np.asarray": lambda c: np.asarray(c).__setitem__(0, 9.0),
+    "view as ndarray": lambda c: c.view(np.ndarray).__setitem__(0, 9.0),
+    "unbound ndarray.fill": lambda c: np.ndarray.fill(c, 2.0),
+    "memoryview": lambda c: memoryview(c).cast("B").__setitem__(slice(0, 8), b"\0" * 8),
+    "sign of a zero": lambda c: np.asarray(c).__setitem__(1, -0.0),
+}
+
+
+@pytest.mark.parametrize("write", list(BYPASSES))
+def test_a_const_written_around_the_argument_after_its_use_is_refused(write):
+    def f(x, c):
+        y = np.sum(x / c)
+        BYPASSES[write](c)
+        return y
+    c = np.array([3.0, 0.0, 2.0])
+    with np.errstate(divide="ignore"), pytest.raises(ActivityError, match="`c`.*is Const"):
+        autodiff(Reverse, f, Active, Active(np.ones(3)), Const(c))
+
+
+def test_a_const_written_around_the_argument_before_its_use_or_through_it_is_accepted():
+    def f(x, c):
+        np.asarray(c)[0] = 9.0     # before any use: every record sees the new value
+        y = np.sum(x * c)
+        c[1] = 5.0                 # through the argument: the record keeps a copy
+        return y + np.sum(c * x)
+    (gx, _), = autodiff(Reverse, f, Active, Active(np.ones(3)), Const(np.array([3.0, 1, 2])))
+    np.testing.assert_array_equal(gx, [18.0, 6.0, 4.0])
