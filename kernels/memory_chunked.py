@@ -48,6 +48,9 @@ overflow, or spread a NaN, in different places, and the loop's values are the on
 The backward falls back in the same way when its gradients do. Calls where some chunk's
 transition decays far faster than the retention alone (`transitions_cancel`) run the loop too:
 there the WY form's difference cancels and loses the small transition's relative precision.
+Float32 calls run in float64 where a chunk's transition grows against the decay
+(`transitions_grow`) or, for the delta rule, where its triangular solve sums many terms of
+alternating signs (`solve_amplifies`: tokens that reflect the state along clustered keys).
 """
 from __future__ import annotations
 
@@ -89,6 +92,25 @@ CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
 # measured up to 1.5e-2 of scale from exact against 3e-5 for the loop (Titans d = 64, keys
 # clustered, theta 0 to 3, momentum near 1; periodic delta with sub-chunks of 32 at d = 64).
 GROWTH_RATIO = 2.0
+# The largest ``max_i sum_j |T_ij| theta_j |k_j|^2`` of a float32 chunk's triangular inverse
+# ``T = (I + diag(theta) A)^-1`` run in float32, in chunks of 16 tokens (`solve_amplifies`;
+# ``sqrt(C / 16)`` times that in longer chunks C). Tokens with ``theta |k|^2`` near ``1 + r``
+# reflect the state along their keys (factor ``r - theta |k|^2`` near -1): the transitions do
+# not grow, but along clustered keys the entries of T stay near theta instead of decaying, with
+# alternating signs, and the WY form sums about C such terms into results of size 1 (T's rows,
+# ``W = T (theta gp K)``, ``Phi = gC I - W^T DK``). Float32 errors grow with that sum: measured
+# 4e-6 to 1.4e-5 of scale against 4e-7 to 1.4e-6 for the float32 loop (delta, d = 16 to 64,
+# theta 1.4 to 2, alpha 0 to 0.02, keys clustered: 4x to 28x); one such call measured 4e-6,
+# 1.1e-5 and 2.5e-5 in chunks of 8, 16 and 32 tokens, and 4.6e-6 with T alone in float64. The
+# sums measured 15 to 78 there. With ``theta |k|^2 <= 1`` every entry of T is at most theta_i,
+# and the sums measured at most 4.5, 4.8 and 5.8 (random unit keys, theta 0.9 to 1, chunks of
+# 16, 32 and 64 tokens: about like sqrt(C), the reflecting ones like C); random keys at theta 1.3
+# to 1.9 reach 6 to 13 with errors near the loop's, and run in float64 too. The delta rule
+# only: Titans' momentum adds to the coupling (``A_ij = W_{i-1,j} k_i . k_j``), and its sums
+# reach 12 for random unit keys with theta up to 1 on calls that `transitions_grow` keeps in
+# float32, against 11 to 20 for its reflecting class (6x to 30x the loop's error), so the sum
+# does not tell them apart there.
+REFLECTION_LIMIT = 5.0
 
 
 def chunk_size(d: int) -> int:
@@ -253,6 +275,31 @@ def thin_transitions_grow(W, DK, gC) -> bool:
         square = xp.einsum("bnij,bnij->bn", W @ _tr(W), DK @ _tr(DK))          # |W^T DK|_F^2
         excess = square - 2 * gC * xp.einsum("bnci,bnci->bn", W, DK)
         return bool(xp.any(excess > (growth_limit(d) - d) * gC * gC))     # NaN: no growth
+
+
+def solve_amplifies(T, th, K) -> bool:
+    """Whether a float32 call should run in float64 because its chunks' WY sums cancel
+    (`REFLECTION_LIMIT`): ``max_i sum_j |T_ij| theta_j |k_j|^2`` above `REFLECTION_LIMIT` (times
+    ``sqrt(C / 16)`` for chunks of C > 16 tokens) in some chunk, from the triangular inverses
+    ``T [B, N, C, C]``, the inner learning rates ``th [B, N, C]`` and the keys ``K [B, N, C, d]``
+    (``O(C^2 + C d)`` per chunk). Float32 only; NaN: no.
+
+    >>> K = np.ones((1, 1, 4, 1), np.float32)
+    >>> def amplifies(theta):
+    ...     th = np.full((1, 1, 4), theta, np.float32)
+    ...     A = np.tril(np.ones((4, 4), np.float32), -1)[None, None]     # one key, no decay
+    ...     return solve_amplifies(NumpyOps.unit_lower_inverse(A, th), th, K)
+    >>> amplifies(0.9), amplifies(1.95)             # T_ij = -theta (1 - theta)^(i-j-1)
+    (False, True)
+    """
+    if T.dtype != np.float32:
+        return False
+    xp = array_module(T)
+    limit = REFLECTION_LIMIT * max(1.0, (T.shape[-1] / 16) ** 0.5)
+    with np.errstate(all="ignore"):
+        weights = th * xp.einsum("bncd,bncd->bnc", K, K)
+        sums = (xp.abs(T) @ weights[..., None])[..., 0]
+        return bool(xp.any(sums > limit))
 
 
 def _in_some_chunk(parts, test) -> bool:
@@ -479,7 +526,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         parts = [(squared_norms(ch.PhiT, ch.gC), 1.0)]
         if C >= x.k.shape[-1] and transitions_cancel(parts):
             return sequential_forward(spec, x, init, checkpoint_every, C)
-        if transitions_grow(parts, x.k.shape[-1]):
+        if (transitions_grow(parts, x.k.shape[-1])
+                or solve_amplifies(ch.T, ch.th, ch.K)):
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)

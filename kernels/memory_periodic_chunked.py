@@ -28,7 +28,8 @@ re-runs a call with it when `forward` or `backward` report a result near overflo
 cancels (`memory_chunked.transitions_cancel`: the keys erase the state far faster than the
 retention decays it, and ``Lam - P Q`` loses the small transition's relative precision); it
 runs a float32 call in float64 where `forward` reports transitions that grow against the
-decays (`memory_chunked.transitions_grow`).
+decays (`memory_chunked.transitions_grow`) or, for the delta rule, triangular solves that sum
+large terms of alternating signs (`memory_chunked.solve_amplifies`).
 """
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
 from . import memory_chunked, memory_chunked_titans
-from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays,
-                             squared_norms, transitions_cancel, transitions_grow)
+from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows,
+                             solve_amplifies, span_decays, squared_norms, transitions_cancel,
+                             transitions_grow)
 from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
@@ -330,7 +332,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
     fewer tokens than d): the caller then runs the sequential loop; ``(None, GROW)`` for a
     float32 call to run in float64 (`transitions_grow`; with fewer tokens than d, where the
-    transitions are not formed, `thin_transitions_grow`)."""
+    transitions are not formed, `thin_transitions_grow`; for the delta rule also
+    `solve_amplifies`)."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
@@ -341,6 +344,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
         if transitions_grow(parts[:3], d):      # Titans: not S_C's columns (as per token)
             return None, GROW
     elif ch.thin_transitions_grow():
+        return None, GROW
+    if rule == "delta" and solve_amplifies(ch.T, ch.th, ch.K):
         return None, GROW
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)

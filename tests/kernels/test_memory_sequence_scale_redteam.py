@@ -15,8 +15,10 @@ direction, 1.36 times the decay in Frobenius norm at d = 64.
 import numpy as np
 import pytest
 
+import kernels
+from kernels import memory_chunked
 from test_memory_growth import worse_than_the_loop
-from test_memory_scale import NAMES
+from test_memory_scale import NAMES, _uniform, make_args
 
 
 def clustered_args(rule, T, d, theta, alpha, eta, seed):
@@ -52,3 +54,32 @@ def test_periodic_sub_chunks_shorter_than_d(rule, theta, eta, seed):
     and a tail that only reads."""
     args = clustered_args(rule, 261, 64, theta, (0.0, 0.05), eta, seed)
     assert worse_than_the_loop(rule, 128, args, factor=4) == {}
+
+
+# Reflecting tokens (theta |k|^2 near 1 + r, alpha near 0) along clustered keys: the transitions
+# do not grow, but the triangular solve and the WY sums add about C terms near theta of
+# alternating signs (`memory_chunked.solve_amplifies`). Before those delta calls ran in float64:
+# 11x to 28x the loop's error (6e-6 to 1.4e-5 of scale against 5e-7 to 7e-7).
+@pytest.mark.parametrize("period,d", [
+    (None, 16),         # 11x before
+    (None, 64),         # 20x before
+    (64, 16),           # 13x before
+    (128, 64),          # sub-chunks of 32 tokens: 28x before
+])
+def test_reflecting_tokens_on_clustered_keys(period, d):
+    args = clustered_args("delta", 512, d, (1.9, 1.99), (0.0, 0.005), (0.5, 0.5), seed=0)
+    assert worse_than_the_loop("delta", period, args, factor=4) == {}
+
+
+@pytest.mark.parametrize("d", [16, 64])
+@pytest.mark.parametrize("theta,alpha", [((0.99, 1.0), (0.0, 0.0)),          # sums up to 4.2
+                                         ((0.005, 0.02), (0.03, 0.06))])     # initial gates
+def test_sigmoid_gates_keep_float32(d, theta, alpha):
+    """Random unit keys with theta up to 1 (the sigmoid's range: every entry of T is then at
+    most theta_i) and the model's initial gates: the triangular solves never send a call to
+    float64."""
+    args = make_args("delta", 1024, d, lead=(8,), dtype=np.float32, theta=_uniform(*theta),
+                     alpha=_uniform(*alpha))
+    x = kernels.memory._inputs("delta", args)[0]
+    ch = memory_chunked._Chunks("delta", x, memory_chunked.chunk_size(d), memory_chunked.NumpyOps)
+    assert not memory_chunked.solve_amplifies(ch.T, ch.th, ch.K)
