@@ -8,7 +8,8 @@ The modules, in layers; each imports only from the layers before it (tests/test_
 checks that there is no cycle):
 
 1. ``activities``, ``errors``, ``config``: the annotations, the errors, the rule configs;
-2. ``core``: tracers, primitives and the traces (record, then sweep); ``backend``,
+2. ``core``: tracers, primitives and the traces (record, then sweep), ``forward_trace``
+   (dual numbers); ``backend``,
    ``pytree``, ``aliasing``, ``constbuffer``;
 3. what a traced value can do: ``tracer`` (ndarray methods, NumPy protocols), ``batching``
    and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and

@@ -10,7 +10,8 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicatedNoNe
 from .backend import array_module
 from .batching import Batched, stack_directions
 from .constbuffer import refuse_unseen_writes
-from .core import ForwardTrace, ReverseTrace, Tracer, primal
+from .core import ReverseTrace, Tracer, primal
+from .forward_trace import ForwardTrace
 from .errors import ActivityError
 from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
                         user_cotangents)

@@ -14,7 +14,8 @@ from typing import Callable
 from .activities import Mode
 from .api import _argument_names, _forward, _reverse
 from .config import _FORWARD_CONFIGS, _REVERSE_CONFIGS
-from .core import ForwardTrace, Primitive, ReverseTrace, Tracer
+from .core import Primitive, ReverseTrace, Tracer
+from .forward_trace import ForwardTrace
 from .program_forward import user_forward_batched
 from .rules import _plain, _plain_one
 from .user_calls import UserCalls

@@ -1,7 +1,7 @@
 """Compiled forward mode: the compiling trace that pushes tangents, and its generated program.
 
 `ForwardCompileTrace` runs the user's function once as eager forward mode does
-(`tape.core.ForwardTrace.process`): a primitive with a tangent among its operands runs its
+(`tape.forward_trace.ForwardTrace.process`): a primitive with a tangent among its operands runs its
 forward (JVP) rule, ``prim.forward(cfg, primals, tangents, **params)`` with the config of
 `_FORWARD_CONFIGS` and a complex result's tangent made complex (`_complex_like`); one without
 runs its impl. It writes the same steps as the reverse trace (tape/program.py), with a
@@ -23,7 +23,7 @@ import numpy as np
 
 from .batching import Batched, forward_per_direction
 from .config import _FORWARD_CONFIGS
-from .core import _complex_like
+from .forward_trace import _complex_like
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, _fill, _inlinable, _param_slots, same_value, step_context)
 from .program_adjoint import INLINE_KINDS
@@ -77,7 +77,7 @@ class ForwardCompileTrace(CompileTrace):
         try:
             out, tangent = forward(cfg, vals, tans, **params)
         except (TypeError, ValueError):
-            # As eager mode (tape/core.py ForwardTrace.process): a rule that cannot take
+            # As eager mode (tape/forward_trace.py ForwardTrace.process): a rule that cannot take
             # batched tangents runs once per direction (without them the error is raised).
             out, tangent = forward_per_direction(forward, cfg, vals, tans, params)
             self.per_direction.add(step)
@@ -101,7 +101,7 @@ class ForwardCompileTrace(CompileTrace):
 
 def forward_batched(forward, cfg, vals, tans, params):
     """``forward(cfg, vals, tans, **params)`` as eager forward mode calls it
-    (tape/core.py ForwardTrace.process): where the rule raises TypeError or ValueError on
+    (tape/forward_trace.py ForwardTrace.process): where the rule raises TypeError or ValueError on
     batched tangents, it runs once per direction (without them the error is raised)."""
     try:
         return forward(cfg, vals, tans, **params)

@@ -13,7 +13,8 @@ import weakref
 import numpy as np
 
 from .constbuffer import ConstBuffer
-from .core import DualTracer, ForwardTrace, ReverseTrace, ReverseTracer, Tracer, peek, primal
+from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
+from .forward_trace import DualTracer, ForwardTrace
 from .errors import NonDifferentiableError, TracerConversionError
 
 UFUNC_RULES: dict = {}
