@@ -15,7 +15,8 @@ checks that there is no cycle):
    and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
    ``rules`` / ``easy_rule`` (how the ops register theirs);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
-   (`autodiff_thunk`), ``checkpoint``, ``convenience`` and ``jacobians``, ``visualize``,
+   (`autodiff_thunk`), ``checkpoint`` and ``checkpointed_scan``, ``convenience`` and
+   ``jacobians``, ``visualize``,
    ``testing`` (with ``finite_differences`` and ``rule_check``);
 5. trace -> program -> replay: ``program`` (the compiling trace) and ``program_*`` (the
    generated program: adjoint, forward, CSE, the cut of long programs), ``signature`` (what a
@@ -37,7 +38,8 @@ from .errors import (ActivityError, EscapedTracerError, HecateError, NaNError,
                      NonDifferentiableError, OnceDifferentiableError, PytreeError, RuleError)
 from .pytree import register_pytree, tree_map
 from .rules import custom_rule, easy_rule, inactive, inactive_type
-from .checkpoint import CheckpointError, checkpoint, checkpointed_scan
+from .checkpoint import CheckpointError, checkpoint
+from .checkpointed_scan import checkpointed_scan
 from .split import SplitTape, TapeMutatedError, autodiff_thunk
 from .compiled import CompiledFunction, CompileWarning, compile  # noqa: A001
 from .visualize import GraphvizNotFound, record, show, to_dot
