@@ -51,6 +51,7 @@ there the WY form's difference cancels and loses the small transition's relative
 Float32 calls run in float64 where a chunk's transition grows against the decay
 (`transitions_grow`) or, for the delta rule, where its triangular solve sums many terms of
 alternating signs (`solve_amplifies`: tokens that reflect the state along clustered keys).
+Those checks and their thresholds are in `kernels.memory_chunk_precision`.
 """
 from __future__ import annotations
 
@@ -62,55 +63,12 @@ from tape.backend import array_module
 
 from . import memory_ref as ref
 from ._common import input_growth, max_abs, within_range
+from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
+                                     transitions_grow)
 
 CHUNK: Optional[int] = None   # None: `chunk_size` decides; an int forces every call's chunk
 RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
 MIN_TOKENS = 16     # below this the sequential loop is as fast (measured at d = 16 and 64)
-# The smallest ratio of a chunk transition's Frobenius norm to the retention's decay over the
-# chunk (`transitions_cancel`) that the chunked form accepts, per dtype. Below it the WY form's
-# "decay minus corrections" cancels, with relative errors of about 1-10 eps / ratio (delta)
-# and 20-300 eps / ratio (Titans). Measured over 550 random calls (d = 1 to 16, chunks of 16
-# to 128 tokens, values 0, theta up to 2, alpha up to 0.9), the chunked form left the tests'
-# tolerances against the loop (1e-10 float64, 1e-4 float32) in the erasing regime only at
-# ratios below 5e-6 (float64) and 1.3e-2 (float32): margins of 200x and 8x.
-CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
-# How far a chunk transition may grow against its decay before a float32 call runs in float64
-# (`transitions_grow`): its squared Frobenius norm may exceed the decay's own, ``d decay^2``,
-# by as much as one direction grown GROWTH_RATIO-fold, ``(GROWTH_RATIO^2 - 1) decay^2``
-# (`growth_limit`). A limit of ``GROWTH_RATIO^2 d decay^2`` let growth in a few directions pass
-# at larger d: 7-fold in one direction per chunk at d = 64 measured 15x to 70x the float32
-# loop's error (Titans, periodic sub-chunks of 32 tokens). While every token has ``theta |k|^2
-# <= 2 (1 - alpha)`` no direction grows (each token's factor ``(1 - alpha) I - theta k k^T`` is
-# at most ``1 - alpha`` in norm); above, the state grows against the decay inside a chunk and the
-# WY form's triangular solve and products carry that growth: float32 results measured 1e-5 to
-# 5e-5 of their scale away from an exact float64 computation (delta, d = 32 and 64, theta 1.5
-# to 2, alpha 0 to 0.9, keys clustered; the float32 loop 2e-6 to 5e-6). Such calls run the
-# chunked form in float64 (about 1e-15 from exact) and cast back. Where a chunk has fewer
-# tokens than d the transition is not formed by the forward run (Titans per token for d > 16,
-# periodic sub-chunks shorter than d): `thin_transitions_grow` takes its norm from the Gram
-# matrices of its factors instead. Unchecked there, float32 results
-# measured up to 1.5e-2 of scale from exact against 3e-5 for the loop (Titans d = 64, keys
-# clustered, theta 0 to 3, momentum near 1; periodic delta with sub-chunks of 32 at d = 64).
-GROWTH_RATIO = 2.0
-# The largest ``max_i sum_j |T_ij| theta_j |k_j|^2`` of a float32 chunk's triangular inverse
-# ``T = (I + diag(theta) A)^-1`` run in float32, in chunks of 16 tokens (`solve_amplifies`;
-# ``sqrt(C / 16)`` times that in longer chunks C). Tokens with ``theta |k|^2`` near ``1 + r``
-# reflect the state along their keys (factor ``r - theta |k|^2`` near -1): the transitions do
-# not grow, but along clustered keys the entries of T stay near theta instead of decaying, with
-# alternating signs, and the WY form sums about C such terms into results of size 1 (T's rows,
-# ``W = T (theta gp K)``, ``Phi = gC I - W^T DK``). Float32 errors grow with that sum: measured
-# 4e-6 to 1.4e-5 of scale against 4e-7 to 1.4e-6 for the float32 loop (delta, d = 16 to 64,
-# theta 1.4 to 2, alpha 0 to 0.02, keys clustered: 4x to 28x); one such call measured 4e-6,
-# 1.1e-5 and 2.5e-5 in chunks of 8, 16 and 32 tokens, and 4.6e-6 with T alone in float64. The
-# sums measured 15 to 78 there. With ``theta |k|^2 <= 1`` every entry of T is at most theta_i,
-# and the sums measured at most 4.5, 4.8 and 5.8 (random unit keys, theta 0.9 to 1, chunks of
-# 16, 32 and 64 tokens: about like sqrt(C), the reflecting ones like C); random keys at theta 1.3
-# to 1.9 reach 6 to 13 with errors near the loop's, and run in float64 too. The delta rule
-# only: Titans' momentum adds to the coupling (``A_ij = W_{i-1,j} k_i . k_j``), and its sums
-# reach 12 for random unit keys with theta up to 1 on calls that `transitions_grow` keeps in
-# float32, against 11 to 20 for its reflecting class (6x to 30x the loop's error), so the sum
-# does not tell them apart there.
-REFLECTION_LIMIT = 5.0
 
 
 def chunk_size(d: int) -> int:
@@ -190,125 +148,6 @@ def shift_rows(E):
     ``j < i`` and 0 elsewhere."""
     xp = array_module(E)
     return xp.concatenate([xp.zeros_like(E[..., :1, :]), E[..., :-1, :]], axis=-2)
-
-
-def squared_norms(Phi, scale):
-    """``|Phi / scale|_F^2`` of every chunk's ``Phi [B, N, a, b]`` with ``scale [B, N]``."""
-    with np.errstate(all="ignore"):      # a scale of 0 (underflow) gives inf or NaN
-        scaled = Phi / scale[..., None, None]
-        return array_module(Phi).sum(scaled * scaled, axis=(-1, -2))
-
-
-def transitions_cancel(parts) -> bool:
-    """Whether a chunk's transition was computed as a difference that cancels: `parts` holds
-    pairs ``(square, decay)`` (``[B, N]``, both divided by one scale per chunk): the squared
-    Frobenius norm of rows or columns of every chunk's transition (``X_C = X_0 Phi + ...``)
-    and the 2-norm of the retention's decay over them; true where
-    ``|part|_F < CANCELLATION_RATIO * decay`` in some chunk. The WY form computes ``Phi`` as the
-    decay minus the delta corrections, with an absolute error of a few eps times the decay:
-    where the keys erase the state much faster than the retention decays it (``theta |k|^2``
-    near ``1 - alpha`` on the same directions over many tokens, d = 1), ``Phi`` is far smaller
-    than the decay and loses its relative precision; the sequential loop keeps it. A chunk of
-    fewer tokens than d never cancels: the d - C directions orthogonal to its keys keep the
-    decay, so ``|part|_F >= decay``. A decay of 0 (underflow) has no cancellation (NaN).
-
-    >>> gC = np.array([[0.5]])
-    >>> transitions_cancel([(squared_norms(np.full((1, 1, 1, 1), 0.4), gC), 1.0)])  # 0.5 - 0.1
-    False
-    >>> transitions_cancel([(squared_norms(np.full((1, 1, 1, 1), 1e-9), gC), 1.0)])
-    True
-    """
-    def below(square, decay):
-        ratio = CANCELLATION_RATIO.get(str(square.dtype), CANCELLATION_RATIO["float64"])
-        return square < (ratio * decay) ** 2
-    return _in_some_chunk(parts, below)
-
-
-def transitions_grow(parts, d: int) -> bool:
-    """Whether a float32 call should run in float64 (`GROWTH_RATIO`): `parts` as for
-    `transitions_cancel` (float32 squares; other dtypes never grow here), true where
-    ``|part|_F^2 > growth_limit(d) * decay^2`` in some chunk.
-
-    >>> gC = np.array([[0.5]], np.float32)
-    >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 0.9, np.float32), gC), 1.0)], 1)
-    False
-    >>> transitions_grow([(squared_norms(np.full((1, 1, 1, 1), 1.5, np.float32), gC), 1.0)], 1)
-    True
-    """
-    if any(square.dtype != np.float32 for square, _ in parts):
-        return False
-    limit = growth_limit(d)
-    return _in_some_chunk(parts, lambda square, decay: square > limit * decay ** 2)
-
-
-def growth_limit(d: int) -> float:
-    """The largest ``|Phi|_F^2 / decay^2`` of a float32 chunk transition run in float32: ``d``
-    (the decay alone) plus one direction grown `GROWTH_RATIO`-fold.
-
-    >>> growth_limit(64)
-    67.0
-    """
-    return d + GROWTH_RATIO ** 2 - 1
-
-
-def thin_transitions_grow(W, DK, gC) -> bool:
-    """`transitions_grow` of the chunk transitions ``Phi = gC I - W^T DK`` (``W, DK [B, N, C,
-    d]``, ``gC [B, N]``: the delta rule's form) without forming ``Phi`` (``O(C d^2)`` per
-    chunk), for chunks of fewer tokens than d: ``|Phi|_F^2 - d gC^2 = |W^T DK|_F^2 - 2 gC
-    <W, DK>``, with ``|W^T DK|_F^2 = <W W^T, DK DK^T>`` from the ``[C, C]`` Gram matrices
-    (``O(C^2 d)``). Float32 only.
-
-    >>> gC = np.ones((1, 1), np.float32)
-    >>> W = np.zeros((1, 1, 2, 4), np.float32); DK = W.copy()
-    >>> W[..., 0, 0] = 3.0; DK[..., 0, 0] = 1.0                  # Phi = diag(-2, 1, 1, 1)
-    >>> thin_transitions_grow(W, DK, gC)
-    False
-    >>> W[..., 0, 0] = 9.0                                       # Phi = diag(-8, 1, 1, 1)
-    >>> thin_transitions_grow(W, DK, gC)
-    True
-    """
-    if W.dtype != np.float32:
-        return False
-    xp = array_module(W)
-    d = W.shape[-1]
-    with np.errstate(all="ignore"):
-        square = xp.einsum("bnij,bnij->bn", W @ _tr(W), DK @ _tr(DK))          # |W^T DK|_F^2
-        excess = square - 2 * gC * xp.einsum("bnci,bnci->bn", W, DK)
-        return bool(xp.any(excess > (growth_limit(d) - d) * gC * gC))     # NaN: no growth
-
-
-def solve_amplifies(T, th, K) -> bool:
-    """Whether a float32 call should run in float64 because its chunks' WY sums cancel
-    (`REFLECTION_LIMIT`): ``max_i sum_j |T_ij| theta_j |k_j|^2`` above `REFLECTION_LIMIT` (times
-    ``sqrt(C / 16)`` for chunks of C > 16 tokens) in some chunk, from the triangular inverses
-    ``T [B, N, C, C]``, the inner learning rates ``th [B, N, C]`` and the keys ``K [B, N, C, d]``
-    (``O(C^2 + C d)`` per chunk). Float32 only; NaN: no.
-
-    >>> K = np.ones((1, 1, 4, 1), np.float32)
-    >>> def amplifies(theta):
-    ...     th = np.full((1, 1, 4), theta, np.float32)
-    ...     A = np.tril(np.ones((4, 4), np.float32), -1)[None, None]     # one key, no decay
-    ...     return solve_amplifies(NumpyOps.unit_lower_inverse(A, th), th, K)
-    >>> amplifies(0.9), amplifies(1.95)             # T_ij = -theta (1 - theta)^(i-j-1)
-    (False, True)
-    """
-    if T.dtype != np.float32:
-        return False
-    xp = array_module(T)
-    limit = REFLECTION_LIMIT * max(1.0, (T.shape[-1] / 16) ** 0.5)
-    with np.errstate(all="ignore"):
-        weights = th * xp.einsum("bncd,bncd->bnc", K, K)
-        sums = (xp.abs(T) @ weights[..., None])[..., 0]
-        return bool(xp.any(sums > limit))
-
-
-def _in_some_chunk(parts, test) -> bool:
-    """Whether ``test(square, decay)`` holds in some chunk of some part (NaN compares false)."""
-    for square, decay in parts:
-        with np.errstate(all="ignore"):
-            if bool(array_module(square).any(test(square, decay))):
-                return True
-    return False
 
 
 class Promoted(NamedTuple):

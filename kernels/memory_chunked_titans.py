@@ -26,7 +26,7 @@ The backward differentiates the chunk function by hand; the gate gradients go th
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
 and calls fall back to the sequential reference as in `memory_chunked` (its module docstring),
 a chunk transition that cancels included (`transition_parts`); float32 calls whose transitions
-grow against the decays run in float64 (`memory_chunked.transitions_grow`).
+grow against the decays run in float64 (`memory_chunk_precision.transitions_grow`).
 """
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from . import memory_chunked
 from ._common import max_abs, within_range
+from .memory_chunk_precision import growth_limit, transitions_cancel, transitions_grow
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
                              _triangles, _unblocks, growth, promoted_backward, promoted_forward,
-                             sequential_backward, sequential_forward, shift_rows, span_decays,
-                             transitions_cancel, transitions_grow)
+                             sequential_backward, sequential_forward, shift_rows, span_decays)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -69,7 +69,7 @@ def _shift(a, first):
 
 def transition_parts(Phi, grC, cC, geC) -> list:
     """The parts of the pair's transitions ``Phi [B, N, 2d, 2d]`` (``[M_C S_C] = [M0 S0] Phi +
-    ...``) that `memory_chunked.transitions_cancel` checks, each with the 2-norm of the
+    ...``) that `memory_chunk_precision.transitions_cancel` checks, each with the 2-norm of the
     decays it holds (``grC, cC, geC [B, N]``: ``Phi`` without updates is
     ``[[grC I, 0], [cC I, geC I]]``): the rows of M0 and of S0 (their cotangents), the columns
     of M_C and of S_C (the states). Titans' S0 reaches the outputs only through small terms,
@@ -100,14 +100,14 @@ def transition_parts(Phi, grC, cC, geC) -> list:
 
 
 def thin_transitions_grow(Wms, K, KK, w_last, e_last, grC, cC, geC) -> bool:
-    """`memory_chunked.transitions_grow` of the pair's transitions ``Phi = Lam - Wms^T Dk`` on
-    the parts that `transition_parts` gives it (M0's rows, S0's rows, M_C's columns), without
-    forming ``Phi`` (``O(C d^2)`` per chunk), for chunks of fewer tokens than d, where the
-    forward run does not form it. ``Wms [B, N, C, 2d]``; ``Dk = [w_last * K, e_last * K]``
+    """`memory_chunk_precision.transitions_grow` of the pair's transitions ``Phi = Lam - Wms^T
+    Dk`` on the parts that `transition_parts` gives it (M0's rows, S0's rows, M_C's columns),
+    without forming ``Phi`` (``O(C d^2)`` per chunk), for chunks of fewer tokens than d, where
+    the forward run does not form it. ``Wms [B, N, C, 2d]``; ``Dk = [w_last * K, e_last * K]``
     from the keys ``K [B, N, C, d]``, their products ``KK = K K^T`` and ``w_last, e_last [B, N,
     C]``; ``Lam = [[grC I, 0], [cC I, geC I]]`` (decays ``[B, N]``). Over a part's blocks
-    ``Lam_ab I - Wa^T Db`` (``Wa, Db`` the halves), ``|Phi|_F^2 - |Lam|_F^2 = sum |Wa^T Db|_F^2 -
-    2 Lam_ab <Wa, Db>``, with ``|Wa^T Db|_F^2 = <Wa Wa^T, Db Db^T>`` from ``[C, C]`` Gram
+    ``Lam_ab I - Wa^T Db`` (``Wa, Db`` the halves), ``|Phi|_F^2 - |Lam|_F^2 = sum |Wa^T Db|_F^2
+    - 2 Lam_ab <Wa, Db>``, with ``|Wa^T Db|_F^2 = <Wa Wa^T, Db Db^T>`` from ``[C, C]`` Gram
     matrices (``O(C^2 d)``). Float32 only.
 
     >>> one = np.ones((1, 1), np.float32)
@@ -135,7 +135,7 @@ def thin_transitions_grow(Wms, K, KK, w_last, e_last, grC, cC, geC) -> bool:
         pM, pS = (xp.einsum("bnci,bnci->bnc", a, K) for a in (WM, WS))
         tMM, tSM, tSS = (xp.sum(a * b, axis=-1) for a, b in ((pM, w_last), (pS, w_last),
                                                            (pS, e_last)))   # <Wa, Db>
-        extra = memory_chunked.growth_limit(d) - d
+        extra = growth_limit(d) - d
         # |part|_F^2 less d |decays|^2, against `extra` |decays|^2 (NaN: no growth)
         grows = ((cMM + cMS - 2 * grC * tMM > extra * grC * grC)                       # M0's rows
                  | (cSM + cSS - 2 * (cC * tSM + geC * tSS) > extra * (cC * cC + geC * geC))
@@ -201,11 +201,12 @@ class _Chunks:
 
     def transition_check(self) -> Optional[str]:
         """``"cancel"`` where a chunk's transition lost its relative precision to cancellation
-        (`memory_chunked.transitions_cancel`; never with fewer tokens than d), ``"grow"`` where
-        a float32 call should run in float64 (`memory_chunked.transitions_grow`, on the parts
-        of M0's rows and S0's rows and M_C's columns: S_C's columns against the momentum's
-        decay alone are far above it for ordinary gates; with fewer tokens than d, where the
-        transition is not formed on NumPy, by `thin_transitions_grow`), else None."""
+        (`memory_chunk_precision.transitions_cancel`; never with fewer tokens than d),
+        ``"grow"`` where a float32 call should run in float64
+        (`memory_chunk_precision.transitions_grow`, on the parts of M0's rows and S0's rows and
+        M_C's columns: S_C's columns against the momentum's decay alone are far above it for
+        ordinary gates; with fewer tokens than d, where the transition is not formed on NumPy,
+        by `thin_transitions_grow`), else None."""
         C, d = self.K.shape[-2:]
         decays = tuple(a[..., 0, 0] for a in (self.grC, self.cC, self.geC))
         if C < d and self.Phi is None:

@@ -202,7 +202,7 @@ def sub_chunks(period: int, d: int) -> int:
     transition is then the product of its sub-chunks' transitions, carried one after the other
     as the states are: a transition that decays far below the retention over a long period
     stays a product of factors that each keep their relative precision (the WY form of one
-    long chunk is their difference, `memory_chunked.transitions_cancel`), and the work per
+    long chunk is their difference, `memory_chunk_precision.transitions_cancel`), and the work per
     token is the per-token rules' at their measured chunk size.
 
     >>> sub_chunks(8, 16), sub_chunks(128, 16), sub_chunks(96, 16), sub_chunks(64, 64)
@@ -230,9 +230,9 @@ def _states(rule: str, lay: _Layout, backend: str):
     """``(states, saved, backend)``: the boundary states in the chunked form (`sub_chunks`
     per period), or with the loop where the chunked form does not apply, cancels or comes near
     overflow (`backend` then ``"reference"``); a float32 call whose transitions grow against
-    the decays (`memory_chunked.transitions_grow`) runs in float64. A chunked `saved` carries
-    the input growth, the sub-chunk count and the call's dtype where it ran in float64 (else
-    None) for its backward."""
+    the decays (`memory_chunk_precision.transitions_grow`) runs in float64. A chunked `saved`
+    carries the input growth, the sub-chunk count and the call's dtype where it ran in float64
+    (else None) for its backward."""
     if backend == "chunked" and lay.N and chunked.usable(lay.blocks):
         m = sub_chunks(lay.C, lay.d)
         blocks = _split(lay.blocks, m) if m > 1 else lay.blocks

@@ -25,11 +25,11 @@ retentions, and decay ratios over their own spans (`memory_chunked.span_decays`)
 chunked form out (a retention that is not positive, a NaN or an inf among the inputs), and
 re-runs a call with it when `forward` or `backward` report a result near overflow
 (`_common.within_range`, as in `kernels.memory_chunked`) or `forward` a chunk transition that
-cancels (`memory_chunked.transitions_cancel`: the keys erase the state far faster than the
-retention decays it, and ``Lam - P Q`` loses the small transition's relative precision); it
+cancels (`memory_chunk_precision.transitions_cancel`: the keys erase the state far faster than
+the retention decays it, and ``Lam - P Q`` loses the small transition's relative precision); it
 runs a float32 call in float64 where `forward` reports transitions that grow against the
-decays (`memory_chunked.transitions_grow`) or, for the delta rule, triangular solves that sum
-large terms of alternating signs (`memory_chunked.solve_amplifies`).
+decays (`memory_chunk_precision.transitions_grow`) or, for the delta rule, triangular solves
+that sum large terms of alternating signs (`memory_chunk_precision.solve_amplifies`).
 """
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ import numpy as np
 from tape.backend import array_module
 
 from ._common import input_growth, max_abs, within_range
-from . import memory_chunked, memory_chunked_titans
-from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, shift_rows,
-                             solve_amplifies, span_decays, squared_norms, transitions_cancel,
-                             transitions_grow)
+from . import memory_chunk_precision, memory_chunked_titans
+from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
+                                     transitions_grow)
+from .memory_chunked import NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays
 from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
 # What `forward` returns as its residuals for a float32 call whose transitions grow against the
-# decays (`memory_chunked.transitions_grow`): the caller runs it in float64.
+# decays (`memory_chunk_precision.transitions_grow`): the caller runs it in float64.
 GROW = "grow"
 
 
@@ -135,10 +135,10 @@ class _DeltaHebbian:
         return [(squared_norms(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC), 1.0)]
 
     def thin_transitions_grow(self) -> bool:
-        """`memory_chunked.thin_transitions_grow` of every chunk's transition (never for the
-        Hebbian rule)."""
-        return self.P is not None and memory_chunked.thin_transitions_grow(self.W, self.DK,
-                                                                           self.gC)
+        """`memory_chunk_precision.thin_transitions_grow` of every chunk's transition (never for
+        the Hebbian rule)."""
+        return self.P is not None and memory_chunk_precision.thin_transitions_grow(
+            self.W, self.DK, self.gC)
 
     def grads(self, M0, GC, U=None, dU=None):
         """Gradients of every chunk's transition given the states entering the chunks `M0`

@@ -1,15 +1,15 @@
-"""Float32 calls whose chunk transitions grow against the retention's decay (``theta |k|^2``
-above ``2 (1 - alpha)``: the inner learning rate is a softplus, unbounded): the default dispatch
-runs them in float64 (`memory_chunked.transitions_grow`) and must be no less accurate than the
+"""Float32 calls whose chunk transitions grow against the retention's decay (``theta |k|^2`` above
+``2 (1 - alpha)``: the inner learning rate is a softplus, unbounded): the default dispatch runs
+them in float64 (`memory_chunk_precision.transitions_grow`) and must be no less accurate than the
 float32 loop (`kernels.force_reference`), both measured against the loop in float64 on the same
-float32 inputs, relative to each result's own scale. Measured before the float64 run: the
-chunked form 5e-5 of scale from exact against 5e-6 for the loop (delta, d = 64).
+float32 inputs, relative to each result's own scale. Measured before the float64 run: the chunked
+form 5e-5 of scale from exact against 5e-6 for the loop (delta, d = 64).
 """
 import numpy as np
 import pytest
 
 import kernels
-from kernels import memory_chunked
+from kernels import memory_chunk_precision, memory_chunked
 from test_memory_scale import NAMES, _uniform, kernel, make_args
 from weighted import grads, weights_for
 
@@ -66,5 +66,5 @@ def test_ordinary_gates_do_not_grow():
     x = kernels.memory._inputs("delta", make_args("delta", 256, 16, lead=(2,),
                                                   dtype=np.float32))[0]
     ch = memory_chunked._Chunks("delta", x, 16, memory_chunked.NumpyOps)
-    assert not memory_chunked.transitions_grow(
-        [(memory_chunked.squared_norms(ch.PhiT, ch.gC), 1.0)], 16)
+    assert not memory_chunk_precision.transitions_grow(
+        [(memory_chunk_precision.squared_norms(ch.PhiT, ch.gC), 1.0)], 16)

@@ -8,15 +8,15 @@ inputs, relative to each result's scale: outputs, final states and the gradients
 Measured before `thin_transitions_grow` (those chunks were never checked): 20x to 230x the
 loop's error (2e-5 to 6e-4 of scale against 1e-6 to 8e-6), with theta in the sigmoid's range
 and the momentum near 1 as well as with theta up to 3, keys clustered around one direction.
-The last periodic case also fails with that check under the former limit of
-``GROWTH_RATIO^2 d decay^2`` (`memory_chunked.growth_limit`): its transitions grow 7-fold in one
-direction, 1.36 times the decay in Frobenius norm at d = 64.
+The last periodic case also fails with that check under the former limit of ``GROWTH_RATIO^2 d
+decay^2`` (`memory_chunk_precision.growth_limit`): its transitions grow 7-fold in one direction,
+1.36 times the decay in Frobenius norm at d = 64.
 """
 import numpy as np
 import pytest
 
 import kernels
-from kernels import memory_chunked
+from kernels import memory_chunk_precision, memory_chunked
 from test_memory_growth import worse_than_the_loop
 from test_memory_scale import NAMES, _uniform, make_args
 
@@ -58,8 +58,8 @@ def test_periodic_sub_chunks_shorter_than_d(rule, theta, eta, seed):
 
 # Reflecting tokens (theta |k|^2 near 1 + r, alpha near 0) along clustered keys: the transitions
 # do not grow, but the triangular solve and the WY sums add about C terms near theta of
-# alternating signs (`memory_chunked.solve_amplifies`). Before those delta calls ran in float64:
-# 11x to 28x the loop's error (6e-6 to 1.4e-5 of scale against 5e-7 to 7e-7).
+# alternating signs (`memory_chunk_precision.solve_amplifies`). Before those delta calls ran in
+# float64: 11x to 28x the loop's error (6e-6 to 1.4e-5 of scale against 5e-7 to 7e-7).
 @pytest.mark.parametrize("period,d", [
     (None, 16),         # 11x before
     (None, 64),         # 20x before
@@ -82,4 +82,4 @@ def test_sigmoid_gates_keep_float32(d, theta, alpha):
                      alpha=_uniform(*alpha))
     x = kernels.memory._inputs("delta", args)[0]
     ch = memory_chunked._Chunks("delta", x, memory_chunked.chunk_size(d), memory_chunked.NumpyOps)
-    assert not memory_chunked.solve_amplifies(ch.T, ch.th, ch.K)
+    assert not memory_chunk_precision.solve_amplifies(ch.T, ch.th, ch.K)
