@@ -414,12 +414,14 @@ class CompiledFunction:
 
 
 def _restore(states, calls, mark) -> None:
-    """Set the random generators back to before the trace for an eager call, which then
-    draws what eager autodiff would: the trace's user code, if it drew, runs again there (what
-    it returned is forgotten)."""
-    if states.drew():
+    """Set the random generators, and the values the function reads and changed while
+    traced (a counter in its closure, a list it appends to), back to before the trace for an
+    eager call, which then draws and changes what eager autodiff would: `f` runs twice in
+    this call, and only the second run's side effects remain. The trace's user code, if it
+    drew or changed such a value, runs again there (what it returned is forgotten)."""
+    drew = states.drew()
+    if states.restore() or drew:
         calls.forget_since(mark)
-    states.restore()
 
 
 _FAST_TYPES = (Active, Duplicated, DuplicatedNoNeed, Const)

@@ -274,10 +274,12 @@ class _EntropyDraws:
 class RandomStates:
     """The generators a trace may draw from: NumPy's global one, Python's `random`, and the
     Generators the function reaches (`watch`); whether a trace moved them, and their states
-    before it (restored when the call then runs eagerly, so that it draws what eager would)."""
+    before it (restored when the call then runs eagerly, so that it draws what eager would),
+    with the other values the watch reaches (`before`: a closure counter, a list f appends
+    to, restored too, so that the eager call changes them once)."""
 
     def __init__(self, f, annotated=()):
-        self.watched, self.generators = _watch(f, _argument_classes(annotated))
+        self.watched, self.generators, self.before = _watch(f, _argument_classes(annotated))
         self.states = [generator_state(g) for g in self.generators]
         self.numpy = np.random.get_state(legacy=False)
         self.python = random.getstate()
@@ -291,8 +293,11 @@ class RandomStates:
                 or any(not same_value(generator_state(g), s)
                        for g, s in zip(self.generators, self.states)))
 
-    def restore(self) -> None:
+    def restore(self) -> bool:
+        """Put the generators and the watched values back; whether a watched value had
+        changed (the trace ran code with side effects)."""
         np.random.set_state(self.numpy)
         random.setstate(self.python)
         for g, s in zip(self.generators, self.states):
             set_generator_state(g, s)
+        return self.before.restore()

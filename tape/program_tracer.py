@@ -20,11 +20,13 @@ either be recorded as a guard or come out as eager mode's decision would:
 """
 from __future__ import annotations
 
+import math
+import operator
 import sys
 
 import numpy as np
 
-from .tracer import ReverseTracerArray, _KEEP_ARRAY, _refuse
+from .tracer import ReverseTracerArray, _KEEP_ARRAY, _binary, _call_ufunc, _refuse
 
 
 class GuardFailed(Exception):
@@ -114,20 +116,40 @@ class CompiledTracer(ReverseTracerArray):
 
     # Python numbers from nondiff values are decisions (guarded); from differentiated values
     # they are refused, as in eager mode.
-    def _number(kind, refusal):
-        def convert(self, *args):
+    # `convert(value, *args)` gives what Python asked for (`complex(c[0])` of an np.float64,
+    # which has no __complex__ of its own, `round(c[0], 1)`, `math.trunc(c[0])`).
+    def _number(convert, refusal):
+        def number(self, *args):
             if not self.nondiff:
                 return refusal(self, *args)
-            return getattr(self.value, kind)(*args)
-        return convert
+            return convert(self.value, *args)
+        return number
 
-    __int__ = _number("__int__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
-    __index__ = _number("__index__", _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
-    __float__ = _number("__float__", _refuse("float(x)", _KEEP_ARRAY))
-    __complex__ = _number("__complex__", _refuse("complex(x)", _KEEP_ARRAY))
-    item = _number("item", _refuse("x.item()", _KEEP_ARRAY))
-    tolist = _number("tolist", _refuse("x.tolist()", _KEEP_ARRAY))
-    del _number
+    def _no_method(name):   # what eager mode's tracer, which lacks `name`, raises
+        def refuse(self, *args):
+            raise TypeError(f"type {self.eager_name} doesn't define {name} method")
+        return refuse
+
+    __int__ = _number(int, _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
+    __index__ = _number(operator.index, _refuse("int(x)", "Use np.floor(x) or np.round(x)."))
+    __float__ = _number(float, _refuse("float(x)", _KEEP_ARRAY))
+    __complex__ = _number(complex, _refuse("complex(x)", _KEEP_ARRAY))
+    __round__ = _number(round, ReverseTracerArray.__round__)
+    __trunc__ = _number(math.trunc, _no_method("__trunc__"))
+    item = _number(lambda v, *args: v.item(*args), _refuse("x.item()", _KEEP_ARRAY))
+    tolist = _number(lambda v: v.tolist(), _refuse("x.tolist()", _KEEP_ARRAY))
+    del _number, _no_method
+
+    # Bitwise operators. Eager mode hands the function masks, argmax indices and Const arrays
+    # as NumPy arrays, which take `~(x > 0)`, `(x > 0) & (x < 1)`, `k & 1`; here they are
+    # tracers, which take them through the same ufuncs (a float operand raises TypeError,
+    # and the call runs eagerly, which raises eager mode's own).
+    __invert__ = lambda self: _call_ufunc(np.invert, self)   # noqa: E731
+    __and__, __rand__ = _binary(np.bitwise_and)
+    __or__, __ror__ = _binary(np.bitwise_or)
+    __xor__, __rxor__ = _binary(np.bitwise_xor)
+    __lshift__, __rlshift__ = _binary(np.left_shift)
+    __rshift__, __rrshift__ = _binary(np.right_shift)
 
     def __array__(self, dtype=None, copy=None):
         if not self.nondiff:

@@ -22,6 +22,7 @@ from .arguments import _is_float
 from .core import Tracer
 from .program import DynamicParams, Uncompilable, same_value
 from .pytree import _aux_key, flatten
+from .watch_restore import StateBefore
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,8 +165,9 @@ def _argument_classes(annotated) -> list:
 def _watch(f, classes=()) -> tuple:
     """Checks for the values `f` reads from its closure, globals, defaults and bound object
     (and those of the Python functions it calls by name): a list of (description, getter,
-    value seen)."""
-    watched, seen, generators = [], set(), []
+    value seen), the generators it reaches, and how to put those values back
+    (tape/watch_restore.py)."""
+    watched, seen, generators, state = [], set(), [], StateBefore()
 
     def visit_function(fn, depth):
         code = getattr(fn, "__code__", None)
@@ -183,6 +185,7 @@ def _watch(f, classes=()) -> tuple:
                 continue
             watched.append((f"closure variable `{code.co_freevars[i]}`",
                             (lambda c=cell: c.cell_contents), value))
+            state.cell(cell, value)
             if isinstance(value, types.ModuleType):   # `import config` inside a factory
                 visit_module(code.co_freevars[i], value, names, depth)
             else:
@@ -195,10 +198,12 @@ def _watch(f, classes=()) -> tuple:
                     visit_module(name, value, names, depth)
                     continue
                 watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
+                state.item(g, name)
                 visit_value(value, depth)
         defaults = (lambda fn=fn: _shallow((fn.__defaults__ or ()) + tuple(
             (fn.__kwdefaults__ or {}).values())) + tuple(fn.__kwdefaults__ or ()))
         watched.append(("a default argument", defaults, defaults()))
+        state.defaults(fn)
         for value in (getattr(fn, "__defaults__", None) or ()) + tuple(
                 (getattr(fn, "__kwdefaults__", None) or {}).values()):
             visit_value(value, depth)
@@ -215,6 +220,7 @@ def _watch(f, classes=()) -> tuple:
             item = vars(module)[attr]
             watched.append((f"`{name}.{attr}`", (lambda m=module, a=attr:
                             vars(m).get(a, _GONE)), _seen(item)))
+            state.item(vars(module), attr)
             if not isinstance(item, types.ModuleType):
                 visit_value(item, depth + 1)
 
@@ -229,19 +235,24 @@ def _watch(f, classes=()) -> tuple:
             return   # (a module reached as a value is not walked: that would be the world)
         seen.add(id(value))
         if isinstance(value, np.ndarray):
-            watched.append(("an array it reads", (lambda v=value: v), value.copy()))
+            copy = value.copy()
+            watched.append(("an array it reads", (lambda v=value: v), copy))
+            state.array(value, copy)
         elif isinstance(value, _CONTAINERS):   # an OrderedDict of weights, a namedtuple...
             items = value.values() if isinstance(value, dict) else value
             watched.append(("a container it reads", (lambda v=value: _shallow(v)),
                             _shallow(value)))
+            state.container(value)
             for item in items:
                 visit_value(item, depth + 1)
             if type(value) not in (list, tuple, dict):   # a subclass may have attributes too
                 visit_object(value, depth)
         elif isinstance(value, (set, frozenset)):   # `if k in skipped_layers:`
             watched.append(("a set it reads", (lambda v=value: frozenset(v)), frozenset(value)))
+            state.container(value)
         elif isinstance(value, (bytearray, array.array)):   # mutable, without attributes
             watched.append(("a buffer it reads", (lambda v=value: bytes(v)), bytes(value)))
+            state.container(value)
         elif isinstance(value, functools.partial):
             visit_value(value.func, depth)
             for item in value.args + tuple(value.keywords.values()):
@@ -264,6 +275,7 @@ def _watch(f, classes=()) -> tuple:
             item = getattr(value, name, _GONE)
             watched.append((f"attribute `{name}`",
                             (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
+            state.attribute(value, name)
             if library and _is_cache(item):
                 continue   # the engine's own bookkeeping (a custom rule's checked shapes)
             visit_value(item, depth + 1)
@@ -287,6 +299,7 @@ def _watch(f, classes=()) -> tuple:
                     continue
                 watched.append((f"class attribute `{klass.__name__}.{name}`",
                                 (lambda k=klass, n=name: vars(k).get(n, _GONE)), _seen(item)))
+                state.attribute(klass, name)
                 visit_value(item, depth + 1)
 
     try:
@@ -302,7 +315,7 @@ def _watch(f, classes=()) -> tuple:
     except Exception as e:   # noqa: BLE001  (an attribute that raises when read, say)
         raise Uncompilable(f"what the function reads could not be watched: "
                            f"{type(e).__name__}: {e}") from e
-    return watched, generators
+    return watched, generators, state
 
 
 def _is_generator(value) -> bool:
