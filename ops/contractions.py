@@ -28,7 +28,7 @@ import numpy as np
 
 from tape.backend import array_module
 from tape.rules import register_function, register_ufunc
-from tape.tracer import mark_view
+from tape.views import mark_view
 
 from ._util import add_tangents, defprimitive, numpy_scalar, shape_of, unbroadcast
 from .einsum_plan import contract

@@ -20,7 +20,7 @@ from tape.backend import add_at, array_module
 from tape.core import Tracer, nondiff_value, peek, primal
 from tape.errors import NonDifferentiableError
 from tape.rules import register_function, register_method
-from tape.tracer import mark_read_only_view
+from tape.views import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 from .shape import _along, _no_out, moveaxis, normalize_axis, ravel

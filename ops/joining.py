@@ -12,7 +12,7 @@ import numpy as np
 
 from tape.core import primal
 from tape.rules import register_function
-from tape.tracer import mark_view
+from tape.views import mark_view
 
 from ._util import defprimitive, shape_of
 from .shape import (_along, _array, _no_out, atleast_1d, atleast_2d, atleast_3d,

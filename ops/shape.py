@@ -14,7 +14,7 @@ import numpy as np
 from tape.backend import array_module
 from tape.core import peek, primal
 from tape.rules import register_function
-from tape.tracer import mark_read_only_view, mark_view
+from tape.views import mark_read_only_view, mark_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 

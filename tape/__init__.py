@@ -11,7 +11,8 @@ checks that there is no cycle):
 2. ``core``: tracers, primitives and the traces (record, then sweep), ``forward_trace``
    (dual numbers); ``backend``,
    ``pytree``, ``aliasing``, ``constbuffer``;
-3. what a traced value can do: ``tracer`` (ndarray methods, NumPy protocols), ``batching``
+3. what a traced value can do: ``rule_tables`` (the rules ops/ registers), ``views``
+   (NumPy's views), ``tracer`` (ndarray methods, NumPy protocols), ``batching``
    and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
    ``rules`` / ``easy_rule`` (how the ops register theirs);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``

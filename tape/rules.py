@@ -26,7 +26,7 @@ from .core import _TRACE_STACK, Primitive, Tracer, is_complex, primal
 from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
 from .errors import RuleError
 from .pytree import mark_inactive_type
-from .tracer import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
+from .rule_tables import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
 
 
 def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,

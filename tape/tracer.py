@@ -1,14 +1,12 @@
 """The ndarray surface of a tracer, so that unmodified NumPy code is differentiated.
 
-Operators and methods look their primitive up in three plain dicts that `ops/` fills in:
-`UFUNC_RULES` (keyed by NumPy ufunc), `FUNCTION_RULES` (keyed by NumPy function, reached through
-`__array_function__`) and `METHOD_RULES` (keyed by name, for what has no NumPy function:
-`__getitem__`, `__setitem__`, `astype`, `copy`). The engine never imports a rule.
+Operators and methods look their primitive up in the plain dicts of tape.rule_tables that
+`ops/` fills in; NumPy's views among traced values are linked by tape.views. The engine never
+imports a rule.
 """
 from __future__ import annotations
 
 import sys
-import weakref
 
 import numpy as np
 
@@ -16,57 +14,11 @@ from .constbuffer import ConstBuffer
 from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .forward_trace import DualTracer, ForwardTrace
 from .errors import NonDifferentiableError, TracerConversionError
-
-UFUNC_RULES: dict = {}
-UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
-FUNCTION_RULES: dict = {}
-METHOD_RULES: dict = {}
-
-
-def _missing(what: str):
-    return NotImplementedError(
-        f"hecate has no derivative rule for {what}; it cannot be applied to a traced value. "
-        "Register one with tape.custom_rule, or mark it tape.inactive if it has no derivative.")
-
-
-def _rule(table: dict, key, what: str):
-    rule = table.get(key)
-    if rule is None:
-        raise _missing(what)
-    return rule
-
-
-# The rule lookups name what is missing only when a rule is (speed-up: the message is not
-# formatted on every call).
-def _call_ufunc(ufunc, *args, **kw):
-    rule = UFUNC_RULES.get(ufunc)
-    if rule is None:
-        raise _missing(_ufunc_name(ufunc))
-    return rule(*args, **kw)
-
-
-def _ufunc_name(ufunc) -> str:
-    """``numpy.sin``, or ``scipy.special.hyp2f1`` for the ufuncs that are not NumPy's (SciPy's
-    report no module of their own)."""
-    if getattr(np, ufunc.__name__, None) is ufunc:
-        return f"numpy.{ufunc.__name__}"
-    module = getattr(ufunc, "__module__", None)
-    return f"{module or 'scipy.special'}.{ufunc.__name__}"
-
-
-def _call_function(func, *args, **kw):
-    rule = FUNCTION_RULES.get(func)
-    if rule is None:
-        raise _missing(f"numpy.{getattr(func, '__name__', func)}")
-    return rule(*args, **kw)
-
-
-def _call_method(name, *args, **kw):
-    rule = METHOD_RULES.get(name)
-    if rule is None:
-        raise _missing(f"ndarray.{name}")
-    return rule(*args, **kw)
-
+# The tables are read from here too (tape.program, the tests): one module, two names.
+from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
+                          UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
+                          _rule, _ufunc_name)
+from .views import _is_view_index, _refresh_views, _same, mark_view
 
 def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
@@ -430,79 +382,6 @@ class _Surface:
 
     def fill(self, value):
         self[...] = value
-
-
-def mark_view(out, base, index=Ellipsis, to_base=None, from_base=None, check_memory=False):
-    """Record that `out` is a NumPy view of `base`: writes into `out` reach `base`
-    (`base[index] = out`, or `base[index] = to_base(out)` for reshaped or transposed views),
-    and writes into `base` reach `out` (`out = base[index]`, or `from_base(base)`).
-    With `check_memory`, only when NumPy itself returned a view (reshape may copy)."""
-    if not (isinstance(out, Tracer) and isinstance(base, Tracer) and out.level is base.level):
-        return out
-    if check_memory and not np.may_share_memory(peek(out), peek(base)):
-        return out
-    out.view_of = (base, index, to_base, from_base)
-    views = getattr(base, "views", None)
-    if views is None:
-        views = base.views = []
-    elif len(views) % 64 == 63:   # keep the list short when many temporary views come and go
-        views[:] = [ref for ref in views if ref() is not None]
-    views.append(weakref.ref(out))
-    return out
-
-
-def mark_read_only_view(out, base, from_base):
-    """Record that `out` is a read-only NumPy view of `base` (np.diagonal, np.broadcast_to):
-    it sees later writes into `base` (re-derived as `from_base(base)`), and a write into it
-    raises, as in NumPy."""
-    out = mark_view(out, base, from_base=from_base)
-    if getattr(out, "view_of", None) is not None:
-        out.write_guard = _refuse_read_only_write
-    return out
-
-
-def _refuse_read_only_write(tracer):
-    raise ValueError("assignment destination is read-only")
-
-
-def _refresh_views(base):
-    """After `base` was written, its live views see the new values, as NumPy views do: each
-    is re-derived from `base` (`base[index]`, or `from_base(base)`)."""
-    views = getattr(base, "views", None)
-    if not views:
-        return
-    live = []
-    for ref in views:
-        view = ref()
-        if view is None:
-            continue
-        live.append(ref)
-        _, index, _, from_base = view.view_of
-        view._become(METHOD_RULES["__getitem__"](base, index) if from_base is None
-                     else from_base(base))
-        _refresh_views(view)
-    base.views = live
-
-
-def _same(value):
-    return value
-
-
-def _is_view_index(index, ndim: int) -> bool:
-    """Whether NumPy's `x[index]` is a view of `x` (NumPy's rules, exactly): basic indexing
-    (ints, slices, None, Ellipsis) gives a view, except an integer on every axis, which gives a
-    scalar (a copy). Advanced indexing (integer or boolean arrays, 0-d arrays, lists, bools)
-    gives a copy."""
-    items = index if isinstance(index, tuple) else (index,)
-    only_integers = True
-    for i in items:
-        if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
-            continue
-        if i is None or i is Ellipsis or isinstance(i, slice):
-            only_integers = False
-            continue
-        return False   # advanced indexing
-    return not (only_integers and len(items) == ndim)
 
 
 def _shape(value) -> tuple:

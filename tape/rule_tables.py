@@ -1,0 +1,59 @@
+"""The rule tables that `ops/` fills in and a tracer's operators, methods and NumPy protocols
+look their primitive up in: `UFUNC_RULES` (keyed by NumPy ufunc), `FUNCTION_RULES` (keyed by
+NumPy function, reached through `__array_function__`) and `METHOD_RULES` (keyed by name, for
+what has no NumPy function: `__getitem__`, `__setitem__`, `astype`, `copy`), with lookups that
+name what has no rule. The engine never imports a rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+UFUNC_RULES: dict = {}
+UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
+FUNCTION_RULES: dict = {}
+METHOD_RULES: dict = {}
+
+
+def _missing(what: str):
+    return NotImplementedError(
+        f"hecate has no derivative rule for {what}; it cannot be applied to a traced value. "
+        "Register one with tape.custom_rule, or mark it tape.inactive if it has no derivative.")
+
+
+def _rule(table: dict, key, what: str):
+    rule = table.get(key)
+    if rule is None:
+        raise _missing(what)
+    return rule
+
+
+# The rule lookups name what is missing only when a rule is (speed-up: the message is not
+# formatted on every call).
+def _call_ufunc(ufunc, *args, **kw):
+    rule = UFUNC_RULES.get(ufunc)
+    if rule is None:
+        raise _missing(_ufunc_name(ufunc))
+    return rule(*args, **kw)
+
+
+def _ufunc_name(ufunc) -> str:
+    """``numpy.sin``, or ``scipy.special.hyp2f1`` for the ufuncs that are not NumPy's (SciPy's
+    report no module of their own)."""
+    if getattr(np, ufunc.__name__, None) is ufunc:
+        return f"numpy.{ufunc.__name__}"
+    module = getattr(ufunc, "__module__", None)
+    return f"{module or 'scipy.special'}.{ufunc.__name__}"
+
+
+def _call_function(func, *args, **kw):
+    rule = FUNCTION_RULES.get(func)
+    if rule is None:
+        raise _missing(f"numpy.{getattr(func, '__name__', func)}")
+    return rule(*args, **kw)
+
+
+def _call_method(name, *args, **kw):
+    rule = METHOD_RULES.get(name)
+    if rule is None:
+        raise _missing(f"ndarray.{name}")
+    return rule(*args, **kw)
