@@ -141,6 +141,7 @@ class CompiledFunction:
         self._fast = None   # (signature, compiled) of the last plain replay
         self._fast_failed = None   # (compiled, error, calls) when the fast path's replay failed
         self._changed_once: set = set()   # signatures whose trace changed what it reads
+        self._failed_once: set = set()    # signatures whose trace failed once
         self.__doc__ = getattr(f, "__doc__", None)
         self.__name__ = getattr(f, "__name__", "compiled")
 
@@ -359,8 +360,14 @@ class CompiledFunction:
         self._compile_seconds += time.perf_counter() - start
         if reason is not None:
             _restore(states, calls, mark)   # the eager call draws what eager autodiff would
-            if not pending:   # (a program of this signature traced: this call's values fail)
-                self._remember(key, reason)
+            # A program of this signature traced (`pending`): this call's values fail. An
+            # error of the function may come from this call's values too (an index out of
+            # bounds): only a second one makes the signature eager.
+            if not pending:
+                if key in self._failed_once or reason.startswith("tracing failed: Uncompil"):
+                    self._remember(key, reason)
+                else:
+                    self._failed_once.add(key)
             return self._eager(annotated, reason, calls)
         if future is not None:
             if "random" in future:
@@ -409,6 +416,7 @@ class CompiledFunction:
                   for v in self._cache.values()) > self.max_programs:
             key, _ = self._cache.popitem(last=False)
             self._changed_once.discard(key)
+            self._failed_once.discard(key)
             if self._fast is not None and self._fast[0] == key:
                 self._fast = None
 

@@ -121,6 +121,30 @@ def test_bitwise_operators_of_a_differentiated_value_raise_as_eager():
     assert str(compiled.value) == str(eager.value)
 
 
+def test_an_error_of_the_first_call_s_values_does_not_make_the_signature_eager():
+    """An index out of bounds in the first call's trace made every later call of the
+    signature run eagerly; now it takes a second failing trace."""
+    def f(x, k):
+        return np.sum(x[int(k[0])] ** 2) + np.sum(x * k[1])
+    g = tape.compile(Reverse, f, Active, Duplicated, Const)
+    for row in (5, 0, 1, 2, 0, 1):
+        dx, dx_eager = np.zeros(3), np.zeros(3)
+        k = np.array([row, 2])
+        try:
+            g(Duplicated(np.arange(3.0), dx), Const(k.copy()))
+            error = None
+        except IndexError as e:
+            error = e
+        try:
+            tape.autodiff(Reverse, f, Active, Duplicated(np.arange(3.0), dx_eager), Const(k))
+            want_error = None
+        except IndexError as e:
+            want_error = e
+        assert (error is None) == (want_error is None)
+        np.testing.assert_allclose(dx, dx_eager, rtol=1e-12)
+    assert g.stats.hits >= 2 and g.stats.eager_calls == 1, g.stats
+
+
 @pytest.mark.xfail(strict=True, reason="np.empty_like's traced buffer holds whatever memory "
                    "it got, a constant of the program that differs between two traces: the "
                    "confirming trace takes it for a random draw and the signature runs eagerly "
