@@ -39,8 +39,12 @@ def _like(np_fn):
     return make
 
 
-for _fn in (np.zeros_like, np.ones_like, np.empty_like):
+for _fn in (np.zeros_like, np.ones_like):
     register_function(_fn, _like(_fn))
+# The contents of np.empty_like are unspecified: zeros here, so that a compiled program's
+# buffer is the same constant at every trace (whatever memory it got would differ between the
+# trace and the confirming trace, and the signature would run eagerly for good).
+register_function(np.empty_like, _like(np.zeros_like))
 
 
 def filled(shape: tuple, fill, dtype, xp=np) -> object:

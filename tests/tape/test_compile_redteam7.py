@@ -145,11 +145,6 @@ def test_an_error_of_the_first_call_s_values_does_not_make_the_signature_eager()
     assert g.stats.hits >= 2 and g.stats.eager_calls == 1, g.stats
 
 
-@pytest.mark.xfail(strict=True, reason="np.empty_like's traced buffer holds whatever memory "
-                   "it got, a constant of the program that differs between two traces: the "
-                   "confirming trace takes it for a random draw and the signature runs eagerly "
-                   "(with a CompileWarning about random numbers). The fix belongs in "
-                   "ops/creation.py (trace np.empty_like as zeros)")
 def test_a_buffer_from_empty_like_filled_whole_compiles():
     def f(x):
         y = np.empty_like(x)
