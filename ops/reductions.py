@@ -1,40 +1,34 @@
-"""Reductions: sum, mean, prod, max/min, ptp, var/std, average, nansum/nanmean/nanprod, and the
-cumulative sums and products.
+"""Reductions: sum, prod, nansum/nanmean/nanprod, the cumulative sums and products, and the
+argument handling every reduction shares (`normalize_axis`, `restore_reduced`, the refusal of
+`out=` and `where=`). max/min/amax/amin and ptp are in `ops.extrema`; mean, average, var and std
+in `ops.averages`; the other NaN-ignoring reductions in `ops.reductions_nan`.
 
 Every reduction takes `axis` (None, an int or a tuple; negative allowed) and `keepdims` as NumPy
 does; `out=` and `where=` are refused on traced values. Integer results (an integer input, or an
 integer `dtype=`) carry no derivative and are computed on the plain values; float results keep
 the dtype NumPy gives them (float32 stays float32).
 
-Conventions at non-smooth points:
+Conventions at non-smooth points (max/min ties: `ops.extrema`; std'(0) = 0: `ops.averages`):
 
-- max, min, amax, amin (and ptp): the cotangent is split equally among tied extrema, so
-  d max([1, 3, 3]) = [0, 1/2, 1/2]; forward mode takes the mean tangent of the tied entries,
-  which is the transpose of that. With `initial=`, entries tied with `initial` still get the
-  cotangent, and a slice whose extremum is `initial` alone gets none. When a slice holds NaN the
-  result is NaN and its NaN entries share the cotangent.
 - prod, cumprod: exact at zeros, to every order. The rules never divide by an entry: they use the
   product of the *other* entries, built from exclusive cumulative products taken from both ends,
   so d prod([2, 0, 3]) = [0, 6, 0]. The reverse and forward rules of cumprod are first-order
   linear recurrences (`linear_recurrence`), whose own rules are linear recurrences again.
-- std'(0) = 0: where the variance is exactly 0 (a constant slice) the derivative of std is 0
-  instead of 0 * inf = nan, as for norm'(0) = 0.
 - nansum, nanmean, nanprod: NaN entries are ignored and get a zero derivative (nanmax, nanmin,
   nanvar, nanstd, nancumsum, nancumprod too: `ops.reductions_nan`).
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import primal
 from tape.rules import register_function
 
-from ._util import add_tangents, defprimitive, numpy_scalar, shape_of
+from ._util import add_tangents, defprimitive, shape_of
 
 _NO_VALUE = getattr(np, "_NoValue", None)
 
@@ -162,21 +156,6 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
     result = sum_(a, axis=normalize_axis(axis, len(shape_of(a))), dtype=dtype,
                   keepdims=bool(keepdims))
     return result + initial if _given(initial) else result
-
-
-def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
-    """np.mean: the sum divided by the number of reduced entries."""
-    _refuse("mean", out, where)
-    if not _differentiable(a, dtype):
-        return np.mean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims)
-    shape = shape_of(a)
-    axes = normalize_axis(axis, len(shape))
-    total = sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims))
-    count = _count(shape, axes)
-    if count == 0:   # NumPy's nan for an empty slice, with its warning
-        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=3)
-        return total * math.nan
-    return total / count
 
 
 # -- cumulative sums: linear, the transpose is the cumulative sum taken from the other end -------
@@ -395,117 +374,6 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wher
     return result * initial if _given(initial) else result
 
 
-# -- max / min ------------------------------------------------------------------------------------
-def _extremum_impl(x, axis, keepdims=False, initial=None, kind="max"):
-    extra = {} if initial is None else {"initial": initial}
-    if type(x) is np.ndarray:   # speed-up: np.max's own path for an ndarray, without dispatch
-        return (x.max if kind == "max" else x.min)(axis=axis, keepdims=keepdims, **extra)
-    return (np.max if kind == "max" else np.min)(x, axis=axis, keepdims=keepdims, **extra)
-
-
-def _tie_weights(x, out, axis, keepdims):
-    """1 / (number of ties) at the entries that equal their slice's extremum, 0 elsewhere.
-
-    Computed on plain values: the weights are locally constant, so they carry no derivative.
-    """
-    x = primal(x)
-    best = restore_reduced(primal(out), shape_of(x), axis, keepdims)
-    hit = x == best
-    if np.isnan(best).any():   # (speed-up: only then can a NaN entry be a hit)
-        hit = hit | (np.isnan(x) & np.isnan(best))
-    hit = hit.astype(_dtype(x))
-    counts = np.sum(hit, axis=axis, keepdims=True)
-    if hit.dtype.kind == "f" and counts.size and counts.max() <= 1:
-        return hit   # no ties (speed-up): hit / 1 is hit, the same bits
-    return hit / np.maximum(counts, 1)
-
-
-def _extremum_augmented(cfg, x, axis, keepdims=False, initial=None, kind="max"):
-    out = extremum(x, axis=axis, keepdims=keepdims, initial=initial, kind=kind)
-    return out, (_tie_weights(x, out, axis, keepdims), axis, keepdims)
-
-
-def _extremum_reverse(cfg, saved, g):
-    weights, axis, keepdims = saved
-    return (restore_reduced(g, shape_of(weights), axis, keepdims) * weights,)
-
-
-def _extremum_forward(cfg, primals, tangents, axis, keepdims=False, initial=None, kind="max"):
-    x, = primals
-    out = extremum(x, axis=axis, keepdims=keepdims, initial=initial, kind=kind)
-    weights = _tie_weights(x, out, axis, keepdims)
-    return out, np.sum(tangents[0] * weights, axis=axis, keepdims=keepdims)
-
-
-extremum = defprimitive("extremum", _extremum_impl, _extremum_augmented, _extremum_reverse,
-                        _extremum_forward)
-
-
-def _extremum_function(kind):
-    numpy_fn = np.max if kind == "max" else np.min
-
-    def reduce(a, axis=None, out=None, keepdims=False, initial=None, where=None, dtype=None):
-        _refuse(kind, out, where)
-        if isinstance(initial, Tracer):
-            raise NotImplementedError(f"np.{kind} with a traced initial= is not supported; use "
-                                      f"np.{kind}imum(np.{kind}(x), initial)")
-        extra = {"initial": initial} if _given(initial) else {}
-        if not _differentiable(a, dtype):
-            return numpy_fn(_cast(primal(a), dtype), axis=axis, keepdims=keepdims, **extra)
-        a = _cast(a, dtype)
-        return extremum(a, axis=normalize_axis(axis, len(shape_of(a))), keepdims=bool(keepdims),
-                        initial=extra.get("initial"), kind=kind)
-    reduce.__doc__ = (f"np.{kind} / np.a{kind} (and ndarray.{kind}, ufunc.reduce) on traced "
-                      "values; ties share the cotangent equally.")
-    return reduce
-
-
-_max = _extremum_function("max")
-_min = _extremum_function("min")
-
-
-def _ptp(a, axis=None, out=None, keepdims=False):
-    """np.ptp: max - min (each with its tie convention)."""
-    _refuse("ptp", out)
-    return _max(a, axis=axis, keepdims=keepdims) - _min(a, axis=axis, keepdims=keepdims)
-
-
-# -- var / std ------------------------------------------------------------------------------------
-def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
-         correction=None):
-    """np.var: the mean squared deviation, divided by n - ddof instead of n."""
-    _refuse("var", out, where)
-    if _given(correction):
-        ddof = correction
-    if not _differentiable(a, dtype) and not isinstance(mean, Tracer):
-        extra = {"mean": mean} if _given(mean) else {}
-        return np.var(primal(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **extra)
-    shape = shape_of(a)
-    axes = normalize_axis(axis, len(shape))
-    centre = mean if _given(mean) else _mean(a, axis=axes, dtype=dtype, keepdims=True)
-    d = a - centre
-    square = d.real * d.real + d.imag * d.imag if np.iscomplexobj(d) else d * d
-    total = sum_(square, axis=axes, dtype=dtype, keepdims=bool(keepdims))
-    return total / max(_count(shape, axes) - ddof, 0)
-
-
-def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
-         correction=None):
-    """np.std: sqrt(var), with std'(0) = 0 on constant slices."""
-    return sqrt_of_variance(_var(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
-                                 keepdims=keepdims, where=where, mean=mean,
-                                 correction=correction))
-
-
-def sqrt_of_variance(v):
-    """sqrt(v) for a variance, with derivative 0 where v == 0 (a constant slice)."""
-    if not isinstance(v, Tracer):
-        return np.sqrt(v)
-    flat = primal(v) == 0
-    # The inner where keeps sqrt away from 0, so no inf reaches the cotangent.
-    return numpy_scalar(np.where(flat, 0, np.sqrt(np.where(flat, 1, v))))
-
-
 # -- NaN-ignoring reductions -----------------------------------------------------------------------
 def _without_nan(a, fill):
     """`a` with NaN entries replaced by `fill` (which carries no derivative), and the NaN mask."""
@@ -537,42 +405,13 @@ def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     return total / count.astype(_dtype(total))   # all-NaN slices give NaN, as in NumPy
 
 
-# -- average --------------------------------------------------------------------------------------
-def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
-    """np.average: sum(a * w) / sum(w), differentiable in `a` and in `weights`."""
-    if returned:
-        raise NotImplementedError("np.average(..., returned=True) is not supported on traced "
-                                  "values; compute np.sum(weights) separately")
-    if weights is None:
-        return _mean(a, axis=axis, keepdims=keepdims)
-    shape, wshape = shape_of(a), shape_of(weights)
-    axes = normalize_axis(axis, len(shape))
-    if wshape != shape:
-        if axis is None:
-            raise TypeError("Axis must be specified when shapes of a and weights differ.")
-        given = normalize_axis_tuple(axis, len(shape))
-        if wshape != tuple(shape[i] for i in given):
-            raise ValueError("Shape of weights must be consistent with shape of a along "
-                             "specified axis.")
-        order = tuple(int(i) for i in np.argsort(given))
-        if order != tuple(range(len(order))):
-            weights = np.transpose(weights, order)
-        weights = np.reshape(weights, tuple(n if i in axes else 1 for i, n in enumerate(shape)))
-    scale = np.sum(weights, axis=axes, keepdims=keepdims)
-    if np.any(primal(scale) == 0):
-        raise ZeroDivisionError("Weights sum to zero, can't be normalized")
-    return np.sum(a * weights, axis=axes, keepdims=keepdims) / scale
-
-
 # -- routing --------------------------------------------------------------------------------------
 _cumsum = _scan("cumsum", cumsum_)
 _cumprod = _scan("cumprod", cumprod_)
 
-for _fn, _rule in [(np.sum, _sum), (np.mean, _mean), (np.prod, _prod), (np.max, _max),
-                   (np.amax, _max), (np.min, _min), (np.amin, _min), (np.ptp, _ptp),
-                   (np.var, _var), (np.std, _std), (np.cumsum, _cumsum), (np.cumprod, _cumprod),
-                   (np.nansum, _nansum), (np.nanprod, _nanprod), (np.nanmean, _nanmean),
-                   (np.average, _average)]:
+for _fn, _rule in [(np.sum, _sum), (np.prod, _prod), (np.cumsum, _cumsum),
+                   (np.cumprod, _cumprod), (np.nansum, _nansum), (np.nanprod, _nanprod),
+                   (np.nanmean, _nanmean)]:
     register_function(_fn, _rule)
 if hasattr(np, "cumulative_sum"):   # NumPy >= 2.1
     register_function(np.cumulative_sum, _cumulative("cumulative_sum", _cumsum))

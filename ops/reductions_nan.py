@@ -28,6 +28,7 @@ import numpy as np
 from tape.core import Tracer, primal
 from tape.rules import register_function
 
+from . import averages, extrema
 from . import reductions as _r
 from ._util import shape_of
 
@@ -37,7 +38,7 @@ def _warn(message):
 
 
 def _nan_extremum(kind):
-    reduce = _r._max if kind == "max" else _r._min
+    reduce = extrema._max if kind == "max" else extrema._min
     numpy_fn = np.nanmax if kind == "max" else np.nanmin
     fill = -np.inf if kind == "max" else np.inf
 
@@ -99,9 +100,9 @@ def _nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where
 def _nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_r._NO_VALUE,
             mean=_r._NO_VALUE, correction=_r._NO_VALUE):
     """np.nanstd: sqrt(nanvar), with nanstd'(0) = 0 on constant slices."""
-    return _r.sqrt_of_variance(_nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
-                                       keepdims=keepdims, where=where, mean=mean,
-                                       correction=correction))
+    return averages.sqrt_of_variance(_nanvar(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
+                                             keepdims=keepdims, where=where, mean=mean,
+                                             correction=correction))
 
 
 def _nan_scan(name, fill):

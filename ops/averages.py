@@ -1,0 +1,112 @@
+"""Averages and variances: mean, average, var and std.
+
+mean is the sum (`reductions.sum_`) divided by the number of reduced entries; average is
+``sum(a * w) / sum(w)``, differentiable in `a` and in `weights`; var is the mean squared
+deviation divided by ``n - ddof``. Arguments (`axis`, `keepdims`, `dtype`, refused `out=` /
+`where=`) are taken as in `ops.reductions`; nanmean is there too, nanvar and nanstd are in
+`ops.reductions_nan`.
+
+Convention at a non-smooth point: std'(0) = 0. Where the variance is exactly 0 (a constant
+slice) the derivative of std is 0 instead of 0 * inf = nan (`sqrt_of_variance`), as for
+norm'(0) = 0.
+
+>>> from tape import autodiff, Reverse, Active
+>>> (g,), = autodiff(Reverse, lambda x: np.std(x), Active, Active(np.array([2.0, 2.0, 2.0])))
+>>> g
+array([0., 0., 0.])
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
+
+from tape.core import Tracer, primal
+from tape.rules import register_function
+
+from ._util import numpy_scalar, shape_of
+from .reductions import _count, _differentiable, _given, _refuse, normalize_axis, sum_
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    """np.mean: the sum divided by the number of reduced entries."""
+    _refuse("mean", out, where)
+    if not _differentiable(a, dtype):
+        return np.mean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims)
+    shape = shape_of(a)
+    axes = normalize_axis(axis, len(shape))
+    total = sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    count = _count(shape, axes)
+    if count == 0:   # NumPy's nan for an empty slice, with its warning
+        warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=3)
+        return total * math.nan
+    return total / count
+
+
+# -- var / std ------------------------------------------------------------------------------------
+def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
+         correction=None):
+    """np.var: the mean squared deviation, divided by n - ddof instead of n."""
+    _refuse("var", out, where)
+    if _given(correction):
+        ddof = correction
+    if not _differentiable(a, dtype) and not isinstance(mean, Tracer):
+        extra = {"mean": mean} if _given(mean) else {}
+        return np.var(primal(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **extra)
+    shape = shape_of(a)
+    axes = normalize_axis(axis, len(shape))
+    centre = mean if _given(mean) else _mean(a, axis=axes, dtype=dtype, keepdims=True)
+    d = a - centre
+    square = d.real * d.real + d.imag * d.imag if np.iscomplexobj(d) else d * d
+    total = sum_(square, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    return total / max(_count(shape, axes) - ddof, 0)
+
+
+def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
+         correction=None):
+    """np.std: sqrt(var), with std'(0) = 0 on constant slices."""
+    return sqrt_of_variance(_var(a, axis=axis, dtype=dtype, out=out, ddof=ddof,
+                                 keepdims=keepdims, where=where, mean=mean,
+                                 correction=correction))
+
+
+def sqrt_of_variance(v):
+    """sqrt(v) for a variance, with derivative 0 where v == 0 (a constant slice)."""
+    if not isinstance(v, Tracer):
+        return np.sqrt(v)
+    flat = primal(v) == 0
+    # The inner where keeps sqrt away from 0, so no inf reaches the cotangent.
+    return numpy_scalar(np.where(flat, 0, np.sqrt(np.where(flat, 1, v))))
+
+
+# -- average --------------------------------------------------------------------------------------
+def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
+    """np.average: sum(a * w) / sum(w), differentiable in `a` and in `weights`."""
+    if returned:
+        raise NotImplementedError("np.average(..., returned=True) is not supported on traced "
+                                  "values; compute np.sum(weights) separately")
+    if weights is None:
+        return _mean(a, axis=axis, keepdims=keepdims)
+    shape, wshape = shape_of(a), shape_of(weights)
+    axes = normalize_axis(axis, len(shape))
+    if wshape != shape:
+        if axis is None:
+            raise TypeError("Axis must be specified when shapes of a and weights differ.")
+        given = normalize_axis_tuple(axis, len(shape))
+        if wshape != tuple(shape[i] for i in given):
+            raise ValueError("Shape of weights must be consistent with shape of a along "
+                             "specified axis.")
+        order = tuple(int(i) for i in np.argsort(given))
+        if order != tuple(range(len(order))):
+            weights = np.transpose(weights, order)
+        weights = np.reshape(weights, tuple(n if i in axes else 1 for i, n in enumerate(shape)))
+    scale = np.sum(weights, axis=axes, keepdims=keepdims)
+    if np.any(primal(scale) == 0):
+        raise ZeroDivisionError("Weights sum to zero, can't be normalized")
+    return np.sum(a * weights, axis=axes, keepdims=keepdims) / scale
+
+
+for _fn, _rule in [(np.mean, _mean), (np.var, _var), (np.std, _std), (np.average, _average)]:
+    register_function(_fn, _rule)
