@@ -1,4 +1,7 @@
-"""The training loop behind `hecate train`, and the `sample` / `eval` helpers.
+"""The training loop behind `hecate train`. Its configuration (`TrainConfig`, the recall presets,
+`resolve_configs`) is in `models.train_config` and the `sample` / `eval` helpers (`evaluate`,
+`sample_text`, `load_run`, `eval_run`, `array_module_for`) in `models.evaluation`; every name
+listed in `__all__` is importable from here.
 
 One step: draw a batch, one reverse pass for the whole gradient
 ``autodiff(ReverseWithPrimal, lambda p, t: model.training_loss(p, t, state, cfg)[0], Active,
@@ -49,74 +52,24 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tape import make_zero_, primal, tree_map
+from tape import make_zero_
 
-from . import decode, model
+from . import model
 from .distributed import (NullLog, StepBuffer, World, current_world, gather_state, local_rows,
                           share_start)
-from .checkpoint import (CheckpointFileError, atomic_write, check_compatible, load_checkpoint,
-                         to_numpy)
-from .config import ModelConfig, train_defaults
+from .checkpoint import CheckpointFileError, atomic_write
+from .config import ModelConfig
 from .data import (DataError, RecallTask, TextData, absolute_path, data_mismatch, make_data,
                    unigram_entropy)
+from .evaluation import array_module_for, eval_run, evaluate, load_run, sample_text
 from .optim import AdamW, clip_by_global_norm, warmup_cosine
 from .rundir import (METRICS, RunError, ckpt_path, disk_error, history_entry, load_run_config,
                      read_history, remove_orphans, resume_command, write_json)
 from .runlock import LockError, RunLock
-from .runstate import FORCE_HINT, Checkpointer, plot_losses, restore, state_arrays
+from .runstate import Checkpointer, plot_losses, restore, state_arrays
 from .signals import StopSignals
+from .train_config import RECALL_MODEL, RECALL_TRAIN, TrainConfig, resolve_configs
 from .train_step import TrainStep
-
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything about a run that is not the model: optimizer, schedule, data, logging."""
-    steps: int = 800               # text task: about 1 minute on 2 CPU cores (recall: RECALL_TRAIN)
-    batch_size: int = 8
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup: int = 30
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    seed: int = 0
-    task: str = "text"
-    data: Optional[str] = None
-    pairs: int = 8                 # recall task: key-value pairs per sequence
-    device: str = "cpu"
-    eval_every: int = 100
-    eval_batches: int = 4
-    final_eval_batches: int = 16
-    ckpt_every: int = 200
-    checkpoint_minutes: float = 5.0   # also write last.npz this often (0: only every ckpt_every)
-    sample_bytes: int = 200
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise RunError(f"TrainConfig: unknown key(s) {unknown}")
-        return cls(**d)
-
-
-# `hecate train --task recall` starts from these instead of the text defaults (explicit flags
-# still win). Measured in benchmarks/README.md (training section): one MAG block whose memory
-# keys come from the previous token (attention has no positional signal, so it cannot bind a
-# value to the key before it), retention and inner-learning-rate biases raised so a key
-# written ~40 tokens before its query survives the filler (alpha ~0.9933 per token) and is
-# written in one step (theta ~0.69), and the memory's query projection starting equal to its
-# key projection: without that, 1 seed in 2 at lr 1e-2 and 0 of 4 at lr 3e-3 ever left chance
-# level; with it, 7 of 7 seeds solved the task within 500 steps. The SWA-only baseline is the
-# same with ``--levels 0``.
-RECALL_MODEL = {"layers": 1, "levels": 1, "seq_len": 64, "window": 16, "composition": "MAG",
-                "key_shift": True, "alpha_bias_shift": 2.0, "theta_bias_shift": 4.6,
-                "shared_qk_init": True}
-RECALL_TRAIN = {"steps": 1000, "batch_size": 16, "lr": 3e-3, "warmup": 20, "pairs": 8,
-                "eval_every": 250, "eval_batches": 4, "final_eval_batches": 8}
 
 
 @dataclasses.dataclass
@@ -136,68 +89,6 @@ class TrainResult:
     def exit_code(self) -> int:
         """0, or 128 + the stopping signal (130 for Ctrl-C, 143 for SIGTERM)."""
         return 0 if self.stopped_by is None else 128 + int(self.stopped_by)
-
-
-def array_module_for(device: str) -> Any:
-    """`numpy` for ``cpu``; `cupy` for ``gpu`` when `kernels.detect_gpu` finds one, else a
-    `RunError` that says what the detection found."""
-    if device == "cpu":
-        return np
-    if device != "gpu":
-        raise RunError(f"--device must be 'cpu' or 'gpu'; got {device!r}")
-    from kernels.dispatch import cupy_module, detect_gpu
-    cp = cupy_module()
-    if cp is None:
-        raise RunError("--device gpu: no GPU available: kernels.detect_gpu() found no CuPy "
-                       "install (pip install cupy-cuda12x); use --device cpu")
-    info = detect_gpu()
-    if info is None:
-        raise RunError("--device gpu: no GPU available: kernels.detect_gpu() returned None "
-                       "(CuPy is installed but no usable CUDA device or driver was found); "
-                       "use --device cpu")
-    return cp
-
-
-def _plain(tree: Any) -> Any:
-    return tree_map(lambda x: primal(x), tree)
-
-
-def evaluate(params: Any, cfg: ModelConfig, data: Any, xp: Any, max_batches: int,
-             reset_memory: bool = False) -> dict:
-    """Validation loss (nats/token), bits per byte, and for the recall task the accuracy at the
-    answer positions. Text streams carry their memory state from chunk to chunk, unless
-    `reset_memory` (the ablation `hecate eval` reports: fresh memory at every chunk)."""
-    losses, accs = [], []
-    state = None
-    for chunk in data.val_batches(max_batches):
-        tokens = xp.asarray(chunk)
-        if state is None or reset_memory or isinstance(data, RecallTask):
-            state = model.init_state(cfg, chunk.shape[0], xp)
-        if isinstance(data, RecallTask):
-            out, _ = model.logits(params, tokens[:, :-1], state, cfg)
-            out = to_numpy(primal(out))
-            accs.append(RecallTask.accuracy(out, chunk, data.answer_mask()[:chunk.shape[0]]))
-            z = out - out.max(axis=-1, keepdims=True)
-            logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-            losses.append(float(-np.take_along_axis(logp, chunk[:, 1:, None], -1).mean()))
-        else:
-            value, state = model.loss(params, tokens, state, cfg)
-            losses.append(float(primal(value)))
-            state = _plain(state)
-    val = float(np.mean(losses)) if losses else float("nan")
-    return {"val_loss": val, "bits_per_byte": val / math.log(2),
-            "accuracy": float(np.mean(accs)) if accs else None}
-
-
-def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature: float = 0.8,
-                seed: int = 0, xp: Any = np) -> str:
-    """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced).
-    Incremental decoding (`models.decode.generate`): each byte sees the whole history, at a
-    cost per byte that does not grow with the length. `params` already live on `xp`."""
-    raw = prompt.encode() or b"\n"
-    out = decode.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
-                          temperature=temperature, seed=seed)
-    return bytes(int(t) for t in out).decode("utf-8", errors="replace")
 
 
 def train(cfg: ModelConfig, tcfg: TrainConfig, run_dir: str | Path, resume: bool = False,
@@ -483,67 +374,6 @@ def summary(r: TrainResult) -> str:
     if r.sample:
         lines.append("sample:\n" + r.sample)
     return "\n".join(lines)
-
-
-def resolve_configs(run_dir: Optional[str | Path], resume: bool, model_flags: dict,
-                    train_flags: dict, force: bool = False) -> tuple[ModelConfig, TrainConfig]:
-    """Configs for a run: the defaults (`RECALL_MODEL` / `RECALL_TRAIN` over them for
-    ``task="recall"``; with `resume`, the run's saved config, rebuilt from the checkpoint when
-    config.json is gone) with the explicitly given flags on top. A model flag that contradicts
-    the checkpoint is an error naming every differing field, unless `force`."""
-    model_base, train_base = train_defaults(train_flags.get("task")), TrainConfig().to_dict()
-    if train_flags.get("task") == "recall":
-        model_base, train_base = {**model_base, **RECALL_MODEL}, {**train_base, **RECALL_TRAIN}
-    if resume:
-        saved = load_run_config(run_dir)
-        model_base, train_base = saved["model"], saved["train"]
-    try:
-        cfg = ModelConfig.from_dict({**model_base, **model_flags})
-        tcfg = TrainConfig.from_dict({**train_base, **train_flags})
-    except (TypeError, ValueError) as e:
-        raise RunError(str(e)) from None
-    if resume and not force:
-        _, header = load_checkpoint(ckpt_path(Path(run_dir)))
-        check_compatible(ckpt_path(Path(run_dir)), header, cfg.to_dict(), hint=FORCE_HINT)
-    return cfg, tcfg
-
-
-def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:
-    """``(cfg, tcfg, params, header, xp)`` from a run directory's last checkpoint."""
-    saved = load_run_config(run_dir)
-    try:
-        cfg = ModelConfig.from_dict(saved["model"])
-        tcfg = TrainConfig.from_dict(saved["train"])
-    except (TypeError, ValueError, KeyError) as e:
-        raise RunError(f"{Path(run_dir) / 'config.json'} holds values that do not describe a "
-                       f"run ({e}); delete it to rebuild it from the last checkpoint") from None
-    xp = array_module_for(device)
-    params, _, _, header = restore(ckpt_path(Path(run_dir)), cfg, tcfg, xp)
-    return cfg, tcfg, params, header, xp
-
-
-def eval_run(run_dir: str | Path, device: str = "cpu", batches: Optional[int] = None,
-             corpus: Optional[bytes] = None) -> dict:
-    """`hecate eval`: validation loss and bits per byte of a run's last checkpoint (on the
-    data as it is now; a note says when it differs from what the run trained on). For a text
-    model with memory levels, ``val_loss_memory_reset`` is the same loss with the memory reset
-    at every chunk: the difference is what the memory carries from one chunk to the next."""
-    cfg, tcfg, params, header, xp = load_run(run_dir, device)
-    if corpus is not None and tcfg.task == "text":
-        data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed)
-    else:
-        data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
-                         pairs=tcfg.pairs)
-    mismatch = data_mismatch(header.get("data") or {}, data.describe())
-    if mismatch:
-        print(f"hecate eval: note: {mismatch}", file=sys.stderr)
-    batches = batches or tcfg.final_eval_batches
-    ev = evaluate(params, cfg, data, xp, batches)
-    ev["step"] = header["step"]
-    if cfg.levels > 0 and tcfg.task == "text":   # what the memory carries across chunks
-        reset = evaluate(params, cfg, data, xp, batches, reset_memory=True)
-        ev["val_loss_memory_reset"] = reset["val_loss"]
-    return ev
 
 
 __all__ = ["RECALL_MODEL", "RECALL_TRAIN", "TrainConfig", "TrainResult", "RunError", "train",
