@@ -127,8 +127,10 @@ class StateBefore:
             pairs = list(value.items())
 
             def put(v=value):
-                v.clear()
-                v.update(pairs)
+                # dict's own methods: a subclass's update may mean something else (a Counter
+                # counts the pairs it is given as elements).
+                dict.clear(v)
+                dict.update(v, pairs)
             same = (lambda v=value: len(v) == len(pairs) and all(
                 k in v and v[k] is item for k, item in pairs) and list(v) == [k for k, _ in pairs])
         elif isinstance(value, set):

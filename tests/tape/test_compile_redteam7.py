@@ -7,6 +7,7 @@ and the reproducers of what that found.
 A trace that fails part-way (a write into a Const argument, an error the function raises)
 leaves the call to eager autodiff, which runs `f` a second time: what `f` changed in its
 closure, its globals or an object it reads was changed twice in that call."""
+import collections
 import math
 import warnings
 
@@ -36,11 +37,12 @@ class _Counter:
 
 
 @pytest.mark.parametrize("mode, ret", [(Reverse, Active), (Forward, Duplicated)])
-@pytest.mark.parametrize("state", ["closure array", "closure dict", "nonlocal", "attribute",
-                                   "global list"])
+@pytest.mark.parametrize("state", ["closure array", "closure dict", "closure Counter",
+                                   "nonlocal", "attribute", "global list"])
 @pytest.mark.parametrize("failure", ["const write", "float of a traced value"])
 def test_side_effects_happen_once_when_the_trace_fails(mode, ret, state, failure):
     counts, calls, box, seen = np.zeros(1), {"n": 0}, _Counter(), []
+    tally = collections.Counter()   # put back with dict's own update, not Counter's counting
     n = 0
 
     def f(x, c):
@@ -49,6 +51,8 @@ def test_side_effects_happen_once_when_the_trace_fails(mode, ret, state, failure
             counts[0] += 1.0
         elif state == "closure dict":
             calls["n"] += 1
+        elif state == "closure Counter":
+            tally["calls"] += 1
         elif state == "nonlocal":
             n += 1
         elif state == "attribute":
@@ -65,7 +69,8 @@ def test_side_effects_happen_once_when_the_trace_fails(mode, ret, state, failure
     _SEEN.clear()
     g = _failing_trace_calls(mode, ret, f)
     got = {"closure array": counts[0], "closure dict": calls["n"], "nonlocal": n,
-           "attribute": box.n, "global list": len(_SEEN)}[state]
+           "attribute": box.n, "global list": len(_SEEN), "closure Counter": tally["calls"]}[state]
+    assert set(tally) <= {"calls"}, tally
     assert got == 3, (got, g.stats)   # three calls; the trace of the first made it 4
     del seen
 
