@@ -114,21 +114,21 @@ class StateBefore:
         those are noted on their own)."""
         if isinstance(value, (list, collections.deque)):
             items = list(value)
+            # The base classes' own methods, here and below: a subclass may give its methods
+            # another meaning (a Counter's update counts the pairs it is given).
             if isinstance(value, list):
                 def put(v=value):
-                    v[:] = items
+                    list.__setitem__(v, slice(None), items)
             else:
                 def put(v=value):
-                    v.clear()
-                    v.extend(items)
+                    collections.deque.clear(v)
+                    collections.deque.extend(v, items)
             same = (lambda v=value: len(v) == len(items)
                     and all(a is b for a, b in zip(v, items)))
         elif isinstance(value, dict):
             pairs = list(value.items())
 
             def put(v=value):
-                # dict's own methods: a subclass's update may mean something else (a Counter
-                # counts the pairs it is given as elements).
                 dict.clear(v)
                 dict.update(v, pairs)
             same = (lambda v=value: len(v) == len(pairs) and all(
@@ -137,9 +137,9 @@ class StateBefore:
             kept = set(value)
 
             def put(v=value):
-                v.clear()
-                v.update(kept)
-            same = lambda v=value: v == kept   # noqa: E731
+                set.clear(v)
+                set.update(v, kept)
+            same = lambda v=value: set(v) == kept   # noqa: E731
         elif isinstance(value, (bytearray, array_module.array)):
             kept = value[:]
 
