@@ -17,7 +17,7 @@ import numpy as np
 from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError
-from .residuals import _map_items
+from .residuals import _map_items, _may_change
 
 
 def _has_tracer(x) -> bool:
@@ -133,7 +133,9 @@ class ConstBuffer(np.ndarray):
             digests = trace.const_digests = {}
         place = (self.__array_interface__["data"][0], self.shape, self.strides, self.dtype.str)
         if place not in digests:
-            digests[place] = (self, _checksum(self))
+            # Memory nobody can write (a read-only array or np.load's mmap_mode="r") needs no
+            # checksum: reading a large read-only dataset twice per call would cost the most.
+            digests[place] = (self, _checksum(self) if _may_change(self) else None)
 
     def copy(self, order="C"):
         """A copy; made by the user's function, one that may receive traced values (see
@@ -265,7 +267,7 @@ def refuse_unseen_writes(trace) -> None:
         return
     trace.const_digests = None
     for buffer, checksum in digests.values():
-        if _checksum(buffer) != checksum:
+        if checksum is not None and _checksum(buffer) != checksum:
             raise ActivityError(
                 f"{buffer._argument} is Const and was written after an operation used it, "
                 "through a path that bypasses the argument (np.asarray(c)[i] = v, "

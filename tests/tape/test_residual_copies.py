@@ -154,3 +154,22 @@ def test_a_const_written_around_the_argument_before_its_use_or_through_it_is_acc
         return y + np.sum(c * x)
     (gx, _), = autodiff(Reverse, f, Active, Active(np.ones(3)), Const(np.array([3.0, 1, 2])))
     np.testing.assert_array_equal(gx, [18.0, 6.0, 4.0])
+
+
+def test_a_read_only_const_is_not_checksummed_but_a_read_only_view_of_a_writable_base_is():
+    base = np.array([3.0, 1.0, 2.0])
+    view = base.view()
+    view.flags.writeable = False
+
+    def f(x, c):
+        y = np.sum(x * c)
+        base[0] = 9.0          # the memory behind the read-only view changes
+        return y
+    with pytest.raises(ActivityError, match="is Const"):
+        autodiff(Reverse, f, Active, Active(np.ones(3)), Const(view))
+
+    frozen = np.array([3.0, 1.0, 2.0])
+    frozen.flags.writeable = False
+    (gx, _), = autodiff(Reverse, lambda x, c: np.sum(x * c), Active, Active(np.ones(3)),
+                        Const(frozen))
+    np.testing.assert_array_equal(gx, frozen)
