@@ -146,7 +146,7 @@ def _copy_once(a, copies: dict):
         return a.copy()
     key = (a.__array_interface__["data"][0], a.shape, a.dtype.str)
     kept = copies.get(key)
-    if kept is not None and _same_bits(kept, a):
+    if kept is not None and same_bits(kept, a):
         return kept
     kept = a.copy()
     kept.flags.writeable = False
@@ -154,9 +154,17 @@ def _copy_once(a, copies: dict):
     return kept
 
 
-def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
-    """Whether two C-contiguous arrays of one shape and dtype hold the same bytes (a NaN equals
-    itself, 0.0 differs from -0.0: exactly what a residual must keep)."""
+def same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two arrays of one shape and dtype hold the same bytes (a NaN equals itself,
+    0.0 differs from -0.0: exactly what a residual must keep); object arrays, the same items.
+
+    >>> same_bits(np.zeros(2), -np.zeros(2)), same_bits(np.full(2, np.nan), np.full(2, np.nan))
+    (False, True)
+    """
+    if x.dtype.hasobject:
+        return all(a is b for a, b in zip(x.ravel(), y.ravel()))
+    if not (x.flags.c_contiguous and y.flags.c_contiguous):
+        return x.tobytes() == y.tobytes()
     size = x.dtype.itemsize
     unit = np.uint64 if size % 8 == 0 else np.uint32 if size % 4 == 0 else np.uint8
     return bool(np.array_equal(x.reshape(-1).view(unit), y.reshape(-1).view(unit)))

@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from .residuals import same_bits
+
 _GONE = object()
 
 
@@ -103,7 +105,7 @@ class StateBefore:
         """An array's contents (`copy`: a copy taken now)."""
         def undo():
             if (value.shape == copy.shape and value.dtype == copy.dtype
-                    and _same_bits(value, copy)) or not value.flags.writeable:
+                    and same_bits(value, copy)) or not value.flags.writeable:
                 return False
             value[...] = copy
             return True
@@ -155,10 +157,3 @@ class StateBefore:
             put()
             return True
         self._undo.append(undo)
-
-
-def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
-    """Equal contents, a NaN equal to itself and -0.0 unlike 0.0."""
-    if x.dtype.hasobject:
-        return all(a is b for a, b in zip(x.ravel(), y.ravel()))
-    return x.tobytes() == y.tobytes()

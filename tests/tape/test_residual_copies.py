@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tape import Active, ActivityError, Const, Reverse, autodiff
-from tape.residuals import _same_bits
+from tape.residuals import same_bits
 
 W0 = np.array([3.0, 1.0, 2.0])
 
@@ -119,10 +119,10 @@ def test_a_closed_over_array_scaled_between_uses_is_copied_again():
 
 
 def test_shared_copies_compare_bits():
-    assert _same_bits(np.full(4, np.nan), np.full(4, np.nan))
-    assert not _same_bits(np.zeros(4), -np.zeros(4))
-    assert not _same_bits(np.arange(4.0), np.arange(4.0)[::-1].copy())
-    assert _same_bits(np.arange(6, dtype=np.float32).reshape(2, 3),
+    assert same_bits(np.full(4, np.nan), np.full(4, np.nan))
+    assert not same_bits(np.zeros(4), -np.zeros(4))
+    assert not same_bits(np.arange(4.0), np.arange(4.0)[::-1].copy())
+    assert same_bits(np.arange(6, dtype=np.float32).reshape(2, 3),
                       np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
