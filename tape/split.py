@@ -258,7 +258,8 @@ def _same_const(value, recorded) -> bool:
         if a is b:
             continue
         if isinstance(a, (int, float, complex, np.generic)):
-            if not isinstance(b, (int, float, complex, np.generic)) or not (a == b or a != a):
+            if (not isinstance(b, (int, float, complex, np.generic))
+                    or not (a == b or a != a and b != b)):   # (a NaN equals only a NaN)
                 return False
         elif isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
             if not (hasattr(b, "shape") and a.shape == b.shape

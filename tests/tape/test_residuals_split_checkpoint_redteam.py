@@ -109,6 +109,17 @@ def test_split_reverse_refuses_a_const_with_other_values_than_forward_saw():
     np.testing.assert_allclose(g, expected, rtol=1e-12)
 
 
+
+def test_split_reverse_refuses_a_nan_const_where_forward_saw_a_number():
+    # A Const NaN equals only a NaN: reverse with NaN would return the derivative at 5.0.
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, lambda x, t: x * t, Active, Active, Const)
+    tape, _, _ = fwd(Active(2.0), Const(5.0))
+    with pytest.raises(ActivityError, match="Const argument 1 holds other values"):
+        rev(Active(2.0), Const(float("nan")), 1.0, tape)
+    tape, _, _ = fwd(Active(2.0), Const(float("nan")))
+    (g, _), = rev(Active(2.0), Const(float("nan")), 1.0, tape)
+    assert np.isnan(g)
+
 # --------------------------------------------------------------------------------------------
 # A user's rule that keeps its residuals in a named tuple or a dict
 
