@@ -308,12 +308,12 @@ class CompiledFunction:
         except Uncompilable as e:   # what it reads cannot be watched: eager, as it would be
             self._remember(key, str(e))
             return self._eager(annotated, str(e), calls)
-        reason, traced, compiled = None, None, None
+        reason, failure, traced, compiled = None, None, None, None
         mark = calls.count
         try:
             traced = self._trace_once(self, annotated, names, states.watched, calls)
         except Exception as e:   # noqa: BLE001  (eager mode gives the genuine behaviour)
-            reason = f"tracing failed: {type(e).__name__}: {e}"
+            reason, failure = f"tracing failed: {type(e).__name__}: {e}", e
         future = None   # why the signature runs eagerly from the next call on
         once = False    # ...unless it is the first change of what it reads
         if reason is None:
@@ -352,7 +352,7 @@ class CompiledFunction:
                 compiled = self._signature_class.build(self, traced, states.watched,
                                                        annotated, kept=future is None)
             except Exception as e:   # noqa: BLE001
-                reason = f"tracing failed: {type(e).__name__}: {e}"
+                reason, failure = f"tracing failed: {type(e).__name__}: {e}", e
         recorded = None
         if traced is not None:   # this call takes them; a kept record need not hold them
             recorded, traced[0].recorded = traced[0].recorded, {}
@@ -364,7 +364,7 @@ class CompiledFunction:
             # error of the function may come from this call's values too (an index out of
             # bounds): only a second one makes the signature eager.
             if not pending:
-                if key in self._failed_once or reason.startswith("tracing failed: Uncompil"):
+                if key in self._failed_once or isinstance(failure, Uncompilable):
                     self._remember(key, reason)
                 else:
                     self._failed_once.add(key)
