@@ -50,7 +50,9 @@ def _units(x, value):
             if isinstance(zl[k], (float, complex)) or np.ndim(zl[k]) == 0:
                 zl[k] = type(zl[k])(value) if isinstance(zl[k], (float, complex)) else zl[k] + value
             else:
-                zl[k].reshape(-1)[j] = value
+                # Index by position, not through reshape(-1): that is a copy for an array that
+                # is not C-contiguous (a transpose, Fortran order), and the 1 would be lost.
+                zl[k][np.unravel_index(j, np.shape(zl[k]))] = value
             out.append(unflatten(td, zl))
     return tuple(out)
 
