@@ -51,7 +51,8 @@ from .compiled_forward import ForwardSignature, trace_forward_once
 from .compiled_trace import RANDOM_DRAWS, RandomStates, trace_once
 from .core import Primitive
 from .program import GuardFailed, Uncompilable, same_value
-from .signature import _changed, _first_difference, _signature
+from .closure_watch import _changed
+from .signature import _first_difference, _signature
 from .pytree import is_inactive
 from .split import autodiff_thunk
 from .user_calls import UserCalls

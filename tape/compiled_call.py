@@ -15,7 +15,8 @@ from .modifiers import user_cotangents
 from .compiled_trace import program_leaves
 from .program import GuardFailed, _ShapeChecked
 from .program_code import Program
-from .signature import _changed, _is_scalar
+from .closure_watch import _changed
+from .signature import _is_scalar
 from .pytree import flatten, unflatten
 
 

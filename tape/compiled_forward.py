@@ -17,7 +17,8 @@ from .compiled_trace import (_CallTrace, _const_argument, float_leaf, nondiff_le
 from .core import Tracer
 from .program_forward import ForwardCompileTrace, ForwardProgram
 from .pytree import flatten, unflatten
-from .signature import Snapshotter, _is_scalar
+from .closure_watch import Snapshotter
+from .signature import _is_scalar
 
 
 def trace_forward_once(owner, annotated, names, watched, calls=None):

@@ -18,8 +18,8 @@ from .errors import NonDifferentiableError
 from .modifiers import is_complex
 from .program import CompileTrace, GuardFailed, Uncompilable, same_value
 from .pytree import flatten, unflatten
-from .signature import (Snapshotter, _argument_classes, _rng_key, _watch, generator_state,
-                        set_generator_state)
+from .closure_watch import (Snapshotter, _argument_classes, _rng_key, _watch,
+                            generator_state, set_generator_state)
 
 
 def trace_once(owner, annotated, names, watched, calls=None):

@@ -4,7 +4,7 @@
 argument, or raises), or whose program cannot answer the call, leaves the call to eager
 `autodiff`, which runs `f` again: whatever `f` changed in its closure, its globals or the
 objects it reads (``counts[0] += 1``, ``history.append(...)``, ``self.calls += 1``) would
-then change twice in one call. The watch (tape/signature.py `_watch`) notes here how to put
+then change twice in one call. The watch (tape/closure_watch.py `_watch`) notes here how to put
 each such value back; `restore` does so before the eager call, which then starts from the
 state eager mode would have seen.
 

@@ -1,0 +1,403 @@
+"""What a compiled function reads besides its arguments, and how to tell when it changed.
+
+`_watch(f)` lists the values `f` reads from its closure, globals, defaults and bound object
+(and those of the Python functions it calls by name); each compiled call compares them with
+the values the trace saw (`_changed`). `Snapshotter` keeps what a trace must see again
+unchanged, and `generator_state` / `_rng_key` read a random generator's position, the mark of
+random draws.
+"""
+from __future__ import annotations
+
+import array
+import collections
+import functools
+import os
+import types
+
+import numpy as np
+
+from .program import DynamicParams, Uncompilable, same_value
+from .pytree import flatten
+from .signature import _SCALARS, _number_key
+from .watch_restore import StateBefore
+
+# --------------------------------------------------------------------------------------------
+# What the function reads besides its arguments
+
+
+def _argument_classes(annotated) -> list:
+    """The user classes of the arguments' pytree nodes (a dataclass layer, a namedtuple, a
+    registered class): their methods and class attributes are read like the function's own."""
+    classes = []
+
+    def visit(td):
+        if td is None or not hasattr(td, "kind"):
+            return
+        cls = (td.aux[0] if td.kind in ("dataclass", "fields", "custom")
+               else td.aux if td.kind == "namedtuple" else None)
+        if isinstance(cls, type) and cls not in classes:
+            classes.append(cls)
+        for child in td.children:
+            visit(child)
+    for ann in annotated:
+        if type(ann.val) is not np.ndarray:
+            visit(flatten(ann.val)[1])
+    return classes
+
+
+def _watch(f, classes=()) -> tuple:
+    """Checks for the values `f` reads from its closure, globals, defaults and bound object
+    (and those of the Python functions it calls by name): a list of (description, getter,
+    value seen), the generators it reaches, and how to put those values back
+    (tape/watch_restore.py)."""
+    watched, seen, generators, state = [], set(), [], StateBefore()
+
+    def visit_function(fn, depth):
+        code = getattr(fn, "__code__", None)
+        if code is None or id(fn) in seen or depth > _MAX_DEPTH or _in_stdlib(fn):
+            return
+        seen.add(id(fn))
+        module = getattr(fn, "__module__", "") or ""
+        if module.partition(".")[0] in _LIBRARIES:
+            return
+        names = _names(code)
+        for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            watched.append((f"closure variable `{code.co_freevars[i]}`",
+                            (lambda c=cell: c.cell_contents), value))
+            state.cell(cell, value)
+            if isinstance(value, types.ModuleType):   # `import config` inside a factory
+                visit_module(code.co_freevars[i], value, names, depth)
+            else:
+                visit_value(value, depth)
+        g = getattr(fn, "__globals__", {})
+        for name in names:
+            if name in g:
+                value = g[name]
+                if isinstance(value, types.ModuleType):
+                    visit_module(name, value, names, depth)
+                    continue
+                watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
+                state.item(g, name)
+                visit_value(value, depth)
+        defaults = (lambda fn=fn: _shallow((fn.__defaults__ or ()) + tuple(
+            (fn.__kwdefaults__ or {}).values())) + tuple(fn.__kwdefaults__ or ()))
+        watched.append(("a default argument", defaults, defaults()))
+        state.defaults(fn)
+        for value in (getattr(fn, "__defaults__", None) or ()) + tuple(
+                (getattr(fn, "__kwdefaults__", None) or {}).values()):
+            visit_value(value, depth)
+        self_ = getattr(fn, "__self__", None)
+        if self_ is not None and not isinstance(self_, types.ModuleType):
+            visit_value(self_, depth)
+
+    def visit_module(name, module, names, depth):
+        """The attributes of a user module that the function names (`config.SCALE`,
+        `helpers.layer_norm`), not the whole module."""
+        if _is_library_module(module):
+            return
+        for attr in names & set(vars(module)):
+            item = vars(module)[attr]
+            watched.append((f"`{name}.{attr}`", (lambda m=module, a=attr:
+                            vars(m).get(a, _GONE)), _seen(item)))
+            state.item(vars(module), attr)
+            if not isinstance(item, types.ModuleType):
+                visit_value(item, depth + 1)
+
+    def visit_value(value, depth):
+        if isinstance(value, (types.FunctionType, types.MethodType)):
+            visit_function(getattr(value, "__func__", value), depth + 1)
+            if isinstance(value, types.MethodType):
+                visit_value(value.__self__, depth + 1)
+            return
+        if (isinstance(value, (*_SCALARS, types.ModuleType)) or id(value) in seen
+                or depth > _MAX_DEPTH):
+            return   # (a module reached as a value is not walked: that would be the world)
+        seen.add(id(value))
+        if isinstance(value, np.ndarray):
+            copy = value.copy()
+            watched.append(("an array it reads", (lambda v=value: v), copy))
+            state.array(value, copy)
+        elif isinstance(value, _CONTAINERS):   # an OrderedDict of weights, a namedtuple...
+            items = value.values() if isinstance(value, dict) else value
+            watched.append(("a container it reads", (lambda v=value: _shallow(v)),
+                            _shallow(value)))
+            state.container(value)
+            for item in items:
+                visit_value(item, depth + 1)
+            if type(value) not in (list, tuple, dict):   # a subclass may have attributes too
+                visit_object(value, depth)
+        elif isinstance(value, (set, frozenset)):   # `if k in skipped_layers:`
+            watched.append(("a set it reads", (lambda v=value: frozenset(v)), frozenset(value)))
+            state.container(value)
+        elif isinstance(value, (bytearray, array.array)):   # mutable, without attributes
+            watched.append(("a buffer it reads", (lambda v=value: bytes(v)), bytes(value)))
+            state.container(value)
+        elif isinstance(value, functools.partial):
+            visit_value(value.func, depth)
+            for item in value.args + tuple(value.keywords.values()):
+                visit_value(item, depth + 1)
+            watched.append(("a partial's arguments", (lambda v=value: _shallow(
+                v.args + tuple(v.keywords.values()))), _shallow(
+                value.args + tuple(value.keywords.values()))))
+        elif _is_generator(value):
+            generators.append(value)
+        elif isinstance(value, type):
+            if value.__module__.partition(".")[0] not in _LIBRARIES:
+                visit_class(value, depth)
+        else:
+            visit_object(value, depth)
+
+    def visit_object(value, depth):
+        cls = type(value)
+        library = cls.__module__.partition(".")[0] in _LIBRARIES
+        for name in _attribute_names(value):   # attributes rebound between calls
+            item = getattr(value, name, _GONE)
+            watched.append((f"attribute `{name}`",
+                            (lambda o=value, n=name: getattr(o, n, _GONE)), _seen(item)))
+            state.attribute(value, name)
+            if library and _is_cache(item):
+                continue   # the engine's own bookkeeping (a custom rule's checked shapes)
+            visit_value(item, depth + 1)
+        if not library and cls.__module__.partition(".")[0] != "collections":
+            visit_class(cls, depth)
+
+    def visit_class(cls, depth):
+        """Class attributes (read through an instance, or `cls` in a classmethod): the data
+        ones, and the globals and closures of the methods."""
+        for klass in cls.__mro__[:-1]:
+            if (id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES
+                    or klass.__bases__ == (tuple,) and "_fields" in vars(klass)):
+                continue   # (a namedtuple's generated class holds nothing of the user's)
+            seen.add(id(klass))
+            for name, item in vars(klass).items():
+                method = _method_function(item)
+                if method is not None:   # the globals and closures a method reads
+                    visit_function(method, depth + 1)
+                    continue
+                if name.startswith("__") or callable(item) or hasattr(item, "__get__"):
+                    continue
+                watched.append((f"class attribute `{klass.__name__}.{name}`",
+                                (lambda k=klass, n=name: vars(k).get(n, _GONE)), _seen(item)))
+                state.attribute(klass, name)
+                visit_value(item, depth + 1)
+
+    try:
+        visit_function(getattr(f, "__func__", f), 0)
+        if isinstance(f, types.MethodType):
+            visit_value(f.__self__, 0)
+        elif not isinstance(f, types.FunctionType) and hasattr(f, "__call__"):
+            visit_function(getattr(type(f).__call__, "__func__", type(f).__call__), 0)
+            visit_value(f, 0)
+        for cls in classes:
+            if cls.__module__.partition(".")[0] not in _LIBRARIES:
+                visit_class(cls, 1)
+    except Exception as e:   # noqa: BLE001  (an attribute that raises when read, say)
+        raise Uncompilable(f"what the function reads could not be watched: "
+                           f"{type(e).__name__}: {e}") from e
+    return watched, generators, state
+
+
+def _is_generator(value) -> bool:
+    """A NumPy (or CuPy) Generator or RandomState. An object whose `__getattr__` fails in its
+    own way (ctypes' library loaders raise OSError) is not one."""
+    if isinstance(value, (np.random.Generator, np.random.RandomState)):
+        return True
+    try:
+        return hasattr(value, "bit_generator")
+    except Exception:   # noqa: BLE001
+        return False
+
+
+def _is_cache(item) -> bool:
+    """A set, buffer or dict/list subclass: in a library's object, its bookkeeping, which
+    the function's own calls may change (the exact lists and dicts are watched as before)."""
+    return (isinstance(item, (set, frozenset, bytearray, array.array, *_CONTAINERS))
+            and type(item) not in (list, tuple, dict))
+
+
+def _method_function(item):
+    """The Python function behind a class attribute that is a method, a static or class
+    method or a property (None for anything else)."""
+    if isinstance(item, (staticmethod, classmethod)):
+        item = item.__func__
+    elif isinstance(item, property):
+        item = item.fget
+    if not isinstance(item, types.FunctionType) or item.__code__.co_filename.startswith("<"):
+        return None   # (the methods dataclasses generate are left out)
+    return item
+
+
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def _in_stdlib(fn) -> bool:
+    """A function of Python's standard library (a namedtuple's `_make`, the wrapper reprlib
+    puts around a dataclass's `__repr__`): not the user's state, not watched."""
+    filename = fn.__code__.co_filename
+    return filename.startswith(_STDLIB) and "site-packages" not in filename
+
+
+_MAX_DEPTH = 8
+"""How deep the watch walks: attributes and items of what the function reads (a model's
+`self.encoder.blocks[i].attn.query.weight` is six steps from `self`), and the functions and
+methods it calls."""
+_CONTAINERS = (list, tuple, dict, collections.deque)
+"""Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
+_LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy", "reprlib",
+                        "dataclasses", "typing", "enum", "abc",
+                        # Test frameworks: an `assert` that pytest rewrote names its helpers
+                        # (`@pytest_ar`), and walking them reached the session's whole state
+                        # (36,795 values by the end of a test suite, 60 ms per trace).
+                        "_pytest", "pytest", "pluggy", "hypothesis"))
+
+
+def _attribute_names(obj) -> list:
+    """The instance attributes of `obj`: its __dict__ and its __slots__."""
+    names = list(vars(obj)) if hasattr(obj, "__dict__") else []
+    for klass in type(obj).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [n for n in ((slots,) if isinstance(slots, str) else slots)
+                  if n not in ("__dict__", "__weakref__") and n not in names]
+    return names
+_GONE = object()
+
+
+def _is_library_module(value) -> bool:
+    """NumPy, SciPy and the engine are not watched (walking them would cost every call)."""
+    return (isinstance(value, types.ModuleType)
+            and value.__name__.partition(".")[0] in _LIBRARIES)
+
+
+def _seen(value):
+    """What a watched value is compared with later: a copy of an array's contents."""
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def generator_state(g):
+    """The state of a NumPy Generator or RandomState (to restore it after tracing)."""
+    return g.bit_generator.state if hasattr(g, "bit_generator") else g.get_state(legacy=False)
+
+
+def set_generator_state(g, state) -> None:
+    if hasattr(g, "bit_generator"):
+        g.bit_generator.state = state
+    else:
+        g.set_state(state)
+
+
+def _names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _names(c)
+    return names
+
+
+class _Same:
+    """An item of a watched container, compared by identity (and kept alive, so that a new
+    object cannot take its address)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.obj is self.obj
+
+    __hash__ = None
+
+
+def _shallow(container):
+    if isinstance(container, dict):
+        return tuple(_Same(v) if not isinstance(v, _SCALARS) else _number_key(v)
+                     for v in container.values()) + tuple(container)
+    return tuple(_Same(v) if not isinstance(v, _SCALARS) else _number_key(v)
+                 for v in container)
+
+
+def _changed(watched) -> str | None:
+    """What the function reads that changed since it was traced (None: nothing)."""
+    for what, get, seen in watched:
+        now = get()
+        if now is seen or (type(now) is tuple and now == seen and _shallow_items(now)):
+            continue   # a container's items, unchanged: compared without same_value's walk
+        if not same_value(now, seen):
+            return what
+    return None
+
+
+def _shallow_items(items) -> bool:
+    """Whether a tuple holds only `_shallow`'s identity wrappers and number keys, for which
+    ``==`` is exact (number keys carry their type and the sign of a zero)."""
+    for item in items:
+        if type(item) is not _Same and type(item) is not tuple:
+            return False
+    return True
+
+
+class Snapshotter:
+    """Copies of the arrays and lists a trace bakes into its program, taken when each is used:
+    a copy keeps the value the trace saw even if the function changes the array (or list)
+    later in the same call. The copies of watched arrays (`originals`) go back to the arrays
+    themselves in a program that is kept (`restore`): it reads them by reference at each call,
+    and the watch compares their contents. Only a copy of the contents the array holds when
+    the call begins (and again when it ends, or the program is not kept) goes back: where
+    the function changed the array within the call (`w *= 2`, used, `w /= 2`; a scratch
+    buffer it refills), the steps that saw other contents keep them, by value, as the same
+    code computes them at each call from the same watched contents."""
+
+    def __init__(self, watched):
+        self.by_reference = {id(v): v for v in (get() for _, get, _ in watched)
+                             if isinstance(v, np.ndarray)}
+        self.originals: dict[int, tuple] = {}   # id(copy) -> (copy, watched array)
+        self.latest: dict[int, tuple] = {}      # id(array) -> (array, its latest copy)
+        self.restorable: dict[int, np.ndarray] | None = None   # id(copy) -> array, for restore
+
+    def __call__(self, obj):
+        if isinstance(obj, np.ndarray):
+            # One copy per contents: an array used at every step of a loop is copied once.
+            seen = self.latest.get(id(obj))
+            if seen is not None and seen[0] is obj and same_value(obj, seen[1]):
+                return seen[1]
+            copy = obj.copy()
+            self.latest[id(obj)] = (obj, copy)
+            if id(obj) in self.by_reference:
+                self.originals[id(copy)] = (copy, obj)
+            return copy
+        if type(obj) is list:   # always a new list: f may change its own later in the call
+            return [self(o) for o in obj]
+        if type(obj) is tuple:
+            items = [self(o) for o in obj]
+            return obj if all(a is b for a, b in zip(items, obj)) else tuple(items)
+        if type(obj) is dict:
+            return {k: self(v) for k, v in obj.items()}
+        return obj
+
+    def restore(self, obj):
+        """`obj` (a constant, params) with the copies of watched arrays that hold the arrays'
+        contents now (after the trace: those of the call's start, for a kept program)
+        replaced by the arrays."""
+        if self.restorable is None:
+            self.restorable = {k: array for k, (copy, array) in self.originals.items()
+                               if same_value(array, copy)}
+        if isinstance(obj, np.ndarray):
+            return self.restorable.get(id(obj), obj)
+        if type(obj) in (tuple, list):
+            items = [self.restore(o) for o in obj]
+            return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
+        if type(obj) is dict:
+            return {k: self.restore(v) for k, v in obj.items()}
+        if type(obj) is DynamicParams:
+            return DynamicParams(self.restore(obj.template), obj.slots)
+        return obj
+
+
+def _rng_key(state):
+    bits = state.get("state", {})
+    return (state.get("bit_generator"), tuple(np.asarray(bits.get("key", ())).tolist())
+            if isinstance(bits, dict) else bits, bits.get("pos") if isinstance(bits, dict)
+            else None, state.get("has_gauss"), state.get("gauss"))
