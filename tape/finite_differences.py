@@ -222,6 +222,39 @@ def agrees(gap: Callable, est: Estimate, rtol: float, atol: float,
     return False, describe
 
 
+MODES = ("fwd", "rev", "batch")
+
+
+def check_options(caller: str, modes, eps, rtol, atol, order: int = 1) -> tuple:
+    """The checkers' options, refused when they would make the check vacuous or meaningless
+    (a misspelt mode checks nothing and passes); returns `modes` as a tuple.
+
+    >>> check_options("check_grads", ["rev"], 1e-6, 1e-5, 0.0)
+    ('rev',)
+    """
+    if isinstance(modes, str) or not all(isinstance(m, str) for m in modes):
+        raise TypeError(f"{caller}: modes must be a sequence of mode names from {MODES}, got "
+                        f"{modes!r}; e.g. modes=('rev',)")
+    modes = tuple(modes)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"{caller}: modes={modes!r} " + (f"holds unknown names {unknown}"
+                         if unknown else "is empty") + f", so nothing would be checked; pick "
+                         f"from {MODES} ('fwd': forward mode, 'rev': reverse mode, 'batch': "
+                         "batch modes)")
+    if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
+        raise ValueError(f"{caller}: order must be a positive integer (1: first derivatives, "
+                         f"2: also second ones), got {order!r}")
+    for name, value, positive in (("eps", eps, True), ("rtol", rtol, False),
+                                  ("atol", atol, False)):
+        ok = isinstance(value, (int, float, np.floating, np.integer)) and np.isfinite(value)
+        if not ok or value < 0 or (positive and value == 0):
+            raise ValueError(f"{caller}: {name} must be a finite number "
+                             f"{'above' if positive else 'at least'} 0, got {value!r}"
+                             + ("; the default step is 1e-6" if name == "eps" else ""))
+    return modes
+
+
 def plain_function(f):
     """`f` without functools.partial wrappers (for its name and parameters)."""
     while isinstance(f, functools.partial):
@@ -270,4 +303,5 @@ def leafwise_gap(got: list, want: list, rtol: float, atol: float) -> tuple:
     return worst
 
 
-__all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap"]
+__all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap",
+                      "check_options"]

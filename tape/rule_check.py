@@ -19,14 +19,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
-                         ForwardWithPrimal, Reverse, ReverseWithPrimal)
+                         ForwardWithPrimal, Reverse, ReverseSplitWithPrimal, ReverseWithPrimal)
 from .api import autodiff
-from .core import Primitive
+from .core import Primitive, primal
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  fitting_rtol, function_name, inner, input_scale, is_float,
                                  leafwise_gap, output_leaves, precision_bits, random_like,
                                  scalar_gap, widened)
 from .pytree import flatten, is_inactive, unflatten
+from .split import TapeMutatedError, autodiff_thunk
 
 
 def weighted_sum(f, u):
@@ -47,6 +48,8 @@ def vjp_function(f, diff, u):
     scalar = weighted_sum(f, u)
 
     def vjp(*xs):
+        # Copies of plain arrays: `f` may write into its arguments.
+        xs = [x.copy() if isinstance(x, np.ndarray) else x for x in xs]
         annotated = [Active(x) if i in diff else x for i, x in enumerate(xs)]
         derivs, = autodiff(Reverse, scalar, Active, *annotated)
         return tuple(derivs[i] for i in diff)
@@ -99,6 +102,13 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
     # Finite differences in float64 whatever the arguments' precision (a float32 step of 1e-6
     # is rounding noise); rtol widens to fit the lowest precision among them.
     wide = [widened(a) if i in diff else a for i, a in enumerate(args)]
+    for i in diff:
+        if precision_bits(args[i]) < 23:
+            raise ValueError(
+                f"check_rule: {labels[i]} is {np.result_type(args[i])}, whose rounding (eps "
+                f"{float(np.finfo(np.result_type(args[i])).eps):.2g}) leaves no room to tell a "
+                "wrong derivative from rounding noise (a rule wrong by a factor 1.9 would "
+                "pass); check the rule at float32 or float64 (x.astype(np.float32))")
     rtol = fitting_rtol([args[i] for i in diff], rtol)
 
     def only(d, i):
@@ -223,12 +233,21 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
         combo = f"ReverseWithPrimal with ({where}) and return Active"
         seen: dict = {}
         probes = {i: _cotangent_probe(seen, i) for i in on}
+        results: list = []   # (the rule's result arrays, copies taken before the sweep)
 
         def probed(*xs):
-            return _read_only_cotangent_tree(f(*[probes[i](x) if i in probes else x
-                                                for i, x in enumerate(xs)]))
+            y = f(*[probes[i](x) if i in probes else x for i, x in enumerate(xs)])
+            live = [primal(leaf) for leaf in flatten(y)[0]]
+            results.append((live, [np.array(v, copy=True) for v in live]))
+            return _read_only_cotangent_tree(y)
         derivs, value = run(combo, ReverseWithPrimal, weighted_sum(probed, u), Active, *ann)
         n_checked += 1
+        for k, (now, before) in enumerate(zip(*results[0])):
+            if isinstance(now, np.ndarray) and not np.array_equal(now, before, equal_nan=True):
+                raise GradientCheckError(
+                    f"{name}, {combo}: the reverse rule wrote into the rule's result (output "
+                    f"{k}), which it had saved: the caller's value is corrupted by the sweep; "
+                    "rules must not modify what they save (compute a new array)")
         same_primal(combo, value, output_leaves(weighted_sum(f, u)(*args)))
         for i in on:
             if i in seen and 0 < precision_bits(seen[i]) < precision_bits(args[i]):
@@ -251,7 +270,34 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
         derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
         n_checked += 1
         same_primal(combo, value, want_primal)
+    if "rev" in modes:
+        _reverse_twice(f, args, diff, u, name)
     return n_checked
+
+
+def _reverse_twice(f, args, diff, u, name):
+    """One split-mode tape reversed twice must give the same derivatives twice: a rule that
+    modifies what it saved (its residuals) gives a wrong second sweep, as `jacobian(Reverse)`
+    and split mode do."""
+    call = [Active(a) if i in diff else Const(a) for i, a in enumerate(args)]
+    combo = "ReverseSplitWithPrimal, one tape reversed twice"
+    scalar = weighted_sum(f, u)
+    try:
+        fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, scalar, Active, *map(type, call))
+        tape, _, _ = fwd(*call)
+        first = rev(*call, 1.0, tape)[0]
+        second = rev(*call, 1.0, tape)[0]
+    except TapeMutatedError as e:
+        raise GradientCheckError(
+            f"{name}, {combo}: the reverse rule modified an array the rule saved for it ({e}); "
+            "rules must not modify their residuals: a second reverse pass over the same tape "
+            "(split mode, jacobian(Reverse)) would be wrong") from e
+    for i in diff:
+        if not np.array_equal(np.asarray(first[i]), np.asarray(second[i]), equal_nan=True):
+            raise GradientCheckError(
+                f"{name}, {combo}: the second reverse pass gave another derivative for "
+                f"argument {i} ({_short([first[i]])} then {_short([second[i]])}): the reverse "
+                "rule keeps state between calls or modifies what it saved")
 
 
 def _read_only_cotangent_tree(y):

@@ -25,13 +25,13 @@ import numpy as np
 
 from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Reverse, ReverseSplitNoPrimal)
-from .api import autodiff
+from .api import autodiff, make_zero
 from .core import primal
 from .errors import OnceDifferentiableError
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
-                                 inner, input_scale, is_float, leafwise_gap, output_leaves,
-                                 plain_function, random_like, scalar_gap)
-from .pytree import flatten, is_inactive, tree_map, unflatten
+                                 check_options, inner, input_scale, is_float, leafwise_gap,
+                                 output_leaves, plain_function, random_like, scalar_gap)
+from .pytree import flatten, flatten_with_paths, format_path, is_inactive, tree_map, unflatten
 from .rule_check import check_rule_first_order, vjp_function, weighted_sum
 from .split import autodiff_thunk
 # Hypothesis strategies, part of this module's interface:
@@ -55,7 +55,10 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
                 full_jacobian: bool = False, seed: int = 0) -> None:
     """Check `f`'s derivatives at `args` against central finite differences.
 
-    Every floating-point argument is differentiated (others are passed as Const). For each mode
+    Every floating-point argument is differentiated (others, and arguments given as
+    ``Const(x)``, are held constant). `f` must return its results (a function that writes
+    into an argument returns that argument); each evaluation gets fresh copies of the array
+    arguments, so the caller's arrays are left alone. For each mode
     in ``modes`` ("fwd": forward mode J·v, "rev": reverse mode uᵀJ, both along random
     directions v and u; "batch": batch forward and reverse mode against single directions)
     the engine is compared with finite differences; with ``order=2`` the same is done,
@@ -75,7 +78,8 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     the discrepancy (and saying so when `f` is not differentiable at the point).
 
     Arguments may be pytrees (dicts, lists, dataclasses, ...): their floating-point leaves are
-    checked.
+    checked, and a failure names the leaf by its path (``p['b']``). A misspelt or empty
+    ``modes``, ``order < 1`` or a step ``eps <= 0`` is refused (it would check nothing).
 
     >>> check_grads(lambda x, y: x * np.exp(y), 0.5, np.array([0.1, 0.2]), order=1)
     >>> check_grads(lambda p: np.sum(p["w"] * p["b"]), {"w": np.ones(2), "b": 0.5}, order=1)
@@ -86,16 +90,19 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     ...     print("not differentiable at this" in str(e))
     True
     """
-    labels = argument_labels(f, len(args))
+    modes = check_options("check_grads", modes, eps, rtol, atol, order)
+    f = _on_copies(f)
+    f, args, labels = _hold_constants(f, list(args), argument_labels(f, len(args)))
     if any(_is_tree(a) for a in args):   # check the leaves, passed one by one
         leaves, treedefs, counts, leaf_labels = [], [], [], []
         for label, a in zip(labels, args):
-            flat, td = flatten(a)
+            flat, paths, td = flatten_with_paths(a)
             leaves += flat
             treedefs.append(td)
             counts.append(len(flat))
-            leaf_labels += [label if len(flat) == 1 and flat[0] is a else f"{label}, leaf {j}"
-                            for j in range(len(flat))]
+            root = label.split("`")[1] if "`" in label else label
+            leaf_labels += [label if len(flat) == 1 and flat[0] is a else
+                            f"{label}, leaf {format_path(path, root)}" for path in paths]
 
         def on_leaves(*flat):
             rebuilt, start = [], 0
@@ -105,7 +112,54 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
             return f(*rebuilt)
         return _check(on_leaves, leaves, leaf_labels, modes, order, eps, rtol, atol,
                       full_jacobian, seed, 1)
-    return _check(f, list(args), labels, modes, order, eps, rtol, atol, full_jacobian, seed, 1)
+    return _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 1)
+
+
+def _copied(args) -> list:
+    """Fresh copies of the array arguments (or directions): `f` may write into its arguments
+    (a Duplicated buffer, whose shadow then receives the new tangent), and every evaluation
+    must start from the point and direction being checked (and leave the caller's arrays
+    alone)."""
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _on_copies(f):
+    """`f` called on fresh copies of its plain array arguments."""
+    def on_copies(*xs):
+        return f(*_copied(xs))
+    on_copies.__wrapped__ = f     # for argument_labels
+    return on_copies
+
+
+def _hold_constants(f, args, labels):
+    """(g, free, labels): `g` takes the arguments that are not ``Const(x)``; those are held
+    at x."""
+    held = [i for i, a in enumerate(args) if isinstance(a, Const)]
+    if not held:
+        return f, args, labels
+    values = [a.val if isinstance(a, Const) else a for a in args]
+    free = [i for i in range(len(args)) if i not in held]
+
+    def on_free(*xs):
+        full = list(values)
+        for i, x in zip(free, xs):
+            full[i] = x
+        return f(*full)
+    return on_free, [values[i] for i in free], [labels[i] for i in free]
+
+
+def _check_result(y0) -> None:
+    """Refuse a result with nothing to compare (the check would pass whatever the rules)."""
+    leaves, _ = flatten(y0)
+    if any(is_float(v) for v in leaves):
+        return
+    if y0 is None:
+        raise ValueError("check_grads: f returned None, so there is nothing to compare; a "
+                         "function that writes its result into an argument must return it "
+                         "to be checked: lambda y, x: (f(y, x), y)[1]")
+    raise ValueError(f"check_grads: f returned no floating-point value ({type(y0).__name__}"
+                     f"{' of dtype ' + str(np.result_type(y0)) if leaves else ', empty'}), "
+                     "so there is no derivative to compare; return the float results")
 
 
 def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, level,
@@ -123,7 +177,9 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
     wide = args
     direction = [random_like(a, rng, input_scale(a)) if i in diff else None
                  for i, a in enumerate(args)]
-    y0 = f(*args)
+    y0 = f(*_copied(args))
+    if level == 1:
+        _check_result(y0)
     u = [random_like(y, rng) for y in output_leaves(y0)]
     numeric = Estimate(f, wide, direction, eps)
     what = _ORDERS.get(level, f"derivatives of order {level}")
@@ -137,7 +193,8 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
         return GradientCheckError(f"check_grads: {mode} of the {what}, {label}: {description}")
 
     if "fwd" in modes:
-        annotated = [Duplicated(a, d) if d is not None else a for a, d in zip(args, direction)]
+        annotated = [Duplicated(a, d) if d is not None else a
+                     for a, d in zip(_copied(args), _copied(direction))]
         tangent, = autodiff(Forward, f, *annotated)
         ok, together = agrees(lambda d: scalar_gap(output_leaves(tangent), d, u), numeric,
                               rtol, atol, u)
@@ -149,7 +206,7 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
     if "rev" in modes or order > 1:
         vjp_fn = vjp_function(f, diff, u)
     if "rev" in modes:
-        grads = vjp_fn(*args)
+        grads = vjp_fn(*_copied(args))
         got = sum(inner(g, direction[i]) for g, i in zip(grads, diff))
         terms = sum(_magnitude_tree(g, direction[i]) for g, i in zip(grads, diff))
         ok, together = agrees(lambda d: scalar_gap(got, d, u, terms), numeric, rtol, atol, u)
@@ -196,7 +253,10 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
 
     The rule must also leave alone what it is given: the arguments, the tangents (forward)
     and the cotangent (reverse: it receives a read-only array, so ``g *= c`` raises), and
-    keep the precision: a float32 tangent or cotangent for float64 values is an error. A
+    keep the precision: a float32 tangent or cotangent for float64 values is an error; nor
+    may the reverse rule modify what it saved (the tape is also reversed twice, as split
+    mode and ``jacobian(Reverse)`` do, and the rule's result must survive the sweep).
+    float16 arguments are refused: their rounding hides rules wrong by a factor 2. A
     rule that says its rules are differentiable (``easy_rule``, ``custom_rule(...,
     differentiable=True)``) has its second derivatives checked too (forward-over-reverse
     and reverse-over-reverse against finite differences of its gradient). Keyword
@@ -213,6 +273,7 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     >>> check_rule(square, np.array([0.5, -1.0]))
     12
     """
+    modes = check_options("check_rule", modes, eps, rtol, atol)
     n_checked = check_rule_first_order(f, args, modes, eps, rtol, atol, seed)
     if getattr(plain_function(f), "differentiable_rules", False) and "rev" in modes:
         _check_rule_second_order(f, args, modes, eps, rtol, atol, seed)
@@ -250,6 +311,14 @@ def _magnitude_tree(a, b) -> float:
                for x, y in zip(la, lb))
 
 
+def _one_direction(args, diff, i, direction) -> list:
+    """Copies of `args` annotated for forward mode along `direction` for argument i alone:
+    the other differentiated arguments get zero tangents rather than none (a function that
+    writes a traced value into one of them needs it traced)."""
+    return [Duplicated(a, _copied([direction])[0] if k == i else make_zero(a)) if k in diff
+            else a for k, a in enumerate(_copied(args))]
+
+
 def _only(direction, i):
     return [d if k == i else None for k, d in enumerate(direction)]
 
@@ -258,7 +327,7 @@ def _locate_forward(f, args, wide, diff, direction, u, labels, eps, rtol, atol, 
     """(label, description) of the argument whose forward derivative is wrong, with the output
     leaf that differs most."""
     for i in diff:
-        annotated = [Duplicated(a, direction[i]) if k == i else a for k, a in enumerate(args)]
+        annotated = _one_direction(args, diff, i, direction[i])
         tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
         est = Estimate(f, wide, _only(direction, i), eps)
         ok, description = agrees(lambda d: scalar_gap(tangent, d, u), est, rtol, atol, u)
@@ -291,10 +360,11 @@ def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
     second = [random_like(a, rng, input_scale(a)) if i in diff else None
               for i, a in enumerate(args)]
     batched = [BatchDuplicated(a, (d, e)) if d is not None else a
-               for a, d, e in zip(args, direction, second)]
+               for a, d, e in zip(_copied(args), _copied(direction), _copied(second))]
     tangents, = autodiff(Forward, f, *batched)
     for w, dirs in enumerate((direction, second)):
-        single = [Duplicated(a, d) if d is not None else a for a, d in zip(args, dirs)]
+        single = [Duplicated(a, d) if d is not None else a
+                  for a, d in zip(_copied(args), _copied(dirs))]
         expected, = autodiff(Forward, f, *single)
         got_leaves, want_leaves = output_leaves(tangents[w]), output_leaves(expected)
         k, diff_, tol, where = leafwise_gap(got_leaves, want_leaves, rtol, atol)
@@ -304,9 +374,9 @@ def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
                 f"{w}, output {k}: disagrees with a single forward pass (difference {diff_:.3g}"
                 f", tolerance {tol:.3g}): {got_leaves[k]} vs {want_leaves[k]}")
     scalar = weighted_sum(f, u)
-    grads = vjp_function(f, diff, u)(*args)
+    grads = vjp_function(f, diff, u)(*_copied(args))
     types, call = [], []
-    for i, a in enumerate(args):
+    for i, a in enumerate(_copied(args)):
         if i in diff and isinstance(a, np.ndarray):
             types.append(BatchDuplicated)
             call.append(BatchDuplicated(a, (np.zeros_like(a), np.zeros_like(a))))
@@ -354,7 +424,7 @@ def _check_full_jacobian(f, args, wide, diff, eps, rtol, atol, labels):
         for j, direction in _unit_directions(args[i]):
             d = [None] * len(args)
             d[i] = direction
-            annotated = [Duplicated(a, d[i]) if n == i else a for n, a in enumerate(args)]
+            annotated = _one_direction(args, diff, i, direction)
             tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
             est = Estimate(f, wide, d, eps * input_scale(args[i]))
             if leafwise_gap(tangent, est.value, rtol, atol)[0] is None:

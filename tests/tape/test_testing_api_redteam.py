@@ -5,7 +5,8 @@ silent wrong value by proxy. Each test failed before the fix it guards."""
 import numpy as np
 import pytest
 
-from tape import Forward, Reverse, gradient, hessian, jacobian, onehot
+from tape import Const, Forward, Reverse, custom_rule, gradient, hessian, jacobian, onehot
+from tape.testing import GradientCheckError, check_grads, check_rule
 
 M = np.array([[0.3, -1.2, 0.5], [0.7, 0.2, -0.9]])
 
@@ -46,3 +47,107 @@ def test_forward_gradient_and_hessian_of_a_transposed_input():
     np.testing.assert_allclose(gradient(Forward, lambda x: np.sum(x ** 3), x)[0], 3 * x ** 2)
     want = np.diag((6 * x).ravel()).reshape(x.shape + x.shape)
     np.testing.assert_allclose(hessian(lambda x: np.sum(x ** 3), x), want)
+
+
+# -- checker options that made the check vacuous ----------------------------------------------
+
+X = np.array([0.3, -1.2, 0.7])
+Y = np.array([0.5, 0.9, -0.4])
+
+
+def _sin_rule(reverse_scale=1.0, forward_scale=1.0):
+    return custom_rule(np.sin, augmented_primal=lambda cfg, x: (np.sin(x), x),
+                       reverse=lambda cfg, x, g: (reverse_scale * g * np.cos(x),),
+                       forward=lambda cfg, p, t: (np.sin(p[0]),
+                                                  forward_scale * t[0] * np.cos(p[0])),
+                       name="my_sin")
+
+
+@pytest.mark.parametrize("modes", [("reverse",), ("forward", "rev"), ()],
+                         ids=["misspelt", "one misspelt", "empty"])
+def test_a_misspelt_or_empty_mode_is_refused_not_passed(modes):
+    wrong = _sin_rule(reverse_scale=-1.0, forward_scale=-1.0)
+    with pytest.raises(ValueError, match="modes="):
+        check_grads(wrong, X, modes=modes)
+    with pytest.raises(ValueError, match="modes="):
+        check_rule(wrong, X, modes=modes)
+
+
+def test_a_mode_string_and_meaningless_options_are_refused():
+    with pytest.raises(TypeError, match=r"modes=\('rev',\)"):
+        check_rule(_sin_rule(), X, modes="rev")
+    for options in ({"eps": 0.0}, {"eps": -1e-6}, {"rtol": -1.0}, {"atol": np.nan},
+                    {"order": 0}):
+        with pytest.raises(ValueError, match=next(iter(options))):
+            check_grads(np.sin, X, **options)
+
+
+# -- check_grads: Const arguments, results with nothing to compare, in-place functions ---------
+
+def test_check_grads_holds_const_arguments_and_still_checks_the_others():
+    check_grads(lambda x, y: np.sin(x) * y, X, Const(Y))
+    wrong = _sin_rule(reverse_scale=1.5)
+    with pytest.raises(GradientCheckError, match="argument 0 `x`"):
+        check_grads(lambda x, y: wrong(x) * y, X, Const(Y), order=1)
+
+
+def test_check_grads_refuses_a_function_that_returns_nothing():
+    def writes_into(y, x):
+        y[:] = np.sin(x)
+    with pytest.raises(ValueError, match="returned None"):
+        check_grads(writes_into, np.zeros(3), X)
+    with pytest.raises(ValueError, match="no floating-point"):
+        check_grads(lambda x: np.argmax(x), X)
+
+
+def test_check_grads_of_a_function_that_writes_into_its_argument():
+    def scale_in_place(y, x):
+        y *= np.sin(x)
+        return y
+    y = np.array([1.0, 2.0, 3.0])
+    check_grads(scale_in_place, y, X)
+    np.testing.assert_array_equal(y, [1.0, 2.0, 3.0])   # the caller's array is left alone
+    wrong = _sin_rule(forward_scale=1.5, reverse_scale=1.5)
+
+    def wrong_in_place(y, x):
+        y *= wrong(x)
+        return y
+    with pytest.raises(GradientCheckError, match="argument 1 `x`"):
+        check_grads(wrong_in_place, y, X, order=1)
+
+
+def test_a_pytree_leaf_is_named_by_its_path():
+    wrong = _sin_rule(reverse_scale=-1.0)
+    with pytest.raises(GradientCheckError, match=r"leaf p\['b'\]"):
+        check_grads(lambda p: np.sum(np.sin(p["w"])) + wrong(p["b"]), {"w": X, "b": 0.4},
+                    order=1, modes=("rev",))
+
+
+# -- check_rule: float16, rules that modify what they saved ------------------------------------
+
+def test_check_rule_refuses_float16_where_a_wrong_rule_passed():
+    with pytest.raises(ValueError, match="float16.*float32"):
+        check_rule(_sin_rule(reverse_scale=1.9, forward_scale=1.9), X.astype(np.float16))
+
+
+def test_a_reverse_rule_that_modifies_its_residuals_is_caught():
+    def reverse(cfg, cos_x, g):
+        cos_x *= 2.0                 # a second sweep over the same tape sees 2 cos(x)
+        return (g * cos_x / 2.0,)
+    rule = custom_rule(np.sin, augmented_primal=lambda cfg, x: (np.sin(x), np.cos(x)),
+                       reverse=reverse,
+                       forward=lambda cfg, p, t: (np.sin(p[0]), t[0] * np.cos(p[0])))
+    with pytest.raises(GradientCheckError, match="residuals"):
+        check_rule(rule, X)
+
+
+def test_a_reverse_rule_that_writes_into_its_saved_result_is_caught():
+    def reverse(cfg, y, g):
+        out = g * y
+        y *= 0.0                     # y is the result the caller holds
+        return (out,)
+    rule = custom_rule(np.exp, augmented_primal=lambda cfg, x: (lambda y: (y, y))(np.exp(x)),
+                       reverse=reverse,
+                       forward=lambda cfg, p, t: (np.exp(p[0]), t[0] * np.exp(p[0])))
+    with pytest.raises(GradientCheckError, match="wrote into the rule's result"):
+        check_rule(rule, X)
