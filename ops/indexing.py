@@ -181,8 +181,9 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
     elif not inplace:
         t_old = np.array(t_old) if isinstance(t_old, np.generic) else t_old.copy(order="K")
     # The same assignment on the tangent keeps the same values, so repeats need no care here.
-    t_old[index] = 0 if t_value is None else t_value
-    return out, t_old
+    # (_setitem_impl: a tangent differentiated at an outer level, reverse over forward, cannot
+    # be written into a plain buffer; the buffer joins that level.)
+    return out, _setitem_impl(t_old, 0 if t_value is None else t_value, index, inplace=True)
 
 
 setitem = defprimitive("setitem", _setitem_impl, _setitem_augmented, _setitem_reverse,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .backend import array_module
-from .core import Trace
+from .core import _BATCHED_TYPE, Trace, Tracer
 from .errors import BatchingFallback
 
 
@@ -304,6 +304,11 @@ def _getitem(a: Batched, index):
 
 
 def _setitem(a: Batched, index, value):
+    written = value.data if isinstance(value, Batched) else value
+    if isinstance(written, Tracer) and not isinstance(a.data, Tracer):
+        # An outer level's values (a rule of an inner batch mode, its primal differentiated
+        # there) cannot be written into plain directions: the buffer joins that level.
+        a.data = written.level.constant(a.data.copy())
     if _simple_index(index):
         target = (slice(None),) + _unwrap_index(index)
         if isinstance(value, Batched):
@@ -370,5 +375,18 @@ def reverse_per_direction(reverse: Callable, cfg, saved, g):
     return _restack(cts, width)
 
 
+def call_per_direction(prim, args, params):
+    """Primitive `prim` called on each direction of its batched arguments, the results
+    stacked: for a batched tangent or cotangent met by an outer level's tracer (the results
+    are that level's tracers, which np.stack records)."""
+    width = _width_of(_batched_in(args))
+    results = [prim(*_slice(args, w), **params) for w in range(width)]
+    if prim.multiple_results:
+        return tuple(Batched(np.stack([r[i] for r in results])) for i in range(len(results[0])))
+    return Batched(np.stack(results))
+
+
+_BATCHED_TYPE[0] = Batched
 Trace.hooks.update(forward_per_direction=forward_per_direction,
-                   reverse_per_direction=reverse_per_direction)
+                   reverse_per_direction=reverse_per_direction,
+                   call_per_direction=call_per_direction)

@@ -33,6 +33,7 @@ STRONG_ZERO: contextvars.ContextVar[bool] = contextvars.ContextVar("hecate_stron
 # NumPy wrappers this way). They run under a lock, so they never interleave.
 ON_FIRST_TRACE: list[Callable[[], None]] = []
 ON_LAST_TRACE: list[Callable[[], None]] = []
+_BATCHED_TYPE: list = [None]   # tape.batching's Batched, which installs it (Primitive.__call__)
 _OPEN_TRACES = [0]
 _OPEN_LOCK = threading.Lock()
 
@@ -100,11 +101,14 @@ class Primitive:
         # Find the deepest trace among the arguments; it records the call (the outer ones see
         # the rule's own operations on their tracers). This is the entry of every operation.
         top = None
+        batched = False
         for a in args:
             if isinstance(a, Tracer):
                 t = a.level
                 if top is None or t.depth > top.depth:
                     top = t
+            elif type(a) is _BATCHED_TYPE[0]:
+                batched = True
         if top is None:
             if not self.pure:
                 traces = _TRACE_STACK.get()
@@ -113,6 +117,10 @@ class Primitive:
             return self.impl(*args, **params)
         if not top.alive:
             raise _escaped(self)
+        if batched:
+            # An inner batch mode's rule met an outer tracer: recorded as tracer(Batched), the
+            # W directions would pass for one array (a wrong derivative, or a failed rule).
+            return Trace.hooks["call_per_direction"](self, args, params)
         return top.process(self, args, params)
 
     def __repr__(self) -> str:

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from .batching import Batched
 from .constbuffer import ConstBuffer
 from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .forward_trace import DualTracer, ForwardTrace
@@ -26,9 +27,18 @@ def _operator(ufunc, tracer, other, args):
     prim = UFUNC_PRIMITIVES.get(ufunc)
     if prim is None:
         return _call_ufunc(ufunc, *args)
-    if not isinstance(other, Tracer) and tracer.level.alive:
-        return tracer.level.process(prim, args, _NO_PARAMS)
+    if not isinstance(other, Tracer):
+        if type(other) is Batched:
+            return NotImplemented   # see _defers_to_batched
+        if tracer.level.alive:
+            return tracer.level.process(prim, args, _NO_PARAMS)
     return prim(*args)
+
+
+def _defers_to_batched(values) -> bool:
+    """Whether a tracer meets a batched tangent (an inner batch mode's rule): it declines, and
+    Batched answers with outer tracers per direction (Primitive.__call__ says why)."""
+    return any(type(v) is Batched for v in values)
 
 
 def _binary(ufunc):
@@ -118,7 +128,9 @@ class _Surface:
             if prim is not None:
                 if len(inputs) == 1 and self.level.alive:
                     return self.level.process(prim, inputs, _NO_PARAMS)
-                return prim(*inputs)
+                return prim(*inputs)   # (a Batched input: see Primitive.__call__)
+        if _defers_to_batched(inputs) or _defers_to_batched(kwargs.get("out", ())):
+            return NotImplemented
         if ufunc is np.matmul and kwargs.get("axes") == _MATMUL_IN_PLACE_AXES:
             del kwargs["axes"]   # what `a @= b` passes: the default axes
         out = kwargs.pop("out", None)
@@ -153,6 +165,8 @@ class _Surface:
         return _write_out(out, result, ufunc.__name__)
 
     def __array_function__(self, func, types, args, kwargs):
+        if Batched in types:
+            return NotImplemented   # see _defers_to_batched
         if "out" in kwargs and isinstance(kwargs["out"], Tracer):
             kwargs = dict(kwargs)   # np.sum(x, out=c), ...: compute, then write into `out`
             out = kwargs.pop("out")
