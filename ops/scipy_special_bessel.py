@@ -35,8 +35,9 @@ _ORDER = no_closed_form("v", "(the order) has no closed form")
 def _iv(v, x):
     """iv(v, x) inside derivatives. SciPy's iv underflows to 0 too early (iv(1, 1e-300) is 0,
     not 5e-301) and is NaN at subnormal x, where the scaled ive is right; so |x| < 1 takes
-    ive(v, x) e^|x|. The inner wheres keep each branch's argument in its own range."""
-    small = np.abs(x) < 1.0
+    ive(v, x) e^|x|. At x = 0 itself iv is exact (0, 1 or inf) where ive may be NaN
+    (ive(-0.5, 0)). The inner wheres keep each branch's argument in its own range."""
+    small = (np.abs(x) < 1.0) & (x != 0)
     xs = np.where(small, x, 0.5)
     xb = np.where(small, 2.0, x)
     return np.where(small, sc.ive(v, xs) * np.exp(np.abs(xs)), sc.iv(v, xb))

@@ -90,13 +90,18 @@ betaln = special_ufunc(sc.betaln,
 
 # -- regularised incomplete gamma and beta: differentiable in x --------------------------------
 def _gamma_density(a, x):
-    """d/dx gammainc(a, x) = x^(a-1) e^(-x) / gamma(a); xlogy makes x = 0 with a = 1 exact."""
-    return np.exp(sc.xlogy(a - 1.0, x) - x - sc.gammaln(a))
+    """d/dx gammainc(a, x) = x^(a-1) e^(-x) / gamma(a); xlogy makes x = 0 with a = 1 exact.
+    NaN for x < 0, where SciPy's gammainc is NaN (the formula alone is finite there when
+    a = 1)."""
+    density = np.exp(sc.xlogy(a - 1.0, x) - x - sc.gammaln(a))
+    return np.where(x < 0, np.nan, density)
 
 
 def _beta_density(a, b, x):
-    """d/dx betainc(a, b, x) = x^(a-1) (1-x)^(b-1) / B(a, b)."""
-    return np.exp(sc.xlogy(a - 1.0, x) + sc.xlog1py(b - 1.0, -x) - sc.betaln(a, b))
+    """d/dx betainc(a, b, x) = x^(a-1) (1-x)^(b-1) / B(a, b); NaN outside [0, 1], where SciPy's
+    betainc is NaN (the formula alone is finite there when a or b is 1)."""
+    density = np.exp(sc.xlogy(a - 1.0, x) + sc.xlog1py(b - 1.0, -x) - sc.betaln(a, b))
+    return np.where((x < 0) | (x > 1), np.nan, density)
 
 
 _SHAPE = "has no closed form (it needs a series or quadrature)"

@@ -34,7 +34,9 @@ def _in_domain(partial):
     return d
 
 
-logit = special_ufunc(sc.logit, lambda p, ans: 1.0 / (p * (1.0 - p)))
+# np.multiply / np.add rather than * and +: for Python floats the product is a NumPy float, so
+# that at p = 0 or 1 the derivative is inf (as the limit) rather than a ZeroDivisionError.
+logit = special_ufunc(sc.logit, lambda p, ans: 1.0 / np.multiply(p, 1.0 - p))
 expit = special_ufunc(sc.expit, lambda x, ans: ans * (1.0 - ans), uses_ans=True)
 log_expit = special_ufunc(sc.log_expit, lambda x, ans: sc.expit(-x))
 

@@ -52,6 +52,7 @@ ndtri_exp = special_ufunc(sc.ndtri_exp, lambda y, ans: _SQRT_2PI * np.exp(y + 0.
 exp2 = special_ufunc(sc.exp2, lambda x, ans: _LN2 * ans, uses_ans=True)
 exp10 = special_ufunc(sc.exp10, lambda x, ans: _LN10 * ans, uses_ans=True)
 expm1 = special_ufunc(sc.expm1, lambda x, ans: ans + 1.0, uses_ans=True, complex_ok=True)
-log1p = special_ufunc(sc.log1p, lambda x, ans: 1.0 / (1.0 + x), complex_ok=True)
+# np.add, not +: a Python float x = -1 gives inf (the limit), not a ZeroDivisionError.
+log1p = special_ufunc(sc.log1p, lambda x, ans: 1.0 / np.add(1.0, x), complex_ok=True)
 cbrt = special_ufunc(sc.cbrt, lambda x, ans: 1.0 / (3.0 * (ans * ans)), uses_ans=True)
 cosm1 = special_ufunc(sc.cosm1, lambda x, ans: -np.sin(x))

@@ -161,8 +161,21 @@ def _plain(out):
 
 
 def _solve(y0, t, *leaves, system, options):
+    options = dict(options)
+    if options.get("Dfun") is not None:
+        options["Dfun"] = _jacobian_with_args(options["Dfun"], system, leaves)
     return scipy.integrate.odeint(lambda y, tt: _plain(system.call(y, tt, list(leaves))), y0, t,
-                                  **dict(options))
+                                  **options)
+
+
+def _jacobian_with_args(dfun: Callable, system: "_System", leaves) -> Callable:
+    """The user's Dfun as SciPy calls it for the wrapped right-hand side, ``(y, t)``: its
+    `args` and the `tfirst` order are applied here, as SciPy applies them to the user's
+    own call (the wrapped call passes neither)."""
+    args = unflatten(system.treedef, list(leaves))
+    if system.tfirst:
+        return lambda y, tt: dfun(tt, y, *args)
+    return lambda y, tt: dfun(y, tt, *args)
 
 
 def _augmented_options(options: tuple) -> tuple:

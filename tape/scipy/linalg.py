@@ -37,8 +37,8 @@ import scipy.linalg
 from ops._util import shape_of
 from tape.core import primal
 
-from .linalg_base import (Array, _as_array, _matrix_rhs, _mT, _refuse_complex, _square,
-                          _symmetric_from, _traced)
+from .linalg_base import (Array, _as_array, _check_finite, _float_dtype, _matrix_rhs, _mT,
+                          _refuse_complex, _square, _symmetric_from, _traced)
 from .linalg_decomp import cho_factor, cho_solve, cholesky, lu_factor, lu_solve
 from .linalg_matfuncs import expm, expm_frechet, sqrtm
 from .linalg_solvers import solve_banded, solve_sylvester, solve_triangular
@@ -74,7 +74,10 @@ def inv(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array
            [0.  , 0.25]])
     """
     a = _as_array(a)
-    return np.linalg.inv(a) if _traced(a) else scipy.linalg.inv(a, check_finite=check_finite)
+    if not _traced(a):
+        return scipy.linalg.inv(a, check_finite=check_finite)
+    _check_finite(check_finite, "inv", a)
+    return np.linalg.inv(a)
 
 
 def det(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array:
@@ -85,7 +88,11 @@ def det(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array
     5.0
     """
     a = _as_array(a)
-    return np.linalg.det(a) if _traced(a) else scipy.linalg.det(a, check_finite=check_finite)
+    if not _traced(a):
+        return scipy.linalg.det(a, check_finite=check_finite)
+    _check_finite(check_finite, "det", a)
+    # SciPy computes determinants in double precision (float32 input gives float64).
+    return np.linalg.det(a).astype(np.result_type(_float_dtype(a), np.float64))
 
 
 _GENERAL = {None, "gen", "general"}
@@ -111,6 +118,7 @@ def solve(a: Array, b: Array, lower: bool = False, overwrite_a: bool = False,
     if not _traced(a, b):
         return scipy.linalg.solve(a, b, lower=lower, check_finite=check_finite,
                                   assume_a=assume_a, transposed=transposed)
+    _check_finite(check_finite, "solve", a, b)
     _square(a, "a", "solve")
     if transposed:
         a = _mT(a)
@@ -120,7 +128,8 @@ def solve(a: Array, b: Array, lower: bool = False, overwrite_a: bool = False,
         _refuse_complex(f"solve(assume_a={assume_a!r})", a)
         return _matrix_rhs(np.linalg.solve, _symmetric_from(a, bool(lower) != transposed), b)
     if assume_a in _TRIANGULAR:
-        return solve_triangular(a, b, lower=_TRIANGULAR[assume_a] != transposed)
+        return solve_triangular(a, b, lower=_TRIANGULAR[assume_a] != transposed,
+                                check_finite=False)
     if assume_a == "diagonal":
         d = np.diagonal(a, axis1=-2, axis2=-1)
         return b / d if len(shape_of(b)) == 1 else b / d[..., :, None]
@@ -133,8 +142,14 @@ def solve(a: Array, b: Array, lower: bool = False, overwrite_a: bool = False,
 def _signs_like(vectors, reference):
     """+-1 per column so that `vectors` (traced) point as SciPy's `reference` columns do:
     eigen- and singular vectors are unique up to sign, and the LAPACK drivers differ."""
-    dots = np.sum(np.asarray(primal(vectors)) * np.conj(reference), axis=-2)
-    return np.where(np.real(dots) < 0, -1.0, 1.0)
+    plain = np.asarray(primal(vectors))
+    dots = np.sum(plain * np.conj(reference), axis=-2)
+    return _unit_signs(np.real(dots) < 0, plain)
+
+
+def _unit_signs(negative: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """-1 where `negative`, else +1, in the real dtype of `like` (float32 vectors stay float32)."""
+    return np.where(negative, -1.0, 1.0).astype(np.real(like).dtype)
 
 
 def eigh(a: Array, b: Array | None = None, *, lower: bool = True, eigvals_only: bool = False,
@@ -162,6 +177,7 @@ def eigh(a: Array, b: Array | None = None, *, lower: bool = True, eigvals_only: 
                     subset_by_value=subset_by_value, driver=driver)
     if not _traced(a, b):
         return scipy.linalg.eigh(a, b, **plain_kw)
+    _check_finite(check_finite, "eigh", a, b)
     if b is not None or subset_by_index is not None or subset_by_value is not None:
         raise NotImplementedError("eigh: the generalised problem (b) and eigenvalue subsets "
                                   "are not differentiated; call eigh(a) on the full matrix")
@@ -204,6 +220,7 @@ def svd(a: Array, full_matrices: bool = True, compute_uv: bool = True,
     if not _traced(a):
         return scipy.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv,
                                 check_finite=check_finite, lapack_driver=lapack_driver)
+    _check_finite(check_finite, "svd", a)
     if not compute_uv:
         return np.linalg.svd(a, compute_uv=False)
     u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
@@ -221,8 +238,10 @@ def svdvals(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> A
     array([2., 1.])
     """
     a = _as_array(a)
-    return (np.linalg.svd(a, compute_uv=False) if _traced(a)
-            else scipy.linalg.svdvals(a, check_finite=check_finite))
+    if not _traced(a):
+        return scipy.linalg.svdvals(a, check_finite=check_finite)
+    _check_finite(check_finite, "svdvals", a)
+    return np.linalg.svd(a, compute_uv=False)
 
 
 _QR_MODES = {"full": "complete", "economic": "reduced"}
@@ -243,6 +262,7 @@ def qr(a: Array, overwrite_a: bool = False, lwork: int | None = None, mode: str 
     a = _as_array(a)
     if not _traced(a):
         return scipy.linalg.qr(a, mode=mode, pivoting=pivoting, check_finite=check_finite)
+    _check_finite(check_finite, "qr", a)
     if pivoting or mode not in ("full", "economic", "r"):
         raise NotImplementedError(f"qr: mode={mode!r} with pivoting={pivoting} is not "
                                   "differentiated; use mode 'full', 'economic' or 'r' without "
@@ -252,11 +272,12 @@ def qr(a: Array, overwrite_a: bool = False, lwork: int | None = None, mode: str 
     ref_r = scipy.linalg.qr(np.asarray(primal(a)), mode="r")[0]
     diag = np.diagonal(np.asarray(primal(r)), axis1=-2, axis2=-1)
     ref_diag = np.diagonal(ref_r, axis1=-2, axis2=-1)[..., :shape_of(diag)[-1]]
-    signs = np.where(diag * ref_diag < 0, -1.0, 1.0)   # R's rows, Q's columns
+    signs = _unit_signs(np.real(diag * np.conj(ref_diag)) < 0, diag)   # R's rows, Q's columns
     r = r * signs[..., :, None]
     if mode == "r":
         if m > n:   # SciPy's 'r' is the full (m, n) R
-            r = np.concatenate([r, np.zeros(shape_of(r)[:-2] + (m - n, n))], axis=-2)
+            r = np.concatenate([r, np.zeros(shape_of(r)[:-2] + (m - n, n), dtype=_float_dtype(r))],
+                               axis=-2)
         return (r,)
     return q * signs[..., None, :], r
 
@@ -273,4 +294,5 @@ def norm(a: Array, ord=None, axis=None, keepdims: bool = False,
     if not _traced(a):
         return scipy.linalg.norm(a, ord=ord, axis=axis, keepdims=keepdims,
                                  check_finite=check_finite)
+    _check_finite(check_finite, "norm", a)
     return np.linalg.norm(a, ord=ord, axis=axis, keepdims=keepdims)

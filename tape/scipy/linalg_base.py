@@ -33,6 +33,14 @@ def _traced(*values) -> bool:
     return any(isinstance(v, Tracer) for v in values)
 
 
+def _check_finite(enabled: bool, where: str, *values) -> None:
+    """SciPy's `check_finite` on the traced path: a ValueError for NaN or inf entries (the
+    plain path gets SciPy's own check)."""
+    if enabled and not all(bool(np.all(np.isfinite(primal(v)))) for v in values if v is not None):
+        raise ValueError(f"{where}: array must not contain infs or NaNs (as SciPy with "
+                         "check_finite=True); pass check_finite=False to compute anyway")
+
+
 def _as_array(x) -> Array:
     """`x` as an array (tracers are kept; lists and numbers become ndarrays)."""
     return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.asarray(x)

@@ -24,9 +24,15 @@ import scipy.linalg
 from ops._util import defprimitive, shape_of
 from tape.core import primal
 
-from .linalg_base import (Array, _as_array, _check_rhs, _eye, _mask, _mT, _refuse_complex,
-                          _square, _symmetric_from, _traced)
+from .linalg_base import (Array, _as_array, _check_finite, _check_rhs, _eye, _mask, _mT,
+                          _refuse_complex, _square, _symmetric_from, _traced)
 from .linalg_solvers import solve_triangular
+
+
+def _triangular(a, b, **options):
+    """solve_triangular without SciPy's finiteness check: the inputs were checked once by the
+    public function (its own check_finite), and intermediate values are not the user's."""
+    return solve_triangular(a, b, check_finite=False, **options)
 
 
 # -- cholesky ------------------------------------------------------------------------------------
@@ -58,6 +64,7 @@ def cholesky(a: Array, lower: bool = False, overwrite_a: bool = False,
     _square(a, "a", "cholesky")
     if not _traced(a):
         return scipy.linalg.cholesky(a, lower=lower, check_finite=check_finite)
+    _check_finite(check_finite, "cholesky", a)
     return _factor(a, bool(lower), "cholesky")
 
 
@@ -77,6 +84,7 @@ def cho_factor(a: Array, lower: bool = False, overwrite_a: bool = False,
     n = _square(a, "a", "cho_factor")
     if not _traced(a):
         return scipy.linalg.cho_factor(a, lower=lower, check_finite=check_finite)
+    _check_finite(check_finite, "cho_factor", a)
     lower = bool(lower)
     chol = _factor(a, lower, "cho_factor")
     other = a * (1 - _mask(n, a, lower))
@@ -106,13 +114,14 @@ def cho_solve(c_and_lower: tuple, b: Array, overwrite_b: bool = False,
     _check_rhs(n, b, "cho_solve")
     if not _traced(c, b):
         return scipy.linalg.cho_solve((c, lower), b, check_finite=check_finite)
+    _check_finite(check_finite, "cho_solve", c, b)
     lower = bool(lower)
     # a = L L^H (lower) or U^H U (upper): two triangular solves with the same triangle.
     if lower:
-        y = solve_triangular(c, b, lower=True)
-        return solve_triangular(c, y, trans=2, lower=True)
-    y = solve_triangular(c, b, trans=2, lower=False)
-    return solve_triangular(c, y, lower=False)
+        y = _triangular(c, b, lower=True)
+        return _triangular(c, y, trans=2, lower=True)
+    y = _triangular(c, b, trans=2, lower=False)
+    return _triangular(c, y, lower=False)
 
 
 # -- lu_factor: P A = L U with fixed pivots ---------------------------------------------------
@@ -163,8 +172,8 @@ def _lu_reverse(cfg, saved, g):
     low, up = _lu_parts(lu)
     l_mat = low + _eye(n, lu)
     m = (_mT(l_mat) @ (g * strict)) * strict + ((g * upper) @ _mT(up)) * upper
-    y = solve_triangular(lu, m, trans=1, lower=True, unit_diagonal=True)    # L^-T M
-    ga_p = _mT(solve_triangular(lu, _mT(y), lower=False))                  # (U^-1 Y^T)^T
+    y = _triangular(lu, m, trans=1, lower=True, unit_diagonal=True)    # L^-T M
+    ga_p = _mT(_triangular(lu, _mT(y), lower=False))                  # (U^-1 Y^T)^T
     return (_unrows(ga_p, perm),)
 
 
@@ -172,8 +181,8 @@ def _lu_forward(cfg, primals, tangents, *, value, perm):
     # F = L^-1 dA_p U^-1; dL = L tril(F, -1) and dU = triu(F) U.
     lu = _lu(primals[0], value=value, perm=perm)
     n = shape_of(lu)[-1]
-    x = solve_triangular(lu, _rows(tangents[0], perm), lower=True, unit_diagonal=True)
-    f = _mT(solve_triangular(lu, _mT(x), trans=1, lower=False))
+    x = _triangular(lu, _rows(tangents[0], perm), lower=True, unit_diagonal=True)
+    f = _mT(_triangular(lu, _mT(x), trans=1, lower=False))
     low, up = _lu_parts(lu)
     d_low = (low + _eye(n, lu)) @ (f * _mask(n, lu, True, -1))
     return lu, d_low + (f * _mask(n, lu, False)) @ up
@@ -229,13 +238,14 @@ def lu_solve(lu_and_piv: tuple, b: Array, trans: int = 0, overwrite_b: bool = Fa
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2; got {trans!r}")
     if not _traced(lu, b):
         return scipy.linalg.lu_solve((lu, piv), b, trans=trans, check_finite=check_finite)
+    _check_finite(check_finite, "lu_solve", b)   # SciPy checks b only
     perm = _permutation(piv)
     vector = len(shape_of(b)) == 1
     b = b[:, None] if vector else b
     if trans == 0:   # x = U^-1 L^-1 (P b)
-        y = solve_triangular(lu, _rows(b, perm), lower=True, unit_diagonal=True)
-        x = solve_triangular(lu, y, lower=False)
+        y = _triangular(lu, _rows(b, perm), lower=True, unit_diagonal=True)
+        x = _triangular(lu, y, lower=False)
     else:            # a^T = U^T L^T P: x = P^T L^-T U^-T b
-        y = solve_triangular(lu, b, trans=trans, lower=False)
-        x = _unrows(solve_triangular(lu, y, trans=trans, lower=True, unit_diagonal=True), perm)
+        y = _triangular(lu, b, trans=trans, lower=False)
+        x = _unrows(_triangular(lu, y, trans=trans, lower=True, unit_diagonal=True), perm)
     return x[..., 0] if vector else x

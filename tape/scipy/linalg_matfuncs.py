@@ -19,7 +19,8 @@ import scipy.linalg
 from ops._util import defprimitive, shape_of
 from tape.backend import array_module
 
-from .linalg_base import Array, _mT, _as_array, _float_dtype, _square
+from .linalg_base import (Array, _as_array, _check_finite, _float_dtype, _mT, _square,
+                          _traced)
 from .linalg_solvers import solve_sylvester
 
 
@@ -83,7 +84,13 @@ def expm_frechet(A: Array, E: Array, method: str | None = None, compute_expm: bo
     True
     """
     A, E = _as_array(A), _as_array(E)
+    if not _traced(A, E):   # plain values: SciPy's own routine and results (float64)
+        return scipy.linalg.expm_frechet(A, E, method=method, compute_expm=compute_expm,
+                                         check_finite=check_finite)
+    _check_finite(check_finite, "expm_frechet", A, E)
     n = _square(A, "A", "expm_frechet")
+    double = np.result_type(_float_dtype(A, E), np.float64)   # SciPy's precision, float32 too
+    A, E = A.astype(double), E.astype(double)
     if shape_of(E) != shape_of(A):
         raise ValueError(f"expm_frechet: E must have the shape of A, {shape_of(A)}; got "
                          f"{shape_of(E)}")

@@ -13,15 +13,17 @@ import numpy as np
 import scipy.linalg
 
 from ops._util import add_tangents, defprimitive, shape_of, unbroadcast
-from .linalg_base import (Array, _as_array, _check_rhs, _matrix_rhs, _mT, _read_triangle,
-                          _square, _traced)
+from .linalg_base import (Array, _as_array, _check_finite, _check_rhs, _matrix_rhs, _mT,
+                          _read_triangle, _square, _traced)
 
 _TRANS = {0: 0, "N": 0, 1: 1, "T": 1, 2: 2, "C": 2}
 
 
 # -- solve_triangular: op(T) x = b, T the triangle read from a, op = identity or transpose -------
 def _tri_impl(a, b, *, trans, lower, unit):
-    return scipy.linalg.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit)
+    # Inputs are checked once by the public function (its check_finite), not on every call.
+    return scipy.linalg.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit,
+                                         check_finite=False)
 
 
 def _tri_augmented(cfg, a, b, *, trans, lower, unit):
@@ -82,6 +84,7 @@ def solve_triangular(a: Array, b: Array, trans: int | str = 0, lower: bool = Fal
         return scipy.linalg.solve_triangular(a, b, trans=trans, lower=lower,
                                              unit_diagonal=unit_diagonal,
                                              check_finite=check_finite)
+    _check_finite(check_finite, "solve_triangular", a, b)
     trans = _TRANS[trans]
     if trans == 2:   # a^H x = b is (conj a)^T x = b: conj carries its own (non-holomorphic) rule
         a, trans = (np.conj(a), 1) if np.iscomplexobj(a) else (a, 1)
@@ -128,7 +131,7 @@ def _band_transpose(ab, lu):
 
 
 def _banded_impl(ab, b, *, lu):
-    return scipy.linalg.solve_banded(lu, ab, b)
+    return scipy.linalg.solve_banded(lu, ab, b, check_finite=False)   # checked by solve_banded
 
 
 def _banded_augmented(cfg, ab, b, *, lu):
@@ -179,6 +182,7 @@ def solve_banded(l_and_u: tuple[int, int], ab: Array, b: Array, overwrite_ab: bo
                          f"n) for (l, u) = ({lower}, {upper}); got {shape_of(ab)}")
     if not _traced(ab, b):
         return scipy.linalg.solve_banded((lower, upper), ab, b, check_finite=check_finite)
+    _check_finite(check_finite, "solve_banded", ab, b)
     n = shape_of(ab)[1]
     if len(shape_of(b)) not in (1, 2) or shape_of(b)[0] != n:
         raise ValueError(f"{where}: b must have shape ({n},) or ({n}, k) to be differentiated; "
