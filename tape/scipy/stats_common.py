@@ -93,6 +93,24 @@ def log_scale(scale: Any, valid: np.ndarray) -> Any:
     return np.log(guard(valid, scale, 1.0))
 
 
+def log_probability(p: Any, q: Any) -> Any:
+    """log p, for a probability p with complement q = 1 - p (a CDF and its survival function,
+    computed separately): log(p) below 1/2 and log1p(-q) above, as SciPy's logcdf and logsf
+    split at the median, because log(p) keeps no digits once p rounds to 1. Each branch gets
+    a safe argument where it is not taken, so no NaN or inf slope reaches the derivative.
+
+    >>> float(log_probability(1.0, 1e-20))   # log(1 - 1e-20), which log(p) gives as 0
+    -1e-20
+    """
+    high = plain(p) >= 0.5
+    if not np.any(high):
+        return np.log(p)
+    from_q = np.log1p(-guard(high, as_value(q), 0.5))
+    if np.all(high):
+        return from_q
+    return np.where(high, from_q, np.log(guard(~high, as_value(p), 0.5)))
+
+
 def no_derivative(name: str, argument: str, value: Any) -> None:
     """Raise a clear error when `value` is being differentiated although the function has no
     derivative in that argument (a count of a discrete distribution, an integer shift).

@@ -30,8 +30,8 @@ from numpy.typing import ArrayLike
 
 from ops.scipy_special_rules import elementwise_rule, no_closed_form
 
-from .stats_common import (_Distribution, as_value, guard, log_scale, nan_where_invalid, plain,
-                           select, standardize)
+from .stats_common import (_Distribution, as_value, guard, log_probability, log_scale,
+                           nan_where_invalid, plain, select, standardize)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -214,7 +214,7 @@ class _T(_Distribution):
         >>> round(float(t.logcdf(1.0, 1.0)), 6)
         -0.287682
         """
-        return np.log(self.cdf(x, df, loc, scale))
+        return log_probability(self.cdf(x, df, loc, scale), self.sf(x, df, loc, scale))
 
     def sf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -234,7 +234,7 @@ class _T(_Distribution):
         >>> round(float(t.logsf(1.0, 1.0)), 6)
         -1.386294
         """
-        return np.log(self.sf(x, df, loc, scale))
+        return log_probability(self.sf(x, df, loc, scale), self.cdf(x, df, loc, scale))
 
 
 t = _T()
@@ -302,7 +302,7 @@ class _Gamma(_Distribution):
         >>> round(float(gamma.logcdf(1.0, 1.0)), 6)
         -0.458675
         """
-        return np.log(self.cdf(x, a, loc, scale))
+        return log_probability(self.cdf(x, a, loc, scale), self.sf(x, a, loc, scale))
 
     def sf(self, x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -320,7 +320,7 @@ class _Gamma(_Distribution):
         >>> float(gamma.logsf(3.0, 1.0))   # -x for the exponential distribution
         -3.0
         """
-        return np.log(self.sf(x, a, loc, scale))
+        return log_probability(self.sf(x, a, loc, scale), self.cdf(x, a, loc, scale))
 
 
 gamma = _Gamma()
@@ -380,7 +380,7 @@ class _Chi2(_Distribution):
         >>> round(float(chi2.logcdf(2.0, 2.0)), 6)
         -0.458675
         """
-        return np.log(self.cdf(x, df, loc, scale))
+        return log_probability(self.cdf(x, df, loc, scale), self.sf(x, df, loc, scale))
 
     def sf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -398,7 +398,7 @@ class _Chi2(_Distribution):
         >>> float(chi2.logsf(6.0, 2.0))   # -x/2
         -3.0
         """
-        return np.log(self.sf(x, df, loc, scale))
+        return log_probability(self.sf(x, df, loc, scale), self.cdf(x, df, loc, scale))
 
 
 chi2 = _Chi2()
@@ -458,7 +458,8 @@ class _Beta(_Distribution):
         >>> round(float(beta.logcdf(0.5, 1.0, 1.0)), 6)   # the uniform distribution
         -0.693147
         """
-        return np.log(self.cdf(x, a, b, loc, scale))
+        return log_probability(self.cdf(x, a, b, loc, scale),
+                               self.sf(x, a, b, loc, scale))
 
     def sf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -477,7 +478,8 @@ class _Beta(_Distribution):
         >>> round(float(beta.logsf(0.75, 1.0, 1.0)), 6)
         -1.386294
         """
-        return np.log(self.sf(x, a, b, loc, scale))
+        return log_probability(self.sf(x, a, b, loc, scale),
+                               self.cdf(x, a, b, loc, scale))
 
 
 beta = _Beta()

@@ -171,3 +171,25 @@ def test_lu_solve_checks_only_b_as_scipy():
     want = scipy.linalg.lu_solve((lu, np.array([0, 1])), _B)
     got = traced_result(lambda lu: tl.lu_solve((lu, np.array([0, 1])), _B), lu)
     np.testing.assert_array_equal(got, want)
+
+
+# -- scipy.stats: logcdf and logsf where the probability rounds to 1 ----------------------------------
+@pytest.mark.parametrize("name, method, x, shapes", [
+    ("t", "logcdf", 1e3, (5.0,)), ("t", "logcdf", 1e5, (5.0,)), ("t", "logsf", -1e3, (5.0,)),
+    ("t", "logcdf", 9.0, (200.0,)), ("gamma", "logcdf", 40.0, (2.0,)),
+    ("gamma", "logsf", 1e-9, (2.0,)), ("chi2", "logcdf", 80.0, (3.0,)),
+    ("chi2", "logsf", 1e-9, (3.0,)), ("beta", "logcdf", 0.999, (2.0, 3.0)),
+    ("beta", "logsf", 1e-9, (2.0, 3.0)), ("t", "logcdf", -3.0, (5.0,)), ("gamma", "logsf", 3.0, (2.0,)),
+])
+def test_log_probabilities_keep_their_digits_near_one(name, method, x, shapes):
+    # log(cdf) gave 0 or -1.1e-16 where SciPy (log1p(-sf) above the median) gives -9.5e-25.
+    want = getattr(getattr(scipy.stats, name), method)(x, *shapes)
+    ours = getattr(getattr(ts, name), method)
+    np.testing.assert_allclose(ours(x, *shapes), want, rtol=1e-12)
+    (dx,), got = autodiff(tape.ReverseWithPrimal, lambda x: ours(x, *shapes), Active, Active(x))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    # d/dx log P(X <= x) = pdf / cdf and d/dx log P(X > x) = -pdf / sf
+    dist = getattr(scipy.stats, name)
+    slope = dist.pdf(x, *shapes) / (dist.cdf(x, *shapes) if method == "logcdf"
+                                    else -dist.sf(x, *shapes))
+    np.testing.assert_allclose(dx, slope, rtol=1e-9)
