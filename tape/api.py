@@ -236,6 +236,7 @@ def _write_primals(arg):
     for i, t in enumerate(arg.tracers):
         first = arg.first_slots[i]
         if first is not None and t.slot != first:
+            _refuse_plain_buffer(arg, i, "primal", arg.leaves[i], t.value)
             arg.leaves[i][...] = t.value
 
 
@@ -254,6 +255,7 @@ def _accumulate_shadows(arg, cts, width=None):
             for w, shadow in enumerate(arg.shadows[i]):
                 gw = g.data[w] if isinstance(g, Batched) else g
                 if _is_mutable_leaf(shadow):
+                    _refuse_plain_buffer(arg, i, "shadow", shadow, gw)
                     shadow += gw
                 else:   # a float leaf of shadow w's container (`+=` would only rebind it)
                     set_at(arg.annotation.dval[w], arg.paths[i], type(shadow)(shadow + gw),
@@ -261,6 +263,7 @@ def _accumulate_shadows(arg, cts, width=None):
             continue
         shadow = arg.shadows[i]
         if _is_mutable_leaf(shadow):
+            _refuse_plain_buffer(arg, i, "shadow", shadow, g)
             shadow += g
         elif mixed:
             immutable[i] = _cast_like(g, arg.leaves[i])
@@ -273,6 +276,20 @@ def _accumulate_shadows(arg, cts, width=None):
         if immutable[i] is None and arg.first_slots[i] is not None and not _is_mutable_leaf(x):
             immutable[i] = _cast_like(None, x)
     return unflatten(arg.treedef, immutable)
+
+
+def _refuse_plain_buffer(arg, i, what, buffer, value):
+    """A value that an enclosing autodiff differentiates (it depends on that level's traced
+    values) cannot be written into a plain array: say so, naming the argument."""
+    if isinstance(value, Batched):
+        value = value.data
+    if isinstance(value, Tracer) and not isinstance(buffer, Tracer):
+        raise ActivityError(
+            f"the {what} of {arg.path(i)} is a plain array, but the value to write into it "
+            "depends on values an enclosing autodiff differentiates, which a plain array "
+            "cannot carry. Make it a buffer of that level: np.zeros_like(v) or "
+            "tape.make_zero(v) of a value that level traces; or, for a derivative in reverse "
+            "mode, annotate the argument Active to have it returned")
 
 
 def _active_result(arg, cts):
@@ -395,7 +412,10 @@ def _write_back_forward(arg, width=None):
     for i, t in enumerate(arg.tracers):
         if arg.first_slots[i] is None or t.value is arg.leaves[i]:
             continue   # never written
+        _refuse_plain_buffer(arg, i, "primal", arg.leaves[i], t.value)
         arg.leaves[i][...] = t.value
+        for shadow in arg.shadows[i] if width is not None else (arg.shadows[i],):
+            _refuse_plain_buffer(arg, i, "shadow", shadow, t.tangent)
         write_tangent(arg.shadows[i], t.tangent, width)
 
 

@@ -6,7 +6,7 @@ first derivative (itself checked against central differences of the function).
 import numpy as np
 import pytest
 
-from tape import Active, BatchDuplicated, Duplicated, Forward, Reverse, autodiff
+from tape import ActivityError, Active, BatchDuplicated, Duplicated, Forward, Reverse, autodiff
 
 S = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, -0.4], [0.5, -0.4, 5.0]])   # SPD
 X = np.array([0.4, -0.6, 0.9])
@@ -116,3 +116,39 @@ def test_reverse_over_inner_batch_forward_through_a_write():
     want = central(written_copy_gradient, X)
     rows = [_row_by_inner_batch_forward(written_copy, i) for i in range(3)]
     np.testing.assert_allclose(np.array(rows), want, rtol=1e-7, atol=1e-9)
+
+
+def test_plain_shadow_of_an_outer_traced_derivative_is_refused_by_name():
+    # Was "numpy.add(..., out=...) would write a traced value into a plain array": the user
+    # wrote no np.add; the shadow that cannot hold the outer level's derivative is named.
+    def outer(x):
+        shadow = np.zeros(3)
+        autodiff(Reverse, lambda h: np.sum(np.sin(h) * x), Active, Duplicated(x * 1.0, shadow))
+        return np.sum(shadow)
+    with pytest.raises(ActivityError, match=r"shadow of argument 0 \(`h`\) is a plain array"):
+        grad(outer, X.copy())
+
+    def fixed(x):   # the fix the message gives: a buffer of the outer level
+        shadow = np.zeros_like(x)
+        autodiff(Reverse, lambda h: np.sum(np.sin(h) * x), Active, Duplicated(x * 1.0, shadow))
+        return np.sum(shadow)
+    np.testing.assert_allclose(grad(fixed, X.copy()), np.cos(X) - np.sin(X) * X, rtol=1e-12)
+
+
+def test_plain_written_buffer_of_an_outer_traced_value_is_refused_by_name():
+    def f_(y, x):
+        y[0] = x[0] ** 2 + x[1]
+        y[1] = x[0] * x[1]
+
+    def outer(x):
+        y, dy = np.zeros(2), np.zeros(2)
+        autodiff(Forward, f_, Duplicated(y, dy), Duplicated(x[:2], np.array([1.0, 0.0])))
+        return np.sum(dy)
+    with pytest.raises(ActivityError, match=r"primal of argument 0 \(`y`\) is a plain array"):
+        grad(outer, X.copy())
+
+    def fixed(x):   # dy = [2 x0, x1]: d/dx sum(dy) = [2, 1, 0]
+        y, dy = np.zeros_like(x[:2]), np.zeros_like(x[:2])
+        autodiff(Forward, f_, Duplicated(y, dy), Duplicated(x[:2], np.array([1.0, 0.0])))
+        return np.sum(dy)
+    np.testing.assert_allclose(grad(fixed, X.copy()), [2.0, 1.0, 0.0], rtol=1e-12)
