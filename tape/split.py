@@ -33,7 +33,7 @@ from .api import (_argument_names, _check_shadow, _describe, _is_float, _strip,
                   record_reverse, sweep)
 from .backend import array_module
 from .batching import Batched, stack_directions
-from .core import ReverseTrace, Tracer
+from .core import ReverseTrace, Tracer, primal
 from .errors import ActivityError, HecateError
 from .pytree import flatten, is_inactive
 from .residuals import _map_items
@@ -257,6 +257,9 @@ def _same_const(value, recorded) -> bool:
     for a, b in zip(leaves, before):
         if a is b:
             continue
+        # An enclosing differentiation's traced value is compared by its value, as a plain
+        # one is (left uncompared, another value slipped through as the same).
+        a, b = primal(a), primal(b)
         if isinstance(a, (int, float, complex, np.generic)):
             if (not isinstance(b, (int, float, complex, np.generic))
                     or not (a == b or a != a and b != b)):   # (a NaN equals only a NaN)

@@ -6,7 +6,8 @@ first derivative (itself checked against central differences of the function).
 import numpy as np
 import pytest
 
-from tape import ActivityError, Active, BatchDuplicated, Duplicated, Forward, Reverse, autodiff
+from tape import (ActivityError, Active, BatchDuplicated, Const, Duplicated, Forward, Reverse,
+                  ReverseSplitWithPrimal, autodiff, autodiff_thunk)
 
 S = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, -0.4], [0.5, -0.4, 5.0]])   # SPD
 X = np.array([0.4, -0.6, 0.9])
@@ -152,3 +153,22 @@ def test_plain_written_buffer_of_an_outer_traced_value_is_refused_by_name():
         autodiff(Forward, f_, Duplicated(y, dy), Duplicated(x[:2], np.array([1.0, 0.0])))
         return np.sum(dy)
     np.testing.assert_allclose(grad(fixed, X.copy()), [2.0, 1.0, 0.0], rtol=1e-12)
+
+
+def test_split_reverse_compares_an_outer_traced_const_by_value():
+    # A Const that an enclosing autodiff traces was left uncompared: reverse given another
+    # value silently returned the derivative at forward's value (a plain Const is refused).
+    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, lambda h, c: np.sum(np.sin(S @ h) * c),
+                              Active, Active, Const)
+    h = np.array([0.3, 0.1, -0.2])
+
+    def outer(x, scale):
+        tape, _, _ = fwd(Active(h), Const(x))
+        (g, _), = rev(Active(h), Const(x * scale), 1.0, tape)
+        return np.sum(g ** 2)
+    with pytest.raises(ActivityError, match="Const argument 1 holds other values"):
+        grad(lambda x: outer(x, 2.0), X.copy())
+    # The same values (another traced array) are accepted: g = S^T (cos(S h) * x).
+    A = S.T * np.cos(S @ h)
+    np.testing.assert_allclose(grad(lambda x: outer(x, 1.0), X.copy()), 2 * A.T @ (A @ X),
+                               rtol=1e-12)
