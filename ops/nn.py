@@ -159,7 +159,14 @@ register_method("logaddexp2.reduce", _logaddexp_reduce(math.log(2.0)))
 
 def _softmax_impl(x, axis):
     e, _ = _shifted_exp(as_float(x), axis)
-    e /= array_module(e).sum(e, axis=axis, keepdims=True)
+    xp = array_module(e)
+    total = xp.sum(e, axis=axis, keepdims=True)
+    e /= total
+    # The shift keeps every finite entry's exp at most 1, so an infinite total means a +inf
+    # input: the whole slice is NaN, as SciPy's and NumPy's exp(x - max(x)) / sum give it
+    # (inf / inf alone would leave the slice's finite entries at 0).
+    if not xp.all(xp.isfinite(total)):
+        e = xp.where(xp.isinf(total), xp.nan, e).astype(e.dtype, copy=False)
     return e
 
 

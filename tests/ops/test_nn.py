@@ -63,6 +63,18 @@ def test_log_softmax(xa):
     check_grads(lambda x: log_softmax(x, axis), x)
 
 
+@pytest.mark.parametrize("row", [[np.inf, 0.0], [np.inf, np.inf], [-np.inf, 0.0],
+                                 [-np.inf, -np.inf], [np.nan, 0.0], [1000.0, 0.0]])
+def test_softmax_at_infinities_is_scipy_s(row):
+    # A +inf entry makes the whole slice NaN (exp(x - max) / sum), not NaN beside zeros.
+    special = pytest.importorskip("scipy.special")
+    x = np.array([row, [1.0, 2.0]])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(softmax(x, axis=1), special.softmax(x, axis=1),
+                                   rtol=1e-15, atol=1e-300)
+        assert softmax(x.astype(np.float32), axis=1).dtype == np.float32
+
+
 def test_softmax_over_a_tuple_of_axes():
     x = np.random.default_rng(0).standard_normal((2, 3, 2))
     y = softmax(x, axis=(0, -1))
