@@ -67,6 +67,7 @@ def gradient(mode: Mode, f: Callable, *args: Any):
     >>> gradient(Forward, lambda p: p["b"] * np.sum(p["w"] ** 2), p)
     ({'w': array([1., 2.]), 'b': 5.0},)
     """
+    _check_mode(mode, "gradient")
     args = _unwrap(args, f, "gradient")
     if mode.kind == "reverse":
         annotated = [a if isinstance(a, Const) else Active(a) for a in args]
@@ -158,7 +159,8 @@ def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> t
     mode records one split-mode tape and reverses it once per chunk of output rows, in batch
     mode. `f` must return a real array or scalar (a scalar result gives the gradient). A
     pytree argument gives its own structure with out.shape + leaf.shape at each float leaf
-    and None at integer leaves. ``Const(x)`` arguments give None.
+    and None at integer leaves. ``Const(x)`` arguments give None. With ReverseWithPrimal or
+    ForwardWithPrimal the result is ``GradientResult(derivs, val)``, as for `gradient`.
 
     >>> A = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     >>> jacobian(Forward, lambda x: A @ x, np.ones(2), chunk=1)[0]
@@ -169,16 +171,32 @@ def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> t
     {'w': array([[3., 0.],
            [0., 3.]]), 'b': array([1., 2.])}
     """
+    _check_mode(mode, "jacobian")
     chunk = check_chunk(chunk)
     args = _unwrap(args, f, "jacobian")
+    primals = []
 
     def check(out):
         check_result(out, f, "jacobian")
-    if mode.kind == "forward":
-        return tuple(None if isinstance(a, Const) else forward_jacobian(f, args, i, chunk, check)[0]
-                     for i, a in enumerate(args))
-    return tuple(None if isinstance(a, Const) else reverse_jacobian(f, args, i, chunk, check)
-                 for i, a in enumerate(args))
+        primals.append(out)
+    jacobian_of = forward_jacobian if mode.kind == "forward" else reverse_jacobian
+    derivs = []
+    for i, a in enumerate(args):
+        if isinstance(a, Const):
+            derivs.append(None)
+            continue
+        J = jacobian_of(f, args, i, chunk, check)
+        derivs.append(J[0] if mode.kind == "forward" else J)
+    if not mode.with_primal:
+        return tuple(derivs)
+    val = primals[0] if primals else f(*[a.val if isinstance(a, Const) else a for a in args])
+    return GradientResult(tuple(derivs), val)
+
+
+def _check_mode(mode, caller):
+    if not isinstance(mode, Mode):
+        raise ActivityError(f"{caller}: the first argument is the mode (Reverse, Forward, "
+                            f"ReverseWithPrimal or ForwardWithPrimal), got {mode!r}")
 
 
 # --------------------------------------------------------------------------------------------

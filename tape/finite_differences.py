@@ -97,6 +97,23 @@ def inner(a, b) -> float:
     return sum(dot(x, y) for x, y in zip(la, lb))
 
 
+def term_size(a, b) -> float:
+    """The size of the terms ``a_j b_j`` of an inner product, as the root of the sum of their
+    squares: the scale of its relative tolerance. Rounding independent from term to term sums
+    to about this times its relative size, and an error common to every term shows in the
+    inner product itself; the sum of the terms' absolute values, which grows with their
+    number, would hide a derivative wrong at one entry of a large array.
+
+    >>> term_size(np.array([3.0, -4.0]), np.ones(2))
+    5.0
+    """
+    products = np.abs(np.asarray(a)) * np.abs(np.asarray(b))
+    top = float(np.max(products, initial=0.0))
+    if top == 0.0 or not np.isfinite(top):
+        return top
+    return top * float(np.sqrt(np.sum((products / top) ** 2)))
+
+
 def _magnitude(a, b) -> float:
     """sum |a_j| |b_j|: the size of the terms of the inner product (a scale for cancellation)."""
     return float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b))))
@@ -171,9 +188,9 @@ def scalar_gap(got: float | list, numeric: list, u: list, got_terms: float = 0.0
     """(|got - uᵀ numeric|, scale, uᵀ numeric) for a scalar check; `got` is either the
     engine's uᵀJv or its J·v leaves."""
     want = sum(dot(a, b) for a, b in zip(u, numeric))
-    terms = sum(_magnitude(a, b) for a, b in zip(u, numeric))
+    terms = sum(term_size(a, b) for a, b in zip(u, numeric))
     if isinstance(got, list):
-        got_terms = max(got_terms, sum(_magnitude(a, b) for a, b in zip(u, got)))
+        got_terms = max(got_terms, sum(term_size(a, b) for a, b in zip(u, got)))
         got = sum(dot(a, b) for a, b in zip(u, got))
     scale = max(abs(got), abs(want), terms, got_terms)
     return abs(got - want), scale, want, got
@@ -304,4 +321,4 @@ def leafwise_gap(got: list, want: list, rtol: float, atol: float) -> tuple:
 
 
 __all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap",
-                      "check_options"]
+                      "check_options", "term_size"]

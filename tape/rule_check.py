@@ -25,7 +25,7 @@ from .core import Primitive, primal
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  fitting_rtol, function_name, inner, input_scale, is_float,
                                  leafwise_gap, output_leaves, precision_bits, random_like,
-                                 scalar_gap, widened)
+                                 scalar_gap, term_size, widened)
 from .pytree import flatten, is_inactive, unflatten
 from .split import TapeMutatedError, autodiff_thunk
 
@@ -258,7 +258,7 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
                      [d - s for d, s in zip(_as_tuple(ann[i].dval), shadows[i])])
             for w, grad in enumerate(grads):
                 got = inner(grad, dirs[i])
-                terms = float(np.sum(np.abs(np.asarray(grad)) * np.abs(np.asarray(dirs[i]))))
+                terms = term_size(grad, dirs[i])
                 ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), jvp[i], rtol,
                                          atol, u)
                 if not ok:

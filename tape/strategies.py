@@ -16,10 +16,33 @@ def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 1, max_side: in
 
 
 def arrays(shape=None, dtype=np.float64, low: float = -2.0, high: float = 2.0, **shape_kw):
-    """float64 arrays with bounded, finite entries (safe for finite differences)."""
+    """Arrays of `dtype` (float64 by default) with finite entries in ``[low, high]``: shaped
+    `shape`, or drawn by `shapes` with ``shape_kw``.
+
+    Complex dtypes get real and imaginary parts both in ``[low, high]`` (a zero imaginary part
+    would leave half of a complex rule untested); integer dtypes get the integers in the
+    range. No subnormal numbers are drawn, but 0 and the bounds are (hypothesis favours
+    edge values): for a function with a kink at 0 (abs, relu, sqrt), pick bounds away from it.
+
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=5, database=None)
+    ... @given(arrays((2,), dtype=np.complex128, low=1.0, high=2.0))
+    ... def check(z):
+    ...     assert z.shape == (2,) and np.all((1.0 <= z.real) & (z.real <= 2.0))
+    >>> check()
+    """
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
-    elements = st.floats(low, high, allow_nan=False, allow_infinity=False, width=64)
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        elements = st.integers(int(np.ceil(low)), int(np.floor(high)))
+    elif dtype.kind in "fc":
+        width = 8 * (dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize)
+        part = st.floats(low, high, allow_nan=False, allow_infinity=False,
+                         allow_subnormal=False, width=min(width, 64))
+        elements = (st.builds(complex, part, part) if dtype.kind == "c" else part)
+    else:
+        raise TypeError(f"arrays: dtype must be a float, complex or integer dtype, got {dtype}")
     return hnp.arrays(dtype, shape if shape is not None else shapes(**shape_kw),
                       elements=elements)
 

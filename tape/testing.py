@@ -30,7 +30,8 @@ from .core import primal
 from .errors import OnceDifferentiableError
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  check_options, inner, input_scale, is_float, leafwise_gap,
-                                 output_leaves, plain_function, random_like, scalar_gap)
+                                 output_leaves, plain_function, random_like, scalar_gap,
+                                 term_size)
 from .pytree import flatten, flatten_with_paths, format_path, is_inactive, tree_map, unflatten
 from .rule_check import check_rule_first_order, vjp_function, weighted_sum
 from .split import autodiff_thunk
@@ -70,7 +71,8 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     engine and that step disagree, steps from 100 times larger to a million times smaller are
     tried and the most self-consistent estimate decides, its spread counting as its error.
     The tolerance is ``atol + rtol * scale``, where scale is the size of the terms of the
-    inner products compared (so it fits functions of any magnitude); the small absolute
+    inner products compared, the root of the sum of their squares (so it fits functions of
+    any magnitude, and one wrong entry of a large array still shows); the small absolute
     ``atol`` absorbs the rounding noise of derivatives that are zero (a value computed by
     cancellation): pass ``atol=0`` for functions whose derivatives are themselves below 1e-9. Arguments must be
     float64 (or complex128): `check_rule` takes float32 ones. Raises
@@ -91,8 +93,8 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     True
     """
     modes = check_options("check_grads", modes, eps, rtol, atol, order)
-    f = _on_copies(f)
-    f, args, labels = _hold_constants(f, list(args), argument_labels(f, len(args)))
+    labels = argument_labels(f, len(args))
+    f, args, labels = _hold_constants(_on_copies(f), list(args), labels)
     if any(_is_tree(a) for a in args):   # check the leaves, passed one by one
         leaves, treedefs, counts, leaf_labels = [], [], [], []
         for label, a in zip(labels, args):
@@ -127,7 +129,6 @@ def _on_copies(f):
     """`f` called on fresh copies of its plain array arguments."""
     def on_copies(*xs):
         return f(*_copied(xs))
-    on_copies.__wrapped__ = f     # for argument_labels
     return on_copies
 
 
@@ -305,10 +306,10 @@ def _number(x):
 
 
 def _magnitude_tree(a, b) -> float:
+    """`term_size` of the inner product of two pytrees."""
     la, _ = flatten(a)
     lb, _ = flatten(b)
-    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y))))
-               for x, y in zip(la, lb))
+    return sum(term_size(x, y) for x, y in zip(la, lb))
 
 
 def _one_direction(args, diff, i, direction) -> list:
@@ -448,9 +449,10 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
     >>> traced_value(lambda x: np.cumsum(x) * 2, np.array([1.0, 2.0]), mode="reverse")
     array([2., 6.])
     """
+    def traced(a):   # a value with a float somewhere, not held by Const
+        return not isinstance(a, Const) and any(is_float(v) for v in flatten(a)[0])
     if mode == "forward":
-        annotated = [Duplicated(a, np.zeros_like(a) if not isinstance(a, float) else 0.0)
-                     if is_float(a) else a for a in args]
+        annotated = [Duplicated(a, make_zero(a)) if traced(a) else a for a in args]
         return autodiff(ForwardWithPrimal, f, *annotated)[1]
     if mode != "reverse":
         raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
@@ -465,7 +467,7 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
                 leaf = np.real(leaf) + np.imag(leaf)
             total = total + np.sum(leaf)
         return total
-    autodiff(Reverse, scalar, Active, *[Active(a) if is_float(a) else a for a in args])
+    autodiff(Reverse, scalar, Active, *[Active(a) if traced(a) else a for a in args])
     return tree_map(primal, seen[0])
 
 

@@ -5,8 +5,9 @@ silent wrong value by proxy. Each test failed before the fix it guards."""
 import numpy as np
 import pytest
 
-from tape import Const, Forward, Reverse, custom_rule, gradient, hessian, jacobian, onehot
-from tape.testing import GradientCheckError, check_grads, check_rule
+from tape import (ActivityError, Const, Forward, ForwardWithPrimal, Reverse, ReverseWithPrimal,
+                  custom_rule, gradient, hessian, jacobian, onehot)
+from tape.testing import GradientCheckError, arrays, check_grads, check_rule, traced_value
 
 M = np.array([[0.3, -1.2, 0.5], [0.7, 0.2, -0.9]])
 
@@ -151,3 +152,85 @@ def test_a_reverse_rule_that_writes_into_its_saved_result_is_caught():
                        forward=lambda cfg, p, t: (np.exp(p[0]), t[0] * np.exp(p[0])))
     with pytest.raises(GradientCheckError, match="wrote into the rule's result"):
         check_rule(rule, X)
+
+
+# -- hypothesis strategies draw what they say -------------------------------------------------
+
+def _draws(strategy, n=30):
+    hypothesis = pytest.importorskip("hypothesis")
+    drawn = []
+
+    @hypothesis.settings(max_examples=n, database=None, derandomize=True, deadline=None)
+    @hypothesis.given(strategy)
+    def collect(value):
+        drawn.append(value)
+    collect()
+    return drawn
+
+
+def test_complex_arrays_have_imaginary_parts_in_the_bounds():
+    pytest.importorskip("hypothesis")
+    drawn = _draws(arrays((3,), dtype=np.complex128, low=-1.0, high=1.0))
+    assert all(z.dtype == np.complex128 for z in drawn)
+    assert any(np.any(z.imag != 0) for z in drawn)
+    assert all(np.all(np.abs(z.real) <= 1.0) and np.all(np.abs(z.imag) <= 1.0) for z in drawn)
+
+
+def test_integer_arrays_are_drawn_in_the_bounds():
+    pytest.importorskip("hypothesis")
+    drawn = _draws(arrays((4,), dtype=np.int64, low=-2.5, high=3.0))
+    assert all(a.dtype == np.int64 and a.min() >= -2 and a.max() <= 3 for a in drawn)
+
+
+# -- one wrong entry of a large array ---------------------------------------------------------
+
+def _sin_rule_wrong_at_entry_0(where):
+    def partial(x, here):
+        d = np.cos(x)
+        return d * np.where(np.arange(d.size) == 0, 2.0, 1.0) if here else d
+    return custom_rule(np.sin, augmented_primal=lambda cfg, x: (np.sin(x), x),
+                       reverse=lambda cfg, x, g: (g * partial(x, where == "rev"),),
+                       forward=lambda cfg, p, t: (np.sin(p[0]),
+                                                  t[0] * partial(p[0], where == "fwd")),
+                       name="my_sin")
+
+
+@pytest.mark.parametrize("where", ["rev", "fwd"])
+def test_a_rule_wrong_at_one_entry_of_a_large_array_is_caught(where):
+    # The tolerance of the projected comparison grew with the number of entries (the sum
+    # of the terms' sizes): at 10^5 entries a derivative twice too large at one entry passed.
+    x = np.random.default_rng(1).standard_normal(100_000)
+    rule = _sin_rule_wrong_at_entry_0(where)
+    with pytest.raises(GradientCheckError, match="argument 0 `x`"):
+        check_grads(rule, x, modes=(where,), order=1)
+    with pytest.raises(GradientCheckError, match="argument 0 `x`"):
+        check_rule(rule, x, modes=(where,))
+    check_grads(_sin_rule_wrong_at_entry_0("neither"), x, modes=(where,), order=1)
+
+
+# -- jacobian's modes --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", [ForwardWithPrimal, ReverseWithPrimal],
+                         ids=["ForwardWithPrimal", "ReverseWithPrimal"])
+def test_jacobian_with_primal_returns_the_primal_too(mode):
+    # The WithPrimal part of the mode was ignored: the bare tuple of Jacobians came back.
+    result = jacobian(mode, lambda x, c: np.sin(x) * c, X, Const(2.0))
+    np.testing.assert_allclose(result.derivs[0], np.diag(2.0 * np.cos(X)))
+    assert result.derivs[1] is None
+    np.testing.assert_allclose(result.val, 2.0 * np.sin(X))
+
+
+def test_a_mode_that_is_not_a_mode_is_named():
+    with pytest.raises(ActivityError, match="the first argument is the mode"):
+        jacobian("forward", np.sin, X)
+    with pytest.raises(ActivityError, match="the first argument is the mode"):
+        gradient("reverse", np.sum, X)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_traced_value_takes_const_and_pytree_arguments(mode):
+    # Both raised a TypeError / ValueError from deep inside NumPy.
+    np.testing.assert_allclose(traced_value(lambda x, c: x * c, X, Const(2.0), mode=mode),
+                               2.0 * X)
+    np.testing.assert_allclose(traced_value(lambda p: p["w"] * p["b"], {"w": X, "b": 2.0},
+                                            mode=mode), 2.0 * X)
