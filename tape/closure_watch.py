@@ -116,6 +116,10 @@ def _watch(f, classes=()) -> tuple:
         if (isinstance(value, (*_SCALARS, types.ModuleType)) or id(value) in seen
                 or depth > _MAX_DEPTH):
             return   # (a module reached as a value is not walked: that would be the world)
+        if isinstance(value, type):   # (visit_class marks each class of its MRO seen itself)
+            if value.__module__.partition(".")[0] not in _LIBRARIES:
+                visit_class(value, depth)
+            return
         seen.add(id(value))
         if isinstance(value, np.ndarray):
             copy = value.copy()
@@ -145,9 +149,6 @@ def _watch(f, classes=()) -> tuple:
                 value.args + tuple(value.keywords.values()))))
         elif _is_generator(value):
             generators.append(value)
-        elif isinstance(value, type):
-            if value.__module__.partition(".")[0] not in _LIBRARIES:
-                visit_class(value, depth)
         else:
             visit_object(value, depth)
 

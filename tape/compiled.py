@@ -34,6 +34,7 @@ True
 from __future__ import annotations
 
 import collections
+import threading
 import time
 import warnings
 from typing import Callable
@@ -140,7 +141,9 @@ class CompiledFunction:
         self._compile_seconds = 0.0
         self._eager_reasons: collections.deque = collections.deque(maxlen=8)
         self._fast = None   # (signature, compiled) of the last plain replay
-        self._fast_failed = None   # (compiled, error, calls) when the fast path's replay failed
+        # The cache and the counts are shared by the threads that call this function: they
+        # change under this lock, never held while user code, a trace or a replay runs.
+        self._lock = threading.RLock()
         self._changed_once: set = set()   # signatures whose trace changed what it reads
         self._failed_once: set = set()    # signatures whose trace failed once
         self.__doc__ = getattr(f, "__doc__", None)
@@ -151,9 +154,10 @@ class CompiledFunction:
     def stats(self) -> Stats:
         """Traces made, replays that hit, guards that failed, eager calls (and why), programs
         cached, seconds spent tracing."""
-        programs = sum(len(v) for v in self._cache.values() if isinstance(v, list))
-        return Stats(programs=programs, compile_seconds=self._compile_seconds,
-                     eager_reasons=list(self._eager_reasons), **self._counts)
+        with self._lock:
+            programs = sum(len(v) for v in self._cache.values() if isinstance(v, list))
+            return Stats(programs=programs, compile_seconds=self._compile_seconds,
+                         eager_reasons=list(self._eager_reasons), **self._counts)
 
     def __str__(self) -> str:
         if self._last is None:
@@ -166,12 +170,11 @@ class CompiledFunction:
     __repr__ = __str__
 
     def __call__(self, *args):
-        fast = self._fast
+        fast, failed = self._fast, None
         if fast is not None and not _TRACE_STACK.get():
-            result = self._call_fast(fast, args)
+            result, failed = self._call_fast(fast, args)
             if result is not None:
                 return result
-        failed, self._fast_failed = self._fast_failed, None
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
         self._check_types(annotated)
@@ -182,7 +185,10 @@ class CompiledFunction:
             reason = str(e)
         if reason is not None:
             return self._eager(annotated, reason)
-        entry = self._cache.get(key)
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
         if isinstance(entry, str):
             return self._eager(annotated, entry)
         names = _argument_names(self.f, len(annotated))
@@ -191,21 +197,21 @@ class CompiledFunction:
         calls = UserCalls() if failed is None or failed[2] is None else failed[2]
         pending = []   # programs not confirmed yet: never replayed alone
         if entry:
-            self._cache.move_to_end(key)
             for compiled in tuple(entry):   # (a recursive call may trace into `entry`)
-                if compiled.record is not None:
-                    pending.append(compiled)
+                record = compiled.record   # (read once: another thread may confirm it)
+                if record is not None:
+                    pending.append((compiled, record))
                     continue
                 try:
                     if failed is not None and failed[0] is compiled:
                         raise failed[1]   # the fast path replayed it (and ran user code)
                     result = compiled.call(annotated, names, calls=calls)
                 except GuardFailed:
-                    self._counts["guard_failures"] += 1
+                    self._count("guard_failures")
                     continue
                 except ReplayRaised as e:
                     return self._eager(annotated, str(e), calls)
-                self._counts["hits"] += 1
+                self._count("hits")
                 self._last = compiled.program
                 self._remember_fast(key, compiled, annotated)
                 return result
@@ -218,32 +224,39 @@ class CompiledFunction:
         return f"more than {self.max_traces} traces for one signature (guards keep failing)"
 
     # -- internals ---------------------------------------------------------------------------
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[what] += n
+
     def _call_fast(self, fast, args):
         """The replay of a call with the signature of the last plain replay, its arguments
         annotated arrays (or Active floats): what the general path would do for them, without
-        its checks (they passed for this signature). None: take the general path."""
+        its checks (they passed for this signature). Returns (result, failed): result None
+        takes the general path, which decides with `failed`, (compiled, error, calls) when
+        this replay failed, without running the program a second time."""
         key, compiled = fast
         for a in args:
             if type(a) not in _FAST_TYPES:
-                return None
+                return None, None
         try:
             if _signature(args) != key:
-                return None
+                return None, None
         except Uncompilable:
-            return None
+            return None, None
         if compiled.watched and _changed(compiled.watched) is not None:
-            return None
+            return None, None
         calls = UserCalls() if compiled.program.calls_user else None
         try:
             result = compiled._call_plain(args, calls=calls)
-        except (GuardFailed, ReplayRaised) as e:   # the general path decides, without
-            self._fast_failed = (compiled, e, calls)   # running this program a second time
-            return None
+        except (GuardFailed, ReplayRaised) as e:
+            return None, (compiled, e, calls)
         if result is not None:
-            self._counts["hits"] += 1
             self._last = compiled.program
-            self._cache.move_to_end(key)
-        return result
+            with self._lock:
+                self._counts["hits"] += 1
+                if key in self._cache:   # (another thread may have evicted it)
+                    self._cache.move_to_end(key)
+        return result, None
 
     def _remember_fast(self, key, compiled, annotated):
         plain = (compiled.plain and compiled.record is None
@@ -283,13 +296,17 @@ class CompiledFunction:
     def _eager(self, annotated, reason, calls=None):
         """Answer the call eagerly. `calls`: what user code returned in this call's runs so
         far (a replay, a trace), taken rather than run again."""
-        self._counts["eager_calls"] += 1
-        if not self._eager_reasons or self._eager_reasons[-1] != reason:
-            self._eager_reasons.append(reason)
+        self._note_eager(reason)
         if calls:
             return eager_taking(self.mode, self.f, self.ret_activity, annotated, calls)
         ret = () if self.ret_activity is None else (self.ret_activity,)
         return autodiff(self.mode, self.f, *ret, *annotated)
+
+    def _note_eager(self, reason: str) -> None:
+        with self._lock:
+            self._counts["eager_calls"] += 1
+            if not self._eager_reasons or self._eager_reasons[-1] != reason:
+                self._eager_reasons.append(reason)
 
     def _trace_and_call(self, key, annotated, names, pending=(), calls=None):
         """Trace `f` once on this call's arguments and answer the call with that trace's
@@ -297,7 +314,8 @@ class CompiledFunction:
         happen as often as eager ones. A new program is kept unconfirmed; it is replayed
         without running `f` only once a trace of a later call it accepts (one of `pending`)
         came out the same. A trace that differs from a program that accepts its call, or
-        that drew random numbers, makes the signature eager from the next call on. Whether a
+        that drew random numbers, makes the signature eager from the next call on (`pending`:
+        (program, the trace it must equal) pairs). Whether a
         program accepts the call is asked after the trace, of its primal alone, with what the
         user's rules and inactive functions returned in the trace: they run once per call.
         `calls`: what user code returned in this call's earlier runs (replays whose guards
@@ -328,26 +346,27 @@ class CompiledFunction:
                     self._changed_once.add(key)     # the next call traces again, and only
                     once = True                     # a second change makes it eager
             elif pending:
-                stale = [p for p in pending if p.watched and _changed(p.watched) is not None]
-                self._counts["guard_failures"] += len(stale)   # what it read changed since
-                pending = [p for p in pending if p not in stale]
-                differences = [_first_difference(p.record, traced[0]) for p in pending]
-                for program, difference in zip(pending, differences):
+                stale = [p for p, _ in pending if p.watched and _changed(p.watched) is not None]
+                self._count("guard_failures", len(stale))   # what it read changed since
+                pending = [(p, r) for p, r in pending if p not in stale]
+                differences = [_first_difference(r, traced[0]) for _, r in pending]
+                for (program, _), difference in zip(pending, differences):
                     if difference is None:   # the same program: confirmed
                         program.record = None
                         recorded, traced[0].recorded, traced = traced[0].recorded, {}, None
                         self._compile_seconds += time.perf_counter() - start
                         return self._replay_confirmed(key, program, annotated, names,
                                                       recorded, calls)
-                for program, difference in zip(pending, differences):
-                    if program.accepts(annotated, names, traced[0]):
+                for (program, record), difference in zip(pending, differences):
+                    if program.accepts(annotated, names, traced[0], record):
                         future = (f"two traces of calls that decide alike differ "
                                   f"({difference}): the function draws random numbers or "
                                   "reads a value that changes between calls; pass such values "
                                   "as Const arguments to compile it")
                         break
-                    self._counts["guard_failures"] += 1
-                if future is None and len(self._cache.get(key, ())) >= self.max_traces:
+                    self._count("guard_failures")
+                entry = self._cache.get(key, ())
+                if future is None and isinstance(entry, list) and len(entry) >= self.max_traces:
                     future, once = self._too_many, True   # this call only, as before
             try:
                 compiled = self._signature_class.build(self, traced, states.watched,
@@ -376,22 +395,25 @@ class CompiledFunction:
                               stacklevel=3)
             if not once:
                 self._remember(key, future)
-            self._counts["eager_calls"] += 1
-            if not self._eager_reasons or self._eager_reasons[-1] != future:
-                self._eager_reasons.append(future)
+            self._note_eager(future)
             compiled.watched = ()   # answers this call only: what f changed is its own doing
         else:
-            self._counts["traces"] += 1
-            entry = self._cache.setdefault(key, [])
-            entry.append(compiled)
-            self._evict()
+            with self._lock:
+                self._counts["traces"] += 1
+                entry = self._cache.get(key)
+                if not isinstance(entry, str):   # (another thread's call made it eager)
+                    self._cache.setdefault(key, []).append(compiled)
+                    self._cache.move_to_end(key)
+                    self._evict()
         self._last = compiled.program
         try:
             # This call's own trace ran the user's rules: the replay takes their results
             return compiled.call(annotated, names, recorded)
         except (GuardFailed, ReplayRaised) as e:   # arguments that share memory, say
-            if future is None and compiled in self._cache.get(key, ()):
-                self._cache[key].remove(compiled)
+            with self._lock:
+                entry = self._cache.get(key)
+                if future is None and isinstance(entry, list) and compiled in entry:
+                    entry.remove(compiled)
             _restore(states, calls, mark)
             return self._eager(annotated, "a fresh trace failed its own guards"
                                if isinstance(e, GuardFailed) else str(e), calls)
@@ -401,18 +423,20 @@ class CompiledFunction:
             result = compiled.call(annotated, names, recorded)
         except (GuardFailed, ReplayRaised) as e:   # it accepted these arguments: unexpected
             return self._eager(annotated, str(e), calls)
-        self._counts["hits"] += 1
+        self._count("hits")
         self._last = compiled.program
         self._remember_fast(key, compiled, annotated)
         return result
 
     def _remember(self, key, reason):
-        self._cache[key] = reason
-        if self._fast is not None and self._fast[0] == key:
-            self._fast = None
-        self._evict()
+        with self._lock:
+            self._cache[key] = reason
+            self._cache.move_to_end(key)
+            if self._fast is not None and self._fast[0] == key:
+                self._fast = None
+            self._evict()
 
-    def _evict(self):
+    def _evict(self):   # (under the lock)
         while sum(len(v) if isinstance(v, list) else 1
                   for v in self._cache.values()) > self.max_programs:
             key, _ = self._cache.popitem(last=False)

@@ -135,20 +135,21 @@ class CompiledSignature:
             for ann in annotated)
         return compiled
 
-    def accepts(self, annotated, names, trace) -> bool:
+    def accepts(self, annotated, names, trace, record) -> bool:
         """Whether a replay would take this program for the call that `trace` traced: the
         watched values, then the guards of its primal. The user's rules and inactive
         functions do not run again: their steps take what they returned in `trace` (the
         same call, so the same results where the two traces agree). Nothing is written
         back. A replay that meets a step of user code `trace` did not make at that place,
-        or that raises, accepts: the two traces took one path and still differ."""
+        or that raises, accepts: the two traces took one path and still differ. `record`: the
+        trace this program was built from (`self.record`, read once by the caller)."""
         if self.watched and _changed(self.watched) is not None:
             return False
         try:
             leaves, seeds = self._accept_inputs(annotated, names)
         except GuardFailed:
             return False
-        ours, taken = self.record.steps, {}
+        ours, taken = record.steps, {}
         for k, value in trace.recorded.items():
             if k < len(ours):
                 same = _same_user_step(ours[k], trace.steps[k])
