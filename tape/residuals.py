@@ -102,7 +102,10 @@ def caller_arrays(values: Sequence, params: dict) -> list:
 
 def _shares(x, arrays) -> bool:
     if type(x) is np.ndarray:
-        return any(type(a) is np.ndarray and np.may_share_memory(x, a) for a in arrays)
+        for a in arrays:   # `x is a` first: the usual case, a record saving the operand itself
+            if x is a or (type(a) is np.ndarray and np.may_share_memory(x, a)):
+                return True
+        return False
     if type(x).__module__.startswith("cupy") and hasattr(x, "data"):
         ptr = x.data.ptr
         return any(type(a) is type(x) and _overlaps(ptr, x.nbytes, a.data.ptr, a.nbytes)
@@ -125,7 +128,22 @@ def protect(saved: Any, arrays: list, copies: dict | None = None) -> Any:
     a loop is kept once, not once per step."""
     if not arrays:
         return saved
-    if type(saved) is np.ndarray or type(saved).__module__.startswith("cupy"):
+    t = type(saved)
+    if t is tuple:   # speed-up: the common flat tuple of arrays, shapes and None, in one pass
+        items = None
+        for i, v in enumerate(saved):
+            tv = type(v)
+            if v is None or tv in _NEVER_ARRAYS:
+                continue
+            if tv is tuple and all(type(n) is int for n in v):   # a shape
+                continue
+            kept = protect(v, arrays, copies)
+            if kept is not v:
+                if items is None:
+                    items = list(saved)
+                items[i] = kept
+        return saved if items is None else tuple(items)
+    if t is np.ndarray or t.__module__.startswith("cupy"):
         if not _shares(saved, arrays):
             return saved
         return saved.copy() if copies is None else _copy_once(saved, copies)
