@@ -93,6 +93,13 @@ def _watch(f, classes=()) -> tuple:
         self_ = getattr(fn, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
             visit_value(self_, depth)
+        attributes = getattr(fn, "__dict__", None)
+        if attributes:   # `f.scale = 2.0`, read as `f.scale`; functools.wraps' `__wrapped__`
+            watched.append((f"an attribute of function `{code.co_name}`",
+                            (lambda d=attributes: _shallow(d)), _shallow(attributes)))
+            state.container(attributes)
+            for value in tuple(attributes.values()):
+                visit_value(value, depth + 1)
 
     def visit_module(name, module, names, depth):
         """The attributes of a user module that the function names (`config.SCALE`,

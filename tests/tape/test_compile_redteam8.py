@@ -165,3 +165,39 @@ def test_a_class_attribute_read_through_the_class_itself_is_watched(how, change)
                            [Duplicated(np.arange(3.0) + k, np.zeros(3))])
     finally:
         _Config.scale, _Config.table = 2.0, np.array([1.0, 2.0, 3.0])
+
+
+def _scaled_sum(x):
+    return np.sum(x * _scaled_sum.weights) * _scaled_sum.scale
+
+
+_scaled_sum.scale = 2.0
+_scaled_sum.weights = np.array([1.0, 2.0, 3.0])
+
+
+def _calls_scaled_sum(x):
+    return _scaled_sum(x) + np.sum(x)
+
+
+@pytest.mark.parametrize("f", [_scaled_sum, _calls_scaled_sum])
+@pytest.mark.parametrize("change", ["rebind", "in place", "new attribute"])
+def test_a_function_attribute_it_reads_is_watched(f, change):
+    # `f.scale` (a function's own attributes) was not watched: a rebound value replayed the
+    # old one (6.0 where eager mode gives 9.0).
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    try:
+        for k in range(5):
+            if k == 3:
+                if change == "rebind":
+                    _scaled_sum.scale = 3.0
+                elif change == "in place":
+                    _scaled_sum.weights[0] = -4.0
+                else:
+                    _scaled_sum.note = "unused"
+            _against_eager(g, ReverseWithPrimal, f, Active,
+                           [Duplicated(np.arange(3.0) + k, np.zeros(3))])
+        if change == "new attribute":   # (the attributes' names are watched too)
+            assert g.stats.traces == 2, g.stats
+    finally:
+        _scaled_sum.scale, _scaled_sum.weights = 2.0, np.array([1.0, 2.0, 3.0])
+        vars(_scaled_sum).pop("note", None)
