@@ -123,6 +123,11 @@ def _watch(f, classes=()) -> tuple:
         if (isinstance(value, (*_SCALARS, types.ModuleType)) or id(value) in seen
                 or depth > _MAX_DEPTH):
             return   # (a module reached as a value is not walked: that would be the world)
+        through = getattr(type(value), "__watch_through__", None)
+        if through is not None:   # a compiled function: what its user function reads, not
+            seen.add(id(value))   # its caches and counts, which each call changes
+            visit_value(through(value), depth + 1)
+            return
         if isinstance(value, type):   # (visit_class marks each class of its MRO seen itself)
             if value.__module__.partition(".")[0] not in _LIBRARIES:
                 visit_class(value, depth)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import types
 import warnings
 from typing import Callable
 
@@ -127,6 +128,9 @@ class CompiledFunction:
 
     def __init__(self, mode, f, activities, max_traces, max_programs):
         self.mode, self.f = mode, f
+        self._activities = activities
+        self._attribute = "_compiled_" + getattr(f, "__name__", "method")
+        self._per_instance = False
         self.ret_activity = None
         if activities:   # the return activity comes first, as for autodiff_thunk
             self.ret_activity, activities = activities[0], activities[1:]
@@ -168,6 +172,39 @@ class CompiledFunction:
                 f"{p.n_kept} replayed, {p.n_adjoint} with a {rule} rule\n{p.source}")
 
     __repr__ = __str__
+
+    def __set_name__(self, owner, name):
+        self._attribute = "_compiled_" + name
+
+    def __get__(self, obj, objtype=None):
+        """As a method (``@compile(...)`` on a function in a class body), the compiled method
+        bound to `obj`: one compiled function per instance, which watches the instance's
+        attributes as ``compile(mode, obj.method, ...)`` does. It is kept in the instance's
+        ``__dict__`` (as `functools.cached_property` keeps its value), so it lives and dies
+        with the instance; a pickled or deep-copied instance compiles afresh. An instance
+        without a ``__dict__`` (``__slots__``) gets a fresh one at each access, so each call
+        traces."""
+        if obj is None:
+            return self
+        state = getattr(obj, "__dict__", None)
+        kept = state.get(self._attribute) if state is not None else None
+        if kept is not None:
+            return kept
+        compiled = CompiledFunction(self.mode, types.MethodType(self.f, obj), self._activities,
+                                    self.max_traces, self.max_programs)
+        compiled._per_instance = True
+        if state is not None:
+            state[self._attribute] = compiled
+        return compiled
+
+    def __watch_through__(self):
+        """What a function that calls this one reads through it (tape/closure_watch.py)."""
+        return self.f
+
+    def __reduce_ex__(self, protocol):
+        if self._per_instance:   # an instance's own program: its copy compiles afresh
+            return (type(None), ())
+        return super().__reduce_ex__(protocol)
 
     def __call__(self, *args):
         fast, failed = self._fast, None
