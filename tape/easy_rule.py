@@ -25,6 +25,7 @@ import numpy as np
 from .backend import broadcast_axes
 from .core import STRONG_ZERO, Primitive
 from .errors import RuleError
+from .rule_calls import plain_buffers
 
 
 def easy_rule(fn: Callable | None = None, *, partials: Callable, with_output: bool = False,
@@ -81,6 +82,7 @@ def easy_rule(fn: Callable | None = None, *, partials: Callable, with_output: bo
 
     def augmented_primal(cfg, *args, **params):
         refuse_keywords(params)
+        args = plain_buffers(args)
         out = prim(*args)
         # A constant that may be overwritten before the sweep is copied (see RuleConfig).
         kept = tuple(x.copy() if ow and isinstance(x, np.ndarray) else x
@@ -95,6 +97,7 @@ def easy_rule(fn: Callable | None = None, *, partials: Callable, with_output: bo
 
     def forward(cfg, primals, tangents, **params):
         refuse_keywords(params)
+        primals = plain_buffers(primals)
         out = prim(*primals)
         ps = derivatives(primals, out, _shape(out))
         tangent = None

@@ -14,7 +14,6 @@ functions and classes that carry no derivative.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 from numbers import Number
 from typing import Callable
@@ -22,10 +21,11 @@ from typing import Callable
 import numpy as np
 
 from .batching import Batched
-from .core import _TRACE_STACK, Primitive, Tracer, is_complex, primal
+from .core import Primitive, Tracer, is_complex, primal
 from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
 from .errors import RuleError
-from .pytree import mark_inactive_type
+from .inactive_code import _plain, _plain_one, inactive, inactive_type  # noqa: F401  (re-exported)
+from .rule_calls import UserRule, plain_buffers
 from .rule_tables import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
 
 
@@ -47,12 +47,18 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
 
     What the rules return is checked (this costs a little, so only user rules pay it): a wrong
     structure, count, shape or dtype, or None for the cotangent of an active argument, raises
-    `RuleError` naming the rule and the argument. A cotangent may be of a shape that
+    `RuleError` naming the rule and the argument (a cotangent returned for an inactive
+    floating-point argument is checked too, then dropped). A cotangent may be of a shape that
     broadcasts to its argument's (it is broadcast), and real for a complex argument; a
     tangent must have its primal's shape. With ``check_primal`` (the default) the first call
     on arguments of each shape and dtype also runs `fn` itself and compares: a rule whose
     primal disagrees with the function raises `RuleError` (kernels whose reference forward is
-    costly and tested on its own turn this off).
+    costly and tested on its own turn this off; keyword parameters that are strings, ints,
+    bools or None count as part of the signature, since they may choose a branch).
+
+    Calls are checked too (`tape.rule_calls`): a value being differentiated passed as a keyword
+    parameter or inside a container argument, and a write into a result that shares memory
+    with an argument, raise `RuleError`.
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active
@@ -66,9 +72,9 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
     name = name or getattr(fn, "__name__", "custom_rule")
     rules = _CheckedRules(name, augmented_primal, reverse, forward, multiple_results,
                           vectorized, fn, check_primal)
-    return Primitive(name, fn, rules.augmented_primal, rules.reverse,
-                     rules.forward if forward is not None else None, differentiable,
-                     multiple_results)
+    return UserRule(name, fn, rules.augmented_primal, rules.reverse,
+                    rules.forward if forward is not None else None, differentiable,
+                    multiple_results, describe_argument=rules.argument)
 
 
 class _CheckedRules:
@@ -89,6 +95,7 @@ class _CheckedRules:
         return RuleError(f"the {rule} rule of `{self.name}` {message}")
 
     def augmented_primal(self, cfg, *args, **params):
+        args = plain_buffers(args)
         overwritten = _overwritten(cfg, args)
         if overwritten != cfg.overwritten:
             cfg = cfg.replace(overwritten=overwritten)
@@ -101,7 +108,8 @@ class _CheckedRules:
         self._check_agrees_with_function("augmented_primal", out, args, params)
         # The reverse rule gets the config its augmented_primal saw, and the argument shapes
         # against which its cotangents are checked.
-        specs = tuple((_shape(x), is_complex(x)) for x in args)
+        specs = tuple((_shape(x), is_complex(x), _is_value(x) and _is_inexact(x))
+                      for x in args)
         return out, (cfg, specs, saved)
 
     def reverse(self, cfg, saved, g):
@@ -129,40 +137,58 @@ class _CheckedRules:
             raise self._fail("reverse", f"must return a tuple of {n} cotangents (one per "
                               f"positional argument, None for inactive ones); it returned {got}")
         out = []
-        for i, (c, (shape, complex_arg), active) in enumerate(zip(cts, specs, cfg.active)):
+        for i, (c, (shape, complex_arg, inexact), active) in enumerate(zip(cts, specs,
+                                                                          cfg.active)):
             if not active:
+                if c is not None and inexact:
+                    self._check_dropped_cotangent(i, c, shape, complex_arg)
                 out.append(None)
                 continue
             if c is None:
                 raise self._fail("reverse", f"returned None as the cotangent of "
-                                  f"{self._argument(i)}, which is active (differentiated); "
+                                  f"{self.argument(i)}, which is active (differentiated); "
                                   f"return its cotangent, an array of shape {shape} (zeros if "
                                   "the result truly does not depend on it)")
-            if not _is_value(c):
-                raise self._fail("reverse", f"returned a {type(c).__name__} as the cotangent "
-                                  f"of {self._argument(i)}; expected an array or a number of "
-                                  f"shape {shape}")
-            if not _is_inexact(c):
-                raise self._fail("reverse", f"returned a cotangent of dtype {_dtype(c)} for "
-                                  f"{self._argument(i)}; a cotangent is a floating-point "
-                                  "(or complex) array like its argument")
-            if is_complex(c) and not complex_arg:
-                raise self._fail("reverse", f"returned a complex cotangent for "
-                                  f"{self._argument(i)}, which is real; a real argument's "
-                                  "cotangent is real (take the real part)")
-            cshape = _shape(c)
-            if cshape != shape:
-                if not _broadcasts_to(cshape, shape):
-                    raise self._fail(
-                        "reverse", f"returned a cotangent of shape {cshape} for "
-                        f"{self._argument(i)}, whose shape is {shape}; a cotangent has its "
-                        "argument's shape (or one that broadcasts to it: sum over broadcast "
-                        "axes)")
-                c = _broadcast(c, shape)
-            out.append(c)
+            out.append(self._checked_cotangent(i, c, shape, complex_arg))
         return tuple(out)
 
-    def _argument(self, i) -> str:
+    def _check_dropped_cotangent(self, i, c, shape, complex_arg):
+        """A cotangent of inactive argument i is dropped, but one that could be no cotangent
+        of it at all is a bug that would otherwise surface only when it is differentiated.
+        One of a shape the argument broadcasts to (not yet summed) is let through."""
+        if _is_value(c) and _broadcasts_to(shape, _shape(c)):
+            shape = _shape(c)
+        self._checked_cotangent(i, c, shape, complex_arg, broadcast=False, note=(
+            f" ({self.argument(i)} is not differentiated in this call, so its cotangent is "
+            "dropped; return None for it when config.active[i] is False)"))
+
+    def _checked_cotangent(self, i, c, shape, complex_arg, broadcast=True, note=""):
+        """The cotangent `c` of argument i, broadcast to its shape, or a RuleError."""
+        if not _is_value(c):
+            raise self._fail("reverse", f"returned a {type(c).__name__} as the cotangent "
+                              f"of {self.argument(i)}; expected an array or a number of "
+                              f"shape {shape}{note}")
+        if not _is_inexact(c):
+            raise self._fail("reverse", f"returned a cotangent of dtype {_dtype(c)} for "
+                              f"{self.argument(i)}; a cotangent is a floating-point "
+                              f"(or complex) array like its argument{note}")
+        if is_complex(c) and not complex_arg:
+            raise self._fail("reverse", f"returned a complex cotangent for "
+                              f"{self.argument(i)}, which is real; a real argument's "
+                              f"cotangent is real (take the real part){note}")
+        cshape = _shape(c)
+        if cshape != shape:
+            if not _broadcasts_to(cshape, shape):
+                raise self._fail(
+                    "reverse", f"returned a cotangent of shape {cshape} for "
+                    f"{self.argument(i)}, whose shape is {shape}; a cotangent has its "
+                    "argument's shape (or one that broadcasts to it: sum over broadcast "
+                    f"axes){note}")
+            if broadcast:
+                c = _broadcast(c, shape)
+        return c
+
+    def argument(self, i) -> str:
         """`argument 1 (`y`)`, named after the function's own parameter where it has one."""
         try:
             params = list(inspect.signature(self.fn).parameters.values())
@@ -182,12 +208,18 @@ class _CheckedRules:
                 or _has_traced(params.values())):
             return
         signature = tuple((_shape(a), str(getattr(a, "dtype", type(a).__name__)))
-                          for a in args) + tuple(sorted(params))
+                          for a in args) + tuple(
+            (k, v if isinstance(v, _DISCRETE) else None) for k, v in sorted(params.items()))
         if signature in self.checked_signatures:
             return
         want = self.fn(*args, **params)
         got_leaves = out if self.multiple_results else (out,)
         want_leaves = want if self.multiple_results else (want,)
+        if (self.multiple_results and isinstance(want, (tuple, list))
+                and len(want_leaves) != len(got_leaves)):
+            raise self._fail(rule, f"returned {len(got_leaves)} results, but `{self.name}` "
+                              f"itself returns {len(want_leaves)} on these arguments; the "
+                              "rule's primal must be the function's result")
         for k, (got, expected) in enumerate(zip(got_leaves, want_leaves)):
             problem = _disagreement(got, expected)
             if problem:
@@ -198,6 +230,7 @@ class _CheckedRules:
         self.checked_signatures.add(signature)
 
     def forward(self, cfg, primals, tangents, **params):
+        primals = plain_buffers(primals)
         overwritten, width = _overwritten(cfg, primals), _width(tangents)
         if overwritten != cfg.overwritten or width != cfg.width or cfg.mode != "forward":
             cfg = cfg.replace(overwritten=overwritten, mode="forward", width=width)
@@ -295,6 +328,11 @@ def _is_inexact(x) -> bool:
     return _dtype(x).kind in "fc"
 
 
+# Keyword parameter values that may choose a branch of the function (`mode="tanh"`): each one
+# is a signature of its own for the primal check.
+_DISCRETE = (str, bool, int, type(None))
+
+
 def _has_traced(values) -> bool:
     return any(isinstance(v, (Tracer, Batched)) for v in values)
 
@@ -386,66 +424,6 @@ def _may_be_written(x) -> bool:
     if isinstance(x, tuple):
         return any(_may_be_written(v) for v in x)
     return True   # tracers of outer levels, device arrays, mutable containers
-
-
-# --------------------------------------------------------------------------------------------
-# Inactive functions and types
-
-
-def inactive(fn: Callable) -> Callable:
-    """Mark `fn` as having no derivative: traced arguments are replaced by their plain values.
-
-    Use it for argmax-like functions, comparisons, shape queries and random draws.
-
-    >>> import numpy as np
-    >>> first_max = inactive(lambda x: int(np.argmax(x)))
-    >>> first_max(np.array([1.0, 3.0, 2.0]))
-    1
-    """
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        traces = _TRACE_STACK.get()
-        if traces and traces[-1].records_inactive:   # a compiling trace replays the call
-            return traces[-1].call_inactive(fn, args, kwargs)
-        return fn(*_plain(args), **{k: _plain_one(v) for k, v in kwargs.items()})
-    call.__hecate_inactive__ = True
-    return call
-
-
-def inactive_type(cls: type) -> type:
-    """Mark `cls` (and its subclasses) as never differentiated (Enzyme's ``inactive_type``).
-
-    Its instances are constants wherever they appear: a top-level argument of that type is
-    treated as Const whatever its annotation (its derivative is None), and inside a pytree
-    (a field of a model passed Duplicated, an entry of a dict) it is a static leaf that is
-    neither traversed nor differentiated. A shadow holds any instance of the class in its
-    place (`make_zero` keeps the primal's own). Usable as a class decorator.
-
-    >>> import numpy as np
-    >>> from tape import autodiff, Reverse, Active
-    >>> @inactive_type
-    ... class Settings:
-    ...     def __init__(self, scale): self.scale = scale
-    >>> autodiff(Reverse, lambda p: p["w"] * p["cfg"].scale, Active,
-    ...          Active({"w": 2.0, "cfg": Settings(3.0)}))[0][0]["w"]
-    3.0
-    """
-    if not isinstance(cls, type):
-        raise TypeError(f"inactive_type expects a class, got {cls!r}")
-    mark_inactive_type(cls)
-    return cls
-
-
-def _plain_one(x):
-    if isinstance(x, Tracer):
-        return primal(x)
-    if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in x):
-        return type(x)(_plain(x)) if type(x) in (list, tuple) else type(x)(*_plain(x))
-    return x
-
-
-def _plain(args):
-    return [_plain_one(a) for a in args]
 
 
 # --------------------------------------------------------------------------------------------
