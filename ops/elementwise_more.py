@@ -1,10 +1,11 @@
-"""More elementwise ops: abs, maximum/minimum, hypot, arctan2, logaddexp, copysign, remainder,
+"""More elementwise ops: abs, sign, maximum/minimum, hypot, arctan2, logaddexp, copysign, remainder,
 ldexp/frexp/modf, real/imag/conj, clip, sinc, nan_to_num, heaviside.
 
 Conventions at non-smooth points (each derivative is a one-sided or averaged value):
 
 - ``|x|'(0) = 0`` (abs and fabs). For complex z the cotangent is ``g * conj(z) / |z|`` (JAX's),
-  0 at z = 0.
+  0 at z = 0. sign has no derivative for real x; for complex x it is ``z / |z|``, derivative 0
+  at z = 0.
 - maximum, minimum, fmax, fmin: the cotangent goes to the selected argument; on ties
   (``x == y``) it is **split equally**, half to each (as in JAX and PyTorch), so
   ``maximum(x, x)`` has derivative 1. Where maximum/minimum return a NaN it goes to the NaN
@@ -27,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer, primal
-from tape.rules import register_function, register_method, register_ufunc
+from tape.core import Tracer, is_complex, primal
+from tape.rules import inactive, register_function, register_method, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
                     unbroadcast)
@@ -67,6 +68,31 @@ absolute = route_ufunc(np.absolute, defprimitive(
     "absolute", np.absolute, _abs_augmented, _abs_reverse,
     _abs_forward))
 fabs = unary(np.fabs, np.sign)
+
+
+# -- sign ---------------------------------------------------------------------------------------
+_sign_of_real = inactive(np.sign)
+
+
+def sign(x, **kw):
+    """np.sign: piecewise constant for real x (no derivative); for complex x NumPy gives
+    ``z / |z|`` (0 at 0), which is differentiable away from 0 and is built here from `absolute`
+    and `divide` so that every mode and order follows (derivative 0 at z = 0, as for |z|).
+
+    >>> from tape import autodiff, Forward, Duplicated
+    >>> autodiff(Forward, np.sign, Duplicated(np.array([2j]), np.array([1.0 + 0j])))[0]
+    array([0.5+0.j])
+    """
+    if kw:
+        x, = ufunc_inputs("sign", (x,), kw)
+    if not is_complex(primal(x)):
+        return _sign_of_real(x)
+    size = absolute(x)
+    at_zero = size == 0
+    return np.where(at_zero, 0, x / np.where(at_zero, 1, size))
+
+
+register_ufunc(np.sign, sign)
 
 
 # -- maximum, minimum, fmax, fmin ---------------------------------------------------------------

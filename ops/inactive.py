@@ -22,7 +22,7 @@ INACTIVE_FUNCTIONS = [
 INACTIVE_UFUNCS = [
     np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
     np.logical_and, np.logical_or, np.logical_xor, np.logical_not,
-    np.isnan, np.isinf, np.isfinite, np.signbit, np.sign, np.floor, np.ceil, np.trunc, np.rint,
+    np.isnan, np.isinf, np.isfinite, np.signbit, np.floor, np.ceil, np.trunc, np.rint,
     np.floor_divide, np.spacing, np.isnat, np.gcd, np.lcm, np.bitwise_and, np.bitwise_or,
     np.bitwise_xor, np.invert, np.left_shift, np.right_shift, np.bitwise_count,
 ]
@@ -31,3 +31,4 @@ for _fn in INACTIVE_FUNCTIONS:
     register_function(_fn, inactive(_fn))
 for _uf in INACTIVE_UFUNCS:
     register_ufunc(_uf, inactive(_uf))
+# np.sign is in ops.elementwise_more: constant for real input, z / |z| for complex input.

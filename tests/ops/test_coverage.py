@@ -20,7 +20,7 @@ diagonal trace dot vdot inner outer tensordot einsum kron sort select""".split()
 LINALG = "inv solve det slogdet cholesky eigh svd qr norm pinv lstsq matrix_power".split()
 
 INACTIVE = "argmax argmin argsort nonzero".split()
-INACTIVE_UFUNCS = "greater less equal floor ceil isnan sign".split()
+INACTIVE_UFUNCS = "greater less equal floor ceil isnan".split()   # sign: z/|z| for complex
 
 
 def _is_inactive(rule):

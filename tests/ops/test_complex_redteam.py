@@ -1,0 +1,56 @@
+"""Complex numbers in user code, against NumPy and central differences taken along the real and
+the imaginary direction separately (docs/complex.md: the gradient of a real f of z = x + iy is
+df/dx + i df/dy)."""
+import numpy as np
+import pytest
+
+import tape
+from tape import Active, Duplicated, Forward, ForwardWithPrimal, Reverse, ReverseWithPrimal, autodiff
+from tape.testing import check_grads
+
+rng = np.random.default_rng(21)
+Z = rng.standard_normal(4) + 1j * rng.standard_normal(4)
+W = rng.standard_normal(4) + 1j * rng.standard_normal(4)
+
+
+def fd_gradient(f, z, eps=1e-6):
+    """df/dx + i df/dy of a real f, entry by entry, by central differences on each part."""
+    out = np.zeros(z.shape, dtype=complex)
+    for k in np.ndindex(z.shape):
+        for unit in (1.0, 1j):
+            e = np.zeros(z.shape, dtype=complex)
+            e[k] = unit * eps
+            out[k] += unit * (f(z + e) - f(z - e)) / (2 * eps)
+    return out
+
+
+# -- np.sign of a complex value is z / |z| (NumPy 2), not a constant --------------------------------
+def sign_loss(z):
+    return np.sum(np.real(np.sign(z) * W))
+
+
+def test_sign_of_complex_has_the_derivative_of_z_over_abs_z():
+    expected = fd_gradient(sign_loss, Z)
+    (g,), value = autodiff(ReverseWithPrimal, sign_loss, Active, Active(Z.copy()))
+    np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-8)
+    assert value == pytest.approx(sign_loss(Z), rel=1e-14)
+    tangent, primal = autodiff(ForwardWithPrimal, np.sign, Duplicated(Z.copy(), W.copy()))
+    np.testing.assert_allclose(primal, np.sign(Z), rtol=1e-15, atol=1e-15)
+    assert primal.dtype == np.complex128
+    np.testing.assert_allclose(tangent, (np.sign(Z + 1e-6 * W) - np.sign(Z - 1e-6 * W)) / 2e-6,
+                               rtol=1e-6, atol=1e-8)
+    compiled = tape.compile(Reverse, sign_loss, Active, Active)
+    for _ in range(2):   # the trace, then the replay
+        np.testing.assert_allclose(compiled(Active(Z.copy()))[0][0], expected, rtol=1e-6,
+                                   atol=1e-8)
+    check_grads(lambda z: np.sign(z) * z, Z)
+
+
+def test_sign_conventions_at_zero_and_for_real_input():
+    z = np.array([0j, 1 + 1j], dtype=np.complex64)
+    (g,), = autodiff(Reverse, lambda z: np.sum(np.real(np.sign(z))), Active, Active(z))
+    assert g[0] == 0 and g.dtype == np.complex64
+    (g,), value = autodiff(ReverseWithPrimal, lambda x: np.sum(np.sign(x) * x), Active,
+                           Active(np.array([-2.0, 0.0, 3.0])))
+    np.testing.assert_array_equal(g, [-1.0, 0.0, 1.0])
+    assert value == 5.0
