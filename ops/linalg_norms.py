@@ -69,7 +69,9 @@ def _vector_norm(x, ord=2, axis=None, keepdims=False):
     if isinstance(ord, str):
         raise ValueError(f"Invalid norm order '{ord}' for vectors")
     if ord == 0:
-        return inactive(lambda v: np.sum(v != 0, axis=axis, keepdims=keepdims).astype(v.dtype))(x)
+        # NumPy counts in the real dtype of x: complex64 gives float32, complex128 float64.
+        return inactive(lambda v: np.sum(v != 0, axis=axis, keepdims=keepdims).astype(
+            v.real.dtype))(x)
     if ord == np.inf:
         return np.max(np.abs(x), axis=axis, keepdims=keepdims)
     if ord == -np.inf:

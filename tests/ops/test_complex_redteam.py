@@ -54,3 +54,20 @@ def test_sign_conventions_at_zero_and_for_real_input():
                            Active(np.array([-2.0, 0.0, 3.0])))
     np.testing.assert_array_equal(g, [-1.0, 0.0, 1.0])
     assert value == 5.0
+
+
+# -- np.linalg.norm(z, 0) counts in the real dtype, as NumPy does ---------------------------------
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("norm", [lambda v: np.linalg.norm(v, 0),
+                                  lambda v: np.linalg.vector_norm(v, ord=0)],
+                         ids=["norm", "vector_norm"])
+def test_zero_norm_of_complex_input_is_real(norm, dtype):
+    z = np.array([1j, 0, 2 + 1j], dtype=dtype)
+    expected = norm(z)
+    _, value = autodiff(ForwardWithPrimal, norm, Duplicated(z.copy(), np.ones_like(z)))
+    assert value == expected and value.dtype == expected.dtype
+    # A real result, so it is a valid loss in reverse mode (the count has no derivative).
+    (g,), value = autodiff(ReverseWithPrimal, lambda v: norm(v) * np.sum(np.abs(v)), Active,
+                           Active(z.copy()))
+    assert value == pytest.approx(expected * np.sum(np.abs(z)), rel=1e-6)
+    np.testing.assert_allclose(g, 2 * z / np.where(z == 0, 1, np.abs(z)), rtol=1e-6)
