@@ -21,21 +21,19 @@ other rules; `vdot` conjugates its first argument through `np.conjugate`.
 """
 from __future__ import annotations
 
-import functools
-import string
+import math
 
 import numpy as np
 
 from tape.backend import array_module
-from tape.rules import register_function, register_ufunc
+from tape.rules import inactive, register_function, register_ufunc
 from tape.views import mark_view
 
 from ._util import add_tangents, defprimitive, numpy_scalar, shape_of, unbroadcast
 from .einsum_plan import contract
+from .einsum_subscripts import (LETTERS, checked_result_dtype, normalize_subscripts,
+                                sublist_subscripts)
 from .shape import transpose
-
-_LETTERS = string.ascii_letters
-
 
 def _dtype(x):
     dt = getattr(x, "dtype", None)
@@ -82,8 +80,9 @@ def _matmul_reverse(cfg, saved, g):
     if cfg.active[1] and ny == 2 and nx > 2:
         # A stack times one matrix (x @ W): fold the batch into the rows, so the batch sum
         # happens inside a single matmul instead of on a (batch, k, m) intermediate.
-        k = sx[-1]
-        gy = matmul(_swap_last(np.reshape(x, (-1, k))), np.reshape(g, (-1, sy[-1])))
+        # The row count is spelled out: a -1 cannot be inferred when k or m is 0.
+        rows = math.prod(sx[:-1])
+        gy = matmul(_swap_last(np.reshape(x, (rows, sx[-1]))), np.reshape(g, (rows, sy[-1])))
     elif cfg.active[1]:
         x_t = np.reshape(x, (sx[0], 1)) if nx == 1 else _swap_last(x)
         gy = matmul(x_t, g2)
@@ -224,7 +223,7 @@ def _expand(reduced, letters, subs, shape):
         return reduced
     repeated = {c for c in subs if subs.count(c) > 1}
     if repeated:
-        spare = iter(c for c in _LETTERS if c not in subs)
+        spare = iter(c for c in LETTERS if c not in subs)
         axis_letters, groups = [], {}
         for c in subs:
             if c in groups:
@@ -276,88 +275,39 @@ einsum = defprimitive("einsum", _einsum_impl, _einsum_augmented, _einsum_reverse
                       _einsum_forward)
 
 
-@functools.lru_cache(maxsize=1024)
-def normalize_subscripts(subscripts: str, shapes: tuple) -> tuple:
-    """`(inputs, output)` with an explicit output, ellipses replaced by letters, and size-1
-    broadcast axes given letters of their own (summed, which for size 1 is the identity).
-
-    >>> normalize_subscripts("...ij,jk", ((5, 2, 3), (3, 4)))
-    (('aij', 'jk'), 'aik')
-    """
-    s = subscripts.replace(" ", "")
-    if s.count("->") > 1:
-        raise ValueError(f"einsum subscripts {subscripts!r} contain more than one '->'")
-    lhs, explicit, out = s.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(shapes):
-        raise ValueError(f"einsum subscripts {subscripts!r} name {len(terms)} operands, "
-                         f"but {len(shapes)} were given")
-    for ch in s.replace("->", "").replace("...", "").replace(",", ""):
-        if ch not in _LETTERS:
-            raise ValueError(f"invalid character {ch!r} in einsum subscripts {subscripts!r}")
-    spare = iter(c for c in _LETTERS if c not in s)
-    counts = {}
-    for t in terms:
-        for c in t.replace("...", ""):
-            counts[c] = counts.get(c, 0) + 1
-    # Ellipses: each covers its operand's unnamed axes, aligned to the right.
-    n_ell = [len(shp) - len(t.replace("...", "")) if "..." in t else 0
-             for t, shp in zip(terms, shapes)]
-    ell = "".join(next(spare) for _ in range(max(n_ell, default=0)))
-    terms = [t.replace("...", ell[len(ell) - n:]) for t, n in zip(terms, n_ell)]
-    if not explicit:
-        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1))
-    elif "..." in out:
-        out = out.replace("...", ell)
-    elif ell:
-        raise ValueError("output has more dimensions than subscripts given in einstein sum, "
-                         "but no '...' ellipsis provided to broadcast the extra dimensions.")
-    size = {}
-    for t, shp in zip(terms, shapes):
-        if len(t) != len(shp):
-            raise ValueError(f"einsum subscripts {t!r} do not match an operand of shape {shp}")
-        for c, n in zip(t, shp):
-            if size.get(c, 1) not in (1, n) and n != 1:
-                raise ValueError(f"einsum: size mismatch for index {c!r} ({size[c]} vs {n})")
-            size[c] = max(size.get(c, 1), n)
-    fixed = []
-    for t, shp in zip(terms, shapes):
-        own = {c: n for c, n in zip(t, shp)}
-        if any(own[c] != n for c, n in zip(t, shp)):
-            raise ValueError(f"einsum: repeated index in {t!r} has different sizes {shp}")
-        renamed = {c: next(spare) for c in own if own[c] == 1 and size[c] > 1}
-        fixed.append("".join(renamed.get(c, c) for c in t))
-    if len(set(out)) != len(out) or any(c not in size for c in out):
-        raise ValueError(f"einsum output subscripts {out!r} must be distinct input letters")
-    return tuple(fixed), out
-
-
-def _sublist_to_str(sublist) -> str:
-    # NumPy's mapping of the operand-list form: 0-25 -> 'A'-'Z', 26-51 -> 'a'-'z'.
-    return "".join("..." if i is Ellipsis else string.ascii_uppercase[i] if i < 26
-                   else string.ascii_lowercase[i - 26] for i in sublist)
-
-
 def _einsum(*args, out=None, optimize=False, dtype=None, order="K", casting="safe"):
     """np.einsum on traced values: any subscripts (implicit or explicit output, repeated
-    indices, '...'), and the operand-list form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``."""
-    if out is not None or dtype is not None or order != "K" or casting != "safe":
-        raise NotImplementedError("np.einsum with out=, dtype=, order= or casting= is not "
-                                  "supported on traced values")
+    indices, '...'), the operand-list form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``, every
+    `optimize`, and `dtype`, `order`, `casting` as NumPy reads them (a cast `casting` forbids
+    raises NumPy's TypeError; `dtype` casts the operands first, differentiably). A traced `out`
+    is written by the tracer before this is called; a plain one cannot hold a derivative."""
+    if out is not None:
+        raise NotImplementedError("np.einsum(..., out=) with a plain `out` is not supported on "
+                                  "traced values; allocate it with np.zeros_like")
     if isinstance(args[0], str):
         subscripts, operands = args[0], args[1:]
     else:
         output = args[-1] if len(args) % 2 else None
         pairs = args[:-1] if len(args) % 2 else args
         operands = pairs[0::2]
-        subscripts = ",".join(_sublist_to_str(s) for s in pairs[1::2])
-        if output is not None:
-            subscripts += "->" + _sublist_to_str(output)
+        subscripts = sublist_subscripts(*pairs[1::2], output=output)
     shapes = tuple(shape_of(op) for op in operands)
-    normalized = normalize_subscripts(subscripts, shapes)
+    normalized = normalize_subscripts(subscripts, shapes, optimize is not False)
     if len(operands) == 1 and set(normalized[0][0]) == set(normalized[1]):
+        # NumPy returns this view whatever dtype=, order= and casting= say (unchecked).
         return _einsum_view(operands[0], normalized)
-    return einsum(*operands, subscripts=normalized, optimize=optimize)
+    keywords = dtype is not None or order != "K" or casting != "safe"
+    if keywords:
+        checked_result_dtype(normalized, operands, dtype, order, casting)
+    if dtype is not None and any(_dtype(op) != np.dtype(dtype) for op in operands):
+        # NumPy computes in `dtype`: the operands are cast to it (a complex one to a real
+        # dtype loses its imaginary part, as NumPy's 'unsafe' cast does).
+        operands = tuple(op.astype(dtype) if hasattr(op, "astype") else
+                         np.asarray(op, dtype=dtype) for op in operands)
+    result = einsum(*operands, subscripts=normalized, optimize=optimize)
+    if keywords and str(order).upper() in ("C", "F"):
+        result = np.asarray(result, order=str(order).upper())
+    return result
 
 
 def _einsum_view(a, subscripts):
@@ -376,6 +326,8 @@ def _einsum_view(a, subscripts):
 
 
 register_function(np.einsum, _einsum)
+# The path depends on the shapes alone: traced operands are read as their plain values.
+register_function(np.einsum_path, inactive(np.einsum_path))
 
 
 # -- composites -----------------------------------------------------------------------------------

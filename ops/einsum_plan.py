@@ -82,7 +82,7 @@ def _matmul_plan(a: str, b: str, output: str, size: dict) -> Optional[MatmulPlan
 
 @functools.lru_cache(maxsize=1024)
 def plan(inputs: tuple, output: str, shapes: tuple) -> Plan:
-    """The route for normalised subscripts (`ops.contractions.normalize_subscripts`: explicit
+    """The route for normalised subscripts (`ops.einsum_subscripts.normalize_subscripts`: explicit
     output, no ellipsis, equal sizes for a letter) and operand shapes.
 
     >>> plan(("kij", "nkj"), "nki", ((25, 10, 10), (1000, 25, 10))).route
