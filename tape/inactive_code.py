@@ -81,8 +81,8 @@ def _read_only(value):
     """A read-only view of a traced value's buffer: the engine reads it again (it may be the
     caller's argument), so a write by the inactive function, or into a result that is that
     view (``inactive(lambda x: x)``), raises NumPy's error instead of changing it unseen."""
-    if type(value) is np.ndarray and value.flags.writeable:
-        value = value.view()
+    if type(value) is np.ndarray:   # a view even of a read-only array: that may be an
+        value = value.view()        # argument a compiled trace froze, writable after it
         value.flags.writeable = False
     return value
 

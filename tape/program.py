@@ -24,11 +24,13 @@ from .aliasing import refuse_stale_reads
 from .batching import Batched
 from .config import _REVERSE_CONFIGS
 from .core import ReverseTrace, Tracer, peek
+from .inactive_code import _read_only
 from .program_adjoint import INLINE_KINDS
 # The values of the trace; GuardFailed and Uncompilable are also imported from here.
 from .program_tracer import CompiledTracer, GuardFailed, Uncompilable  # noqa: F401
 from .residuals import operands
 from .tracer import FUNCTION_RULES
+from .views import _refuse_read_only_write
 
 # Step kinds
 AUGMENTED = "aug"     # a differentiated primitive: augmented_primal, and its reverse rule
@@ -228,7 +230,9 @@ class CompileTrace(ReverseTrace):
             # NumPy's own function of constants: a constant of the program. (User code on
             # constants is a step all the same: each replay runs it, as eager mode does.)
             return fn(*args, **kwargs)
-        plain = _fill(template, [t._v for t in found])
+        # Read-only, as eager mode gives them (tape/inactive_code.py): a write by the function,
+        # or into a result that is one of them, raises there, and so here.
+        plain = _fill(template, [_read_only(t._v) for t in found])
         self._note_context()
         try:
             out = self._user(fn, plain[0], plain[1], inactive=True)
@@ -247,9 +251,11 @@ class CompileTrace(ReverseTrace):
         if arrays:
             made = tuple(self._add_step(step, list(out), True))
             self.inactive_slots.update(t.slot for t in made)
+            _refuse_writes_into_read_only(made, out)
             return made
         made = self._add_step(step, [out], True)[0]
         self.inactive_slots.add(made.slot)
+        _refuse_writes_into_read_only((made,), (out,))
         if isinstance(out, (np.ndarray, np.generic)):
             return made
         self.guard_value(made)    # a Python value (a bool from np.allclose, say)
@@ -441,3 +447,11 @@ def same_value(a, b) -> bool:
         return bool(a == b) or (a != a and b != b)
     except (TypeError, ValueError):
         return a is b
+
+
+def _refuse_writes_into_read_only(made, outs) -> None:
+    """An inactive function's read-only result (its argument handed back, which eager mode
+    gives as a read-only view) refuses a write, as NumPy does in eager mode."""
+    for t, o in zip(made, outs):
+        if isinstance(o, np.ndarray) and not o.flags.writeable:
+            t.write_guard = _refuse_read_only_write

@@ -8,6 +8,7 @@ import re
 import numpy as np
 
 from .backend import add_or_none
+from .inactive_code import _read_only
 from .program import (AUGMENTED, FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, Uncompilable, _ShapeChecked, _fill, _param_slots, same_value,
                       step_context)
@@ -155,7 +156,7 @@ class Program:
             checked = type(fn) is _ShapeChecked
             name = getattr(fn, "__name__", "inactive")
             call = (f"calls.call({const(fn.fn if checked else fn, name)}, "
-                    f"*_fill({const(consts[0], 'a')}, ({''.join(f'v{s}, ' for s in ins)})))")
+                    f"*_fill({const(consts[0], 'a')}, ({''.join(f'_ro(v{s}), ' for s in ins)})))")
             return f"    {lhs} = " + (f"{const(fn, name + '_shapes')}.check({call})" if checked
                                       else call)
         args = "".join(f"v{s}, " if s is not None else f"{const(c)}, "
@@ -221,7 +222,7 @@ class Program:
     def _generate(self, trace, leaf_slots, result_slots, seed_slots, grad_slots, nondiff,
                   useful, needed):
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
-              "_fill": _fill, "_iadd": iadd, "_add_into": add_into, "_zeros": np.zeros,
+              "_fill": _fill, "_ro": _read_only, "_iadd": iadd, "_add_into": add_into, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
               "_array": np.array, "_step_context": step_context, "_DIRECT": DIRECT}
         lines = ["def run(leaves, seeds, recorded=None, calls=_DIRECT):"]

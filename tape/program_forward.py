@@ -24,6 +24,7 @@ import numpy as np
 from .batching import Batched, forward_per_direction
 from .config import _FORWARD_CONFIGS
 from .forward_trace import _complex_like
+from .inactive_code import _read_only
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, _fill, _inlinable, _param_slots, same_value, step_context)
 from .program_adjoint import INLINE_KINDS
@@ -204,7 +205,7 @@ class ForwardProgram(Program):
         """The program's source and namespace. `strict_run`: the program to run instead
         where the caller's settings make warnings raise (it runs every step and forward rule
         that may raise)."""
-        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_call": _call,
+        ns = {"GuardFailed": GuardFailed, "_same": same_value, "_fill": _fill, "_ro": _read_only, "_call": _call,
               "_add_reduce": np.add.reduce, "_array": np.array, "_step_context": step_context,
               "_DIRECT": DIRECT, "_complex_like": _complex_like,
               "_forward_batched": forward_batched, "_user_forward_batched": user_forward_batched,

@@ -114,3 +114,23 @@ def test_a_compiled_function_read_by_another_is_watched_through_its_function():
         g(Duplicated(np.ones(2), dx))
         np.testing.assert_array_equal(dx, [2.0 * step, 12.0])
     assert g.stats.eager_calls == 0
+
+
+def test_a_write_into_an_inactive_function_s_result_that_is_its_argument_raises_as_eagerly():
+    # inactive(lambda x: x) hands back a read-only view of x: eager mode refuses the write,
+    # and so must the compiled function (it returned 113 where the plain function gives 10013).
+    import pytest
+    ident = tape.inactive(lambda v: v)
+
+    def f(x):
+        y = ident(x)
+        y[0] = 100.0
+        return np.sum(x * y)
+
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="read-only"):
+        autodiff(ReverseWithPrimal, f, Active, Active(x.copy()))
+    g = tape.compile(ReverseWithPrimal, f, Active, Active)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="read-only"):
+            g(Active(x.copy()))
