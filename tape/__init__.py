@@ -14,14 +14,16 @@ checks that there is no cycle):
 3. what a traced value can do: ``rule_tables`` (the rules ops/ registers), ``views``
    (NumPy's views), ``tracer`` (ndarray methods, NumPy protocols), ``batching``
    and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
-   ``rules`` / ``easy_rule`` (how the ops register theirs);
+   ``rules`` / ``rule_calls`` / ``easy_rule`` (how the ops and users register theirs),
+   ``inactive_code`` (`tape.inactive`);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
    (`autodiff_thunk`), ``checkpoint`` and ``checkpointed_scan``, ``convenience`` and
    ``jacobians``, ``visualize``,
    ``testing`` (with ``finite_differences`` and ``rule_check``);
 5. trace -> program -> replay: ``program`` (the compiling trace) and ``program_*`` (the
    generated program: adjoint, forward, CSE, the cut of long programs), ``signature`` (what a
-   replay depends on), ``compiled`` and ``compiled_*`` (`tape.compile`);
+   replay depends on), ``closure_watch`` (what the function reads besides its arguments),
+   ``compiled`` and ``compiled_*`` (`tape.compile`);
 6. this facade, which also loads the standard rules (the ``ops`` package, a layer above the
    engine) and ``tape.scipy`` (built on them).
 """
