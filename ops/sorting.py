@@ -189,9 +189,12 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
         # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
         s = np.where(nan, 0, s)
     dtype = np.result_type(peek(a))
+    if dtype.kind == "c" and not median:   # NumPy's median takes complex input, quantile not
+        raise TypeError("a must be an array of real numbers")
     weak_dtype = dtype if weak and dtype.kind == "f" else None
-    if not isinstance(q, Tracer):
-        q = xp.asarray(q, dtype=np.result_type(dtype, np.float64))
+    if not isinstance(q, Tracer):   # positions are real, for complex input too
+        real = np.empty(0, dtype).real.dtype
+        q = xp.asarray(q, dtype=np.result_type(real, np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
     if ignore_nan:
         count = n - nan_count            # valid entries per slice, shape `rest`

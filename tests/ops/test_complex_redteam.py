@@ -71,3 +71,23 @@ def test_zero_norm_of_complex_input_is_real(norm, dtype):
                            Active(z.copy()))
     assert value == pytest.approx(expected * np.sum(np.abs(z)), rel=1e-6)
     np.testing.assert_allclose(g, 2 * z / np.where(z == 0, 1, np.abs(z)), rtol=1e-6)
+
+
+# -- np.median of complex input (NumPy takes it; quantile and percentile refuse it) --------------
+@pytest.mark.parametrize("median", [np.median, np.nanmedian])
+def test_median_of_complex_values(median):
+    for z in (Z, np.append(Z, 0.5 - 2j)):   # even and odd counts
+        loss = lambda v: np.abs(median(v)) ** 2   # noqa: E731
+        (g,), value = autodiff(ReverseWithPrimal, loss, Active, Active(z.copy()))
+        assert value == pytest.approx(loss(z), rel=1e-14)
+        np.testing.assert_allclose(g, fd_gradient(loss, z), rtol=1e-6, atol=1e-8)
+    _, value = autodiff(ForwardWithPrimal, median, Duplicated(Z.astype(np.complex64),
+                                                               np.ones(4, np.complex64)))
+    assert value == median(Z.astype(np.complex64)) and value.dtype == np.complex64
+
+
+@pytest.mark.parametrize("quantile", [np.quantile, np.nanquantile, np.percentile,
+                                      np.nanpercentile])
+def test_quantiles_of_complex_values_are_refused_as_in_numpy(quantile):
+    with pytest.raises(TypeError, match="real numbers"):
+        autodiff(ForwardWithPrimal, lambda v: quantile(v, 0.5), Duplicated(Z.copy(), W.copy()))
