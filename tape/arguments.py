@@ -175,6 +175,11 @@ def _shadow_mismatch(x, dx) -> str | None:
     if hasattr(x, "dtype") and getattr(dx, "dtype", None) != x.dtype and np.ndim(x) > 0:
         return (f"has dtype {getattr(dx, 'dtype', type(dx).__name__)} but the primal has dtype "
                 f"{x.dtype}")
+    if np.ndim(x) == 0 and np.iscomplexobj(dx) and not np.iscomplexobj(x):
+        # (arrays are refused above by dtype; a scalar's shadow may be a wider real type)
+        return (f"is complex ({dx!r}) but the primal is real ({type(x).__name__}): a real "
+                f"function's tangent or cotangent is real; make the primal complex to "
+                f"differentiate in a complex direction")
     if module_name(x) != module_name(dx):
         return f"is a {module_name(dx)} array but the primal is a {module_name(x)} array"
     return None

@@ -463,6 +463,8 @@ def test_float32_stays_float32_in_every_mode():
      r"immutable leaf p\[0\] \(argument 0\)"),
     (lambda: autodiff(Reverse, np.sum, Active, Duplicated(np.ones(2), None)),
      r"the shadow of argument 0 .* does not have the structure of its primal"),
+    (lambda: autodiff(Forward, abs, Duplicated(2.0, 1j)),   # was the tangent 1j of |x|
+     r"shadow of argument 0 .* is complex \(1j\) but the primal is real \(float\)"),
 ])
 def test_activity_errors_name_the_argument(call, match):
     with pytest.raises(tape.HecateError, match=match):
