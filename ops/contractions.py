@@ -1,4 +1,5 @@
-"""Contractions: matmul (and `@`), dot, vdot, inner, outer, tensordot, einsum, kron.
+"""Contractions: matmul (and `@`), dot, vdot, inner, outer, tensordot, einsum, kron, and
+NumPy 2's vecdot, matvec and vecmat.
 
 Three primitives carry the derivatives; the other functions are written in terms of them.
 
@@ -37,7 +38,7 @@ from .shape import transpose
 
 def _dtype(x):
     dt = getattr(x, "dtype", None)
-    return dt if dt is not None else np.result_type(x)
+    return dt if dt is not None else np.asarray(x).dtype   # np.result_type reads a list as a dtype
 
 
 def _swap_last(x):
@@ -103,13 +104,48 @@ matmul.reverse_results = "fresh"   # never None for an active argument; new arra
 
 def _matmul(x1, x2, /, **kwargs):
     """np.matmul(x1, x2) and `x1 @ x2` on traced values (1-D operands, broadcast stacks)."""
-    if any(v is not None for v in kwargs.values()):
-        raise NotImplementedError(f"np.matmul with {sorted(kwargs)} is not supported on traced "
-                                  "values")
+    _refuse_keywords("matmul", kwargs)
     return matmul(x1, x2)
 
 
 register_ufunc(np.matmul, _matmul)
+
+
+def _refuse_keywords(name: str, kwargs: dict) -> None:
+    given = sorted(k for k, v in kwargs.items() if v is not None)
+    if given:
+        raise NotImplementedError(f"np.{name} with {given} is not supported on traced values")
+
+
+def _conjugated(x):
+    return np.conjugate(x) if np.issubdtype(_dtype(x), np.complexfloating) else x
+
+
+def _vecdot(x1, x2, /, *, axis=-1, keepdims=False, **kwargs):
+    """np.vecdot: the dot product along `axis` (the first operand conjugated), broadcasting
+    the other axes, as one batched matmul of a row by a column."""
+    _refuse_keywords("vecdot", kwargs)
+    a = np.moveaxis(_conjugated(_sequence_as_array(x1)), axis, -1)
+    b = np.moveaxis(_sequence_as_array(x2), axis, -1)
+    out = matmul(a[..., None, :], b[..., :, None])[..., 0, 0]
+    return np.expand_dims(out, axis) if keepdims else numpy_scalar(out)
+
+
+def _matvec(x1, x2, /, **kwargs):
+    """np.matvec: matrices (last two axes) times vectors (last axis), broadcast stacks."""
+    _refuse_keywords("matvec", kwargs)
+    return numpy_scalar(matmul(x1, _sequence_as_array(x2)[..., None])[..., 0])
+
+
+def _vecmat(x1, x2, /, **kwargs):
+    """np.vecmat: conjugated vectors (last axis) times matrices (last two axes)."""
+    _refuse_keywords("vecmat", kwargs)
+    return numpy_scalar(matmul(_conjugated(_sequence_as_array(x1))[..., None, :], x2)[..., 0, :])
+
+
+for _name, _rule in (("vecdot", _vecdot), ("matvec", _matvec), ("vecmat", _vecmat)):
+    if hasattr(np, _name):          # NumPy 2.0 has vecdot, 2.2 matvec and vecmat
+        register_ufunc(getattr(np, _name), _rule)
 
 
 # -- tensordot ------------------------------------------------------------------------------------
@@ -157,10 +193,17 @@ tensordot = defprimitive("tensordot", lambda a, b, axes: np.tensordot(a, b, axes
 
 
 def _tensordot(a, b, axes=2):
-    """np.tensordot with `axes` an int N (last N of a with first N of b) or a pair of axis
-    sequences (or ints); negative axes allowed."""
+    """np.tensordot with `axes` an int N (last N of a with first N of b; a 0-d array too) or a
+    pair of axis sequences (or ints); negative axes allowed, out-of-range ones refused.
+
+    >>> import tape
+    >>> tape.autodiff(tape.Reverse, lambda x: np.tensordot(x, np.ones(3), axes=([1], [0])).sum(),
+    ...               tape.Active, tape.Active(np.ones((2, 3))))
+    ((array([[1., 1., 1.],
+           [1., 1., 1.]]),),)
+    """
     na, nb = len(shape_of(a)), len(shape_of(b))
-    if isinstance(axes, (int, np.integer)):
+    if isinstance(axes, (int, np.integer)) or (isinstance(axes, np.ndarray) and axes.ndim == 0):
         n = int(axes)
         a_axes, b_axes = tuple(range(na - n, na)), tuple(range(n))
     else:
@@ -169,9 +212,17 @@ def _tensordot(a, b, axes=2):
         b_axes = (b_axes,) if isinstance(b_axes, (int, np.integer)) else tuple(b_axes)
         if len(a_axes) != len(b_axes):
             raise ValueError("shape-mismatch for sum: tensordot axes differ in length")
-        a_axes = tuple(int(i) % na for i in a_axes)
-        b_axes = tuple(int(i) % nb for i in b_axes)
+        a_axes = tuple(_axis_in_range(i, na, "a") for i in a_axes)
+        b_axes = tuple(_axis_in_range(i, nb, "b") for i in b_axes)
     return tensordot(a, b, axes=(a_axes, b_axes))
+
+
+def _axis_in_range(axis, ndim: int, name: str) -> int:
+    # A modulo alone would read axis 5 of a 2-d operand as axis 1 (NumPy refuses it).
+    if not -ndim <= int(axis) < ndim:
+        raise np.exceptions.AxisError(f"np.tensordot: axis {int(axis)} is out of bounds for "
+                                      f"operand {name} of dimension {ndim}")
+    return int(axis) % ndim
 
 
 register_function(np.tensordot, _tensordot)
@@ -347,8 +398,7 @@ def _dot(a, b, out=None):
 
 def _vdot(a, b):
     """np.vdot: the dot product of the flattened arrays, conjugating the first."""
-    if np.issubdtype(_dtype(a), np.complexfloating):
-        a = np.conjugate(a)
+    a, b = _conjugated(_sequence_as_array(a)), _sequence_as_array(b)
     return matmul(np.reshape(a, (-1,)), np.reshape(b, (-1,)))
 
 

@@ -148,3 +148,46 @@ def test_einsum_with_optimize_sums_ellipsis_axes_missing_from_the_output(optimiz
         check_grads(f, *ops_, order=1)
     with pytest.raises(ValueError):
         traced_value(lambda x: np.einsum("i...->i", x), a)      # optimize=False refuses
+
+
+@pytest.mark.parametrize("shapes, axes", [(((2, 3), (3, 4)), ([5], [0])),
+                                          (((2, 3), (2, 4)), ([-3], [0])),
+                                          (((), (3,)), ([0], [0]))])
+def test_tensordot_axes_out_of_range_are_refused(shapes, axes):
+    """Axis 5 of a 2-d operand was read as axis 1 (a value NumPy refuses to give), and a 0-d
+    operand raised ZeroDivisionError."""
+    a, b = (np.ones(s) for s in shapes)
+    with pytest.raises(IndexError):
+        np.tensordot(a, b, axes=axes)
+    with pytest.raises(IndexError, match="out of bounds"):
+        traced_value(lambda x, y: np.tensordot(x, y, axes=axes), a, b)
+
+
+def test_tensordot_axes_as_a_zero_dimensional_array_and_list_operands():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((3, 4))
+    assert_like_numpy(lambda x, y: np.tensordot(x, y, axes=np.array(1)), a, b)
+    # np.result_type read a list as a dtype specification
+    assert_like_numpy(lambda x: np.vdot([1.0, 2.0, 3.0], x), b[:, 0])
+    assert_like_numpy(lambda x: np.einsum("i,i", [1.0, 2.0, 3.0], x, dtype=np.complex128), b[:, 0])
+
+
+def _complex(rng, *shape):
+    return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+
+@pytest.mark.skipif(not hasattr(np, "matvec"), reason="np.matvec and np.vecmat need NumPy 2.2")
+def test_vecdot_matvec_vecmat():
+    """NumPy 2's contraction ufuncs had no rule (NotImplementedError on traced operands)."""
+    rng = np.random.default_rng(6)
+    r = lambda *s: rng.standard_normal(s)      # noqa: E731
+    cases = [(np.vecdot, r(3), r(3)), (np.vecdot, r(2, 1, 3), r(4, 3)),
+             (lambda x, y: np.vecdot(x, y, axis=0, keepdims=True), r(3, 2), r(3, 1)),
+             (np.vecdot, _complex(rng, 2, 3), _complex(rng, 3)),
+             (np.matvec, r(4, 1, 2, 3), r(5, 3)), (np.matvec, _complex(rng, 2, 3), r(3)),
+             (np.vecmat, r(5, 3), r(4, 1, 3, 2)), (np.vecmat, _complex(rng, 3), _complex(rng, 3, 2))]
+    for f, x, y in cases:
+        assert_like_numpy(f, x, y)
+        check_grads(f, x, y, order=1)
+    with pytest.raises(NotImplementedError, match="axes"):
+        traced_value(lambda x: np.vecdot(x, x, axes=[(-1,), (-1,), ()]), r(3))
