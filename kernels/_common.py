@@ -83,6 +83,7 @@ def check_memory_shapes(name: str, named: dict, states: tuple) -> int:
     """
     k = named["k"]
     ks = shape(k)
+    check_same(name, "k", k, {}, ks, "")        # an array of floats before its shape is read
     if len(ks) < 2:
         raise ValueError(f"{name}: `k` must have shape [..., s, d]; got {ks}")
     lead, d = ks[:-2], ks[-1]

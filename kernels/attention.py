@@ -210,9 +210,13 @@ def swa_attention(q: Any, k: Any, v: Any, window: int, *, storage: Optional[str]
     (2, 6, 8)
     """
     qs = shape(q)
+    check_same("swa_attention", "q", q, {}, qs, "")
     if len(qs) < 2:
         raise ValueError(f"swa_attention: `q` must have shape [..., s, head_dim]; got {qs}")
     check_same("swa_attention", "q", q, {"k": k, "v": v}, qs, "the shape of `q`")
+    if qs[-1] < 1:
+        raise ValueError(f"swa_attention: head_dim (the last axis of `q`) must be >= 1, got "
+                         f"shape {qs}")
     if isinstance(window, bool) or not isinstance(window, (int, np.integer)):
         raise TypeError(f"swa_attention: window must be an int, got {window!r}")
     if window < 1:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from tape.backend import array_module, module_name
 from tape.rules import custom_rule
 
@@ -48,7 +50,8 @@ def _check(rule: str, args: tuple, checkpoint_every) -> int:
     name = _PUBLIC[rule]
     named = dict(zip(_ARGS[rule], args))
     d = check_memory_shapes(name, named, _STATES[rule])
-    if checkpoint_every is not None and (not isinstance(checkpoint_every, int)
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool)
+                                         or not isinstance(checkpoint_every, (int, np.integer))
                                          or checkpoint_every < 1):
         raise ValueError(f"{name}: checkpoint_every must be None or an int >= 1, got "
                          f"{checkpoint_every!r}")
@@ -174,7 +177,8 @@ def _call(rule, prim, args, checkpoint_every, backend):
     chosen = backend_for(args, d, backend, _PUBLIC[rule])
     if backend is None and not is_reference_forced():
         chosen = _default_backend(rule, args, d, chosen)
-    return prim(*args, checkpoint_every=checkpoint_every, backend=chosen)
+    every = None if checkpoint_every is None else int(checkpoint_every)
+    return prim(*args, checkpoint_every=every, backend=chosen)
 
 
 def delta_rule(k: Any, v: Any, q: Any, alpha: Any, theta: Any, m0: Any, *,
@@ -284,6 +288,7 @@ def memory_read(q: Any, m: Any) -> Any:
     array([[2., 1.]])
     """
     qs = shape(q)
+    check_same("memory_read", "q", q, {}, qs, "")
     if len(qs) < 2:
         raise ValueError(f"memory_read: `q` must have shape [..., s, d]; got {qs}")
     check_same("memory_read", "q", q, {"m": m}, qs[:-2] + (qs[-1], qs[-1]),

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from tape.backend import array_module
 from tape.rules import custom_rule
 
@@ -94,7 +96,8 @@ class _Layout:
 
     def unshift(self, a):
         """The inverse of `shifted`: ``[B, N + 1, C, d]`` -> ``[..., s, d]``."""
-        flat = self.xp.reshape(a, (self.B, -1, self.d))[:, 1:self.s + 1]
+        # Explicit lengths: with B = 0 or d = 0 a -1 would be ambiguous.
+        flat = self.xp.reshape(a, (self.B, (self.N + 1) * self.C, self.d))[:, 1:self.s + 1]
         return self.xp.reshape(flat, self.lead + (self.s, self.d))
 
     def reads(self, q_shifted, M):
@@ -378,7 +381,7 @@ def _check(rule: str, args: tuple, period, backend) -> None:
     name = _PUBLIC[rule]
     named = dict(zip(_ARGS[rule], args))
     check_memory_shapes(name, named, _STATES[rule])
-    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
         raise ValueError(f"{name}: period must be an int >= 1, got {period!r}")
     if backend not in (None,) + BACKENDS:
         raise ValueError(f"{name}: backend must be None, 'reference' or 'chunked', got "
@@ -389,7 +392,7 @@ def _call(rule: str, prim, args: tuple, period, backend):
     _check(rule, args, period, backend)
     if backend is None:
         backend = "reference" if is_reference_forced() else "chunked"
-    return prim(*args, period=period, backend=backend)
+    return prim(*args, period=int(period), backend=backend)
 
 
 def delta_rule_periodic(k: Any, v: Any, q: Any, alpha: Any, theta: Any, m0: Any, *,
