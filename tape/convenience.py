@@ -18,11 +18,11 @@ from .activities import (Active, Annotation, Const, Duplicated, Forward, Forward
 from .api import autodiff
 from .backend import array_module
 from .core import Tracer, is_complex
-from .errors import ActivityError
-from .jacobians import (check_argument, check_chunk, check_result,
+from .errors import ActivityError, PytreeError
+from .jacobians import (SamePoint, check_argument, check_chunk, check_result,
                         forward_columns, forward_jacobian, is_tree, on_float_leaves, onehot,
                         reverse_jacobian)
-from .pytree import flatten, flatten_with_paths, set_at
+from .pytree import flatten, flatten_with_paths, format_path, set_at
 
 __all__ = ["GradientResult", "gradient", "gradient_", "jacobian", "hvp", "hvp_",
            "hvp_and_gradient_", "hessian", "make_zero_", "onehot"]
@@ -77,11 +77,12 @@ def gradient(mode: Mode, f: Callable, *args: Any):
         return result[0]
     check = _scalar_check(f)
     derivs, val = [], None
+    point = SamePoint(args)   # one pass per argument, all at the same point
     for i, a in enumerate(args):
         if isinstance(a, Const):
             derivs.append(None)
             continue
-        d, val = forward_jacobian(f, args, i, None, check)
+        d, val = forward_jacobian(f, args, i, None, check, point)
         derivs.append(d)
     if mode.with_primal:
         if all(d is None for d in derivs):
@@ -118,34 +119,39 @@ def gradient_(mode: Mode, dx: Any, f: Callable, x: Any):
 
 
 def make_zero_(shadow: Any) -> Any:
-    """Zero `shadow` in place (arrays, and float fields of lists, dicts and dataclasses).
+    """Zero `shadow` in place: its arrays, and the number leaves of lists, dicts, dataclasses
+    and classes registered with ``fields=``; returns `shadow`.
+
+    Every pytree `flatten` traverses is walked, so a shadow that `autodiff` accumulates into
+    is zeroed entirely (what `gradient_` relies on). Integer and static leaves are left as they
+    are. A nonzero number where it cannot be replaced (inside a tuple, a class registered with
+    flatten/unflatten, or `shadow` itself) raises a PytreeError naming its path.
 
     >>> s = {"w": np.ones(2), "b": [1.5]}
     >>> make_zero_(s)
     {'w': array([0., 0.]), 'b': [0.0]}
     """
-    if isinstance(shadow, (list, dict)):
-        keys = range(len(shadow)) if isinstance(shadow, list) else list(shadow)
-        for k in keys:
-            v = shadow[k]
-            shadow[k] = type(v)(0) if isinstance(v, (float, complex)) else make_zero_(v)
-        return shadow
-    if hasattr(shadow, "__dataclass_fields__"):
-        for name in shadow.__dataclass_fields__:
-            v = getattr(shadow, name)
-            if isinstance(v, (float, complex)):
-                setattr(shadow, name, type(v)(0))
-            else:
-                make_zero_(v)
-        return shadow
-    if isinstance(shadow, tuple):
-        for v in shadow:
-            if not isinstance(v, (float, complex, int)):
-                make_zero_(v)
-        return shadow
-    if hasattr(shadow, "shape") and np.ndim(shadow) > 0 or isinstance(shadow, np.ndarray):
-        shadow[...] = 0
+    leaves, paths, _ = flatten_with_paths(shadow)
+    for leaf, path in zip(leaves, paths):
+        if _is_array(leaf):
+            leaf[...] = 0
+        elif _is_number(leaf) and leaf != 0:
+            if not path:
+                raise PytreeError(
+                    f"make_zero_ cannot zero the number {leaf!r} in place; it zeroes arrays "
+                    "and the number leaves of lists, dicts and dataclasses (use 0.0 instead)")
+            set_at(shadow, path, type(leaf)(0), root="shadow")
     return shadow
+
+
+def _is_array(x) -> bool:
+    """An array that can be written in place (a NumPy scalar cannot; a 0-d array can)."""
+    return hasattr(x, "shape") and not isinstance(x, (np.generic, Tracer))
+
+
+def _is_number(x) -> bool:
+    """A float or complex number (Python or NumPy scalar); integers and bools are not zeroed."""
+    return isinstance(x, (float, complex, np.floating, np.complexfloating))
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,11 +187,12 @@ def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> t
         primals.append(out)
     jacobian_of = forward_jacobian if mode.kind == "forward" else reverse_jacobian
     derivs = []
+    point = SamePoint(args)   # several passes, all at the same point
     for i, a in enumerate(args):
         if isinstance(a, Const):
             derivs.append(None)
             continue
-        J = jacobian_of(f, args, i, chunk, check)
+        J = jacobian_of(f, args, i, chunk, check, point)
         derivs.append(J[0] if mode.kind == "forward" else J)
     if not mode.with_primal:
         return tuple(derivs)
@@ -249,24 +256,49 @@ def hvp_and_gradient_(res: Any, grad: Any, f: Callable, x: Any, v: Any):
 
 def _write_into(dst, value, name):
     """Copy `value` into `dst` in place: array leaves by value, number leaves of lists, dicts
-    and dataclasses by replacement (a number inside a tuple cannot be written: PytreeError)."""
-    if hasattr(dst, "shape") and not isinstance(dst, np.generic):
+    and dataclasses by replacement (a number inside a tuple cannot be written: PytreeError).
+    Leaves are matched by path (dict keys, not their order); each needs the result's shape;
+    integer leaves of `dst`, where the result has None, are left as they are."""
+    if _is_array(dst):
+        _check_shape(dst, value, name)
         dst[...] = value
         return dst
     leaves, paths, _ = flatten_with_paths(dst)
-    values, _ = flatten(value)
-    if len(values) != len(leaves):
-        raise ActivityError(f"`{name}` has {len(leaves)} leaves but the result has "
-                            f"{len(values)}; pass a pytree shaped like x")
-    for leaf, path, val in zip(leaves, paths, values):
-        if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):
+    values, value_paths, _ = flatten_with_paths(value)
+    by_path = {_keys(p): v for p, v in zip(value_paths, values)}
+    written = set()
+    for leaf, path in zip(leaves, paths):
+        key = _keys(path)
+        if key not in by_path:
+            if _is_number(leaf) or _is_array(leaf) and np.asarray(leaf).dtype.kind in "fc":
+                raise ActivityError(f"{format_path(path, name)} has no counterpart in the result "
+                                    "(its keys or fields differ); pass a pytree shaped like x")
+            continue
+        val = by_path[key]
+        written.add(key)
+        if _is_array(leaf):
+            _check_shape(leaf, val, format_path(path, name))
             leaf[...] = val
         elif not path:
             raise ActivityError(f"`{name}` is a {type(dst).__name__}, which cannot be written "
                                 "in place; pass an array (or a pytree of arrays)")
         else:
             set_at(dst, path, type(leaf)(val), root=name)
+    missing = [p for p in value_paths if _keys(p) not in written]
+    if missing:
+        raise ActivityError(f"{format_path(missing[0], name)} is missing: `{name}` has no leaf "
+                            "there for the result; pass a pytree shaped like x (make_zero(x))")
     return dst
+
+
+def _keys(path):
+    return tuple(entry.key for entry in path)
+
+
+def _check_shape(dst, value, where):
+    if np.shape(dst) != np.shape(value):
+        raise ActivityError(f"{where} has shape {np.shape(dst)} but the result there has shape "
+                            f"{np.shape(value)}; pass arrays shaped like x's (make_zero(x))")
 
 
 def hessian(f: Callable, x: Any, chunk: int | None = None):

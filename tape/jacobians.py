@@ -147,6 +147,40 @@ def on_float_leaves(f: Callable, args: list, i: int):
     return g, call, rebuild
 
 
+class SamePoint:
+    """Several calls of `f` at one point. `f` may write into its arguments' arrays (a Jacobian
+    of ``a *= 2; return a ** 2``); every call after the first starts from the values they held
+    before the first, so that each pass differentiates at the same point and the arrays end
+    up as after one call, as after `autodiff`.
+
+    >>> a = np.array([1.0, 2.0]); point = SamePoint([a])
+    >>> point.before_call(); a *= 2; point.before_call(); a
+    array([1., 2.])
+    """
+    __slots__ = ("saved", "calls")
+
+    def __init__(self, args: list):
+        arrays = {}
+        for a in args:
+            for leaf in flatten(a.val if isinstance(a, Const) else a)[0]:
+                if _is_writable_array(leaf):
+                    arrays[id(leaf)] = leaf
+        self.saved = [(v, v.copy()) for v in arrays.values()]
+        self.calls = 0
+
+    def before_call(self) -> None:
+        if self.calls:
+            for array, values in self.saved:
+                array[...] = values
+        self.calls += 1
+
+
+def _is_writable_array(x) -> bool:
+    if isinstance(x, np.ndarray):
+        return bool(x.flags.writeable)
+    return hasattr(x, "__cuda_array_interface__")
+
+
 def is_tree(x) -> bool:
     return not isinstance(x, Tracer) and flatten(x)[1].kind != "leaf"
 
@@ -155,8 +189,10 @@ def is_tree(x) -> bool:
 # Forward mode: one batched pass per chunk of input directions
 
 
-def forward_columns(f, args, i, chunk=None, check=None):
-    """(columns, primal): the tangent of `f` along each direction of `_directions(args[i])`."""
+def forward_columns(f, args, i, chunk=None, check=None, point=None):
+    """(columns, primal): the tangent of `f` along each direction of `_directions(args[i])`.
+    `point` (a SamePoint over the arguments) restores them between passes."""
+    point = SamePoint(args) if point is None else point
     x = args[i]
     directions = _directions(x)
     consts = [Const(a.val if isinstance(a, Const) else a) for a in args]
@@ -164,30 +200,32 @@ def forward_columns(f, args, i, chunk=None, check=None):
     for rows in _chunks(len(directions), chunk):
         call = list(consts)
         call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
+        point.before_call()
         tangents, primal = autodiff(ForwardWithPrimal, f, *call)
         if check is not None and not columns:
             check(primal)
         columns.extend(tangents)
     if not directions:      # an empty argument: no pass ran
+        point.before_call()
         primal = f(*[c.val for c in consts])
         if check is not None:
             check(primal)
     return columns, primal
 
 
-def forward_jacobian(f, args, i, chunk=None, check=None):
+def forward_jacobian(f, args, i, chunk=None, check=None, point=None):
     """The Jacobian of `f` with respect to argument i by forward columns, and the primal."""
     if is_tree(args[i]):
         g, call, rebuild = on_float_leaves(f, args, i)
-        J, primal = _forward_jacobian(g, call, i, chunk, check)
+        J, primal = _forward_jacobian(g, call, i, chunk, check, point)
         return rebuild(J), primal
-    return _forward_jacobian(f, args, i, chunk, check)
+    return _forward_jacobian(f, args, i, chunk, check, point)
 
 
-def _forward_jacobian(f, args, i, chunk, check):
+def _forward_jacobian(f, args, i, chunk, check, point):
     """`forward_jacobian` of an array, a scalar or a list of float leaves (one block each)."""
     x = args[i]
-    columns, primal = forward_columns(f, args, i, chunk, check)
+    columns, primal = forward_columns(f, args, i, chunk, check, point)
     leaves = x if isinstance(x, list) else [x]
     xp = array_module(primal if hasattr(primal, "shape") else np.asarray(primal))
     out, start = [], 0
@@ -223,29 +261,33 @@ def _like_leaf(J, leaf):
 # Reverse mode: one recorded forward pass, reversed once per chunk of output rows
 
 
-def reverse_jacobian(f, args, i, chunk=None, check=None):
+def reverse_jacobian(f, args, i, chunk=None, check=None, point=None):
     """The Jacobian of `f` with respect to argument i by reverse rows (batch mode)."""
+    point = SamePoint(args) if point is None else point
     if is_tree(args[i]):
         g, call, rebuild = on_float_leaves(f, args, i)
-        return rebuild(_reverse_jacobian(g, call, i, chunk, check))
-    return _reverse_jacobian(f, args, i, chunk, check)
+        return rebuild(_reverse_jacobian(g, call, i, chunk, check, point))
+    return _reverse_jacobian(f, args, i, chunk, check, point)
 
 
-def _reverse_jacobian(f, args, i, chunk, check):
-    """`reverse_jacobian` of an array, a scalar or a list of float leaves (one block each)."""
+def _reverse_jacobian(f, args, i, chunk, check, point):
+    """`reverse_jacobian` of an array, a scalar or a list of float leaves (one block each).
+    `f` runs twice: once for the result's shape (the seeds), once recorded."""
     x = args[i]
     call = [Const(a.val if isinstance(a, Const) else a) for a in args]
+    point.before_call()
     primal = f(*[c.val for c in call])
     if check is not None:
         check(primal)
     seeds = onehot(primal) if _is_float(primal) else ()
     if not _is_mutable_leaf(x) and not isinstance(x, list):
-        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds)
+        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point)
     blocks = _chunks(len(seeds), chunk)
     width = len(blocks[0]) if blocks else 1
     shadows = tuple(make_zero(x) for _ in range(width))
     call[i] = BatchDuplicated(x, shadows)
     fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    point.before_call()
     tape, _, _ = fwd(*call)
     zero_seed = make_zero(primal)
     rows = []
@@ -269,10 +311,11 @@ def _stack_rows(rows, primal, leaf):
     return _like_leaf(J, leaf)
 
 
-def _reverse_rows_of_scalar(f, call, i, x, primal, seeds):
+def _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point):
     """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
     call[i] = Active(x)
     fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    point.before_call()
     tape, _, _ = fwd(*call)
     rows = [rev(*call, seed, tape)[0][i] for seed in seeds]
     if not rows:
