@@ -4,8 +4,9 @@ The Jacobian with respect to an argument has the argument's structure: an array 
 argument gives one array shaped ``out.shape + x.shape``; a pytree argument (dict, list, tuple,
 namedtuple, dataclass, registered class) gives the same pytree with each float leaf replaced
 by ``out.shape + leaf.shape`` and every other leaf by None, as reverse-mode gradients do.
-A pytree argument is handed to the engine as the plain list of its float leaves, so reverse
-mode can accumulate into number leaves of tuples too, and integer leaves stay constant.
+Reverse mode hands a pytree argument to the engine as the plain list of its float leaves, so
+it can accumulate into number leaves of tuples too, and integer leaves stay constant; forward
+mode seeds the tree itself (one float leaf hot per direction), so errors name leaves by path.
 
 Complex entries take two forward directions, 1 and 1j: the forward Jacobian row of a real
 function is then ``df/dRe + 1j df/dIm``, the reverse-mode gradient. Complex results are
@@ -189,12 +190,13 @@ def is_tree(x) -> bool:
 # Forward mode: one batched pass per chunk of input directions
 
 
-def forward_columns(f, args, i, chunk=None, check=None, point=None):
-    """(columns, primal): the tangent of `f` along each direction of `_directions(args[i])`.
-    `point` (a SamePoint over the arguments) restores them between passes."""
+def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=None):
+    """(columns, primal): the tangent of `f` along each direction (by default
+    `_directions(args[i])`). `point` (a SamePoint over the arguments) restores them between
+    passes."""
     point = SamePoint(args) if point is None else point
     x = args[i]
-    directions = _directions(x)
+    directions = _directions(x) if directions is None else directions
     consts = [Const(a.val if isinstance(a, Const) else a) for a in args]
     columns, primal = [], None
     for rows in _chunks(len(directions), chunk):
@@ -215,18 +217,29 @@ def forward_columns(f, args, i, chunk=None, check=None, point=None):
 
 def forward_jacobian(f, args, i, chunk=None, check=None, point=None):
     """The Jacobian of `f` with respect to argument i by forward columns, and the primal."""
-    if is_tree(args[i]):
-        g, call, rebuild = on_float_leaves(f, args, i)
-        J, primal = _forward_jacobian(g, call, i, chunk, check, point)
-        return rebuild(J), primal
-    return _forward_jacobian(f, args, i, chunk, check, point)
-
-
-def _forward_jacobian(f, args, i, chunk, check, point):
-    """`forward_jacobian` of an array, a scalar or a list of float leaves (one block each)."""
     x = args[i]
-    columns, primal = forward_columns(f, args, i, chunk, check, point)
-    leaves = x if isinstance(x, list) else [x]
+    if not is_tree(x):
+        columns, primal = forward_columns(f, args, i, chunk, check, point)
+        return _blocks(columns, primal, [x])[0], primal
+    # The tree itself is seeded (reverse mode needs the list of its float leaves), so that the
+    # engine's errors name a leaf by its path in the argument (`p['w']`, not `args[0][1]`).
+    leaves, td = flatten(x)
+    slots = [k for k, v in enumerate(leaves) if _is_float(v)]
+    directions = []
+    for k in slots:
+        for hot in _directions(leaves[k]):
+            zeros = flatten(make_zero(x))[0]
+            zeros[k] = hot
+            directions.append(unflatten(td, zeros))
+    columns, primal = forward_columns(f, args, i, chunk, check, point, tuple(directions))
+    full = [None] * len(leaves)
+    for k, block in zip(slots, _blocks(columns, primal, [leaves[k] for k in slots])):
+        full[k] = block
+    return unflatten(td, full), primal
+
+
+def _blocks(columns, primal, leaves):
+    """The Jacobian block of each leaf from the forward columns, in `_directions` order."""
     xp = array_module(primal if hasattr(primal, "shape") else np.asarray(primal))
     out, start = [], 0
     for leaf in leaves:
@@ -240,7 +253,7 @@ def _forward_jacobian(f, args, i, chunk, check, point):
             J = J + 1j * xp.stack([xp.asarray(c) for c in columns[start:start + size]], axis=-1)
             start += size
         out.append(_like_leaf(J.reshape(np.shape(primal) + np.shape(leaf)), leaf))
-    return (out if isinstance(x, list) else out[0]), primal
+    return out
 
 
 def _like_leaf(J, leaf):

@@ -167,3 +167,18 @@ def test_hessian_of_a_function_writing_its_argument_is_taken_at_one_point():
     a = np.array([1.0, 2.0])
     np.testing.assert_allclose(hessian(f, a, chunk=1), np.diag([48.0, 96.0]), rtol=1e-12)
     np.testing.assert_array_equal(a, [2.0, 4.0])
+
+
+@pytest.mark.parametrize("mode", [Reverse, Forward])
+def test_errors_name_the_leaf_path_in_both_modes(mode):
+    shared = np.ones(2)
+
+    def f(p):
+        p["a"][0] = 2.0             # p['b'] is the same array: refused in both modes
+        return np.sum(p["b"] ** 2)
+    with pytest.raises(ActivityError, match=r"p\['a'\] \(argument 0\) shares memory with "
+                                            r"p\['b'\]"):
+        gradient(mode, f, {"a": shared, "b": shared, "n": 3})
+    if mode is Forward:       # (Reverse jacobian seeds the list of float leaves: `args[0][0]`)
+        with pytest.raises(ActivityError, match=r"p\['a'\] \(argument 0\) shares memory"):
+            jacobian(mode, lambda p: f(p) * np.ones(2), {"a": shared, "b": shared}, chunk=1)
