@@ -158,6 +158,18 @@ def _astype_method(x, dtype, order="K"):
 register_method("astype", _astype_method)
 
 
+def _np_astype(x, dtype, /, *, copy=True, device=None):
+    """np.astype (NumPy >= 2.1): x.astype(dtype, copy=copy); with copy=False and no cast
+    needed it is x itself, as in NumPy (later writes are seen through it)."""
+    if device is not None:
+        np.astype(np.empty(0), dtype, device=device)   # NumPy's error for a device not "cpu"
+    return x.astype(dtype, copy=copy)
+
+
+if hasattr(np, "astype"):
+    register_function(np.astype, _np_astype)
+
+
 # -- linspace and geomspace: NumPy's values, derivatives through the weights w_k = k / div --------
 def _weights(num: int, endpoint: bool, out, ndim: int):
     """w_k = k / div along a leading axis of length num (then ndim broadcast axes), in the real

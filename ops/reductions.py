@@ -25,7 +25,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from tape.backend import array_module
-from tape.core import primal
+from tape.core import peek, primal
 from tape.rules import register_function
 
 from ._util import add_tangents, defprimitive, shape_of
@@ -303,16 +303,22 @@ def _scan(name, prim):
     return scan
 
 
-def _cumulative(name, scan):
-    """The array-API spellings np.cumulative_sum / np.cumulative_prod."""
+def _cumulative(name, scan, identity):
+    """The array-API spellings np.cumulative_sum / np.cumulative_prod; include_initial=True
+    puts the operation's identity (0 or 1, in the result's dtype) before each scan."""
     def cumulative(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
-        if include_initial:
-            raise NotImplementedError(f"np.{name}(..., include_initial=True) is not supported "
-                                      "on traced values")
         if axis is None and len(shape_of(x)) > 1:
             raise ValueError(f"np.{name} needs an axis for arrays with more than one dimension")
-        return scan(x, axis=axis, dtype=dtype, out=out)
-    cumulative.__doc__ = f"np.{name} on traced values (include_initial=False)."
+        if not include_initial:
+            return scan(x, axis=axis, dtype=dtype, out=out)
+        _refuse(name, out)
+        result = scan(x, axis=axis, dtype=dtype)
+        axis = normalize_axis_index(0 if axis is None else axis, len(shape_of(result)))
+        shape = list(shape_of(result))
+        shape[axis] = 1
+        first = array_module(result).full(shape, identity, dtype=np.result_type(peek(result)))
+        return np.concatenate([first, result], axis=axis)
+    cumulative.__doc__ = f"np.{name} on traced values."
     return cumulative
 
 
@@ -414,5 +420,5 @@ for _fn, _rule in [(np.sum, _sum), (np.prod, _prod), (np.cumsum, _cumsum),
                    (np.nanmean, _nanmean)]:
     register_function(_fn, _rule)
 if hasattr(np, "cumulative_sum"):   # NumPy >= 2.1
-    register_function(np.cumulative_sum, _cumulative("cumulative_sum", _cumsum))
-    register_function(np.cumulative_prod, _cumulative("cumulative_prod", _cumprod))
+    register_function(np.cumulative_sum, _cumulative("cumulative_sum", _cumsum, 0))
+    register_function(np.cumulative_prod, _cumulative("cumulative_prod", _cumprod, 1))

@@ -89,8 +89,17 @@ def reshape(a, shape, order="C"):
                      check_memory=True)
 
 
-register_function(np.reshape, lambda a, *args, **kw: reshape(
-    a, **dict(zip(("shape", "order"), args)), **_renamed(kw, newshape="shape")))
+def _reshape_function(a, *args, copy=None, **kw):
+    """np.reshape and x.reshape, with NumPy 2.1's copy=: True gives a private copy (writes do
+    not reach `a`), False refuses with NumPy's error where a copy would be needed."""
+    kw = {**dict(zip(("shape", "order"), args)), **_renamed(kw, newshape="shape")}
+    if copy is False:
+        np.reshape(peek(a), kw["shape"], order=kw.get("order", "C"), copy=False)
+    out = reshape(a, **kw)
+    return out.copy() if copy else out
+
+
+register_function(np.reshape, _reshape_function)
 
 
 def _renamed(kw, **names):

@@ -12,7 +12,7 @@ from .aliasing import mark_aliases, overlap, watch_arguments
 from .backend import module_name
 from .constbuffer import as_const
 from .core import Tracer, peek
-from .errors import ActivityError, PytreeError
+from .errors import ActivityError, PytreeError, refuse_matrix_or_masked
 from .pytree import flatten, flatten_with_paths, format_path, unflatten
 
 
@@ -200,6 +200,7 @@ def _trace_arguments(annotated, names, check, make_leaf):
         shadows = arg.shadows if arg.shadows is not None else [None] * len(arg.leaves)
         for i, (x, dx) in enumerate(zip(arg.leaves, shadows)):
             if _is_float(x):
+                refuse_matrix_or_masked(x, arg.path(i), ActivityError)
                 t = make_leaf(x, dx)
                 arg.tracers.append(t)
                 arg.first_slots.append(getattr(t, "slot", True))

@@ -18,7 +18,8 @@ import numpy as np
 
 from .config import (_ACTIVE_01, _ACTIVE_1, _ACTIVE_10, _ACTIVE_11,  # noqa: F401
                      _FORWARD_CONFIGS, _REVERSE_CONFIGS, RuleConfig, config_for, config_table)
-from .errors import EscapedTracerError, OnceDifferentiableError, reraise_hidden_cause
+from .errors import (EscapedTracerError, OnceDifferentiableError, refuse_matrix_or_masked,
+                     reraise_hidden_cause)
 from .aliasing import refuse_stale_reads
 from .residuals import caller_arrays, detach_outer, protect
 
@@ -102,6 +103,7 @@ class Primitive:
         # the rule's own operations on their tracers). This is the entry of every operation.
         top = None
         batched = False
+        subclassed = None   # an np.matrix or masked array would be silently misread
         for a in args:
             if isinstance(a, Tracer):
                 t = a.level
@@ -109,6 +111,10 @@ class Primitive:
                     top = t
             elif type(a) is _BATCHED_TYPE[0]:
                 batched = True
+            elif isinstance(a, np.ndarray) and type(a) is not np.ndarray:
+                subclassed = a
+        if subclassed is not None and top is not None:
+            refuse_matrix_or_masked(subclassed, self.name)
         if top is None:
             if not self.pure:
                 traces = _TRACE_STACK.get()

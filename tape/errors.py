@@ -3,6 +3,7 @@ import ast
 import importlib
 import inspect
 import linecache
+import sys
 
 import numpy as np
 
@@ -48,6 +49,15 @@ class NonDifferentiableError(HecateError, TypeError):
 _GENERATOR = inspect.CO_GENERATOR
 
 
+_SUBCLASS_MODULES = {
+    "numpy.ma": ("masked arrays are not differentiated (no derivative rule knows the mask, so "
+                 "the derivative would be lost). Keep x a plain array and select with a boolean "
+                 "mask: np.where(mask, 0.0, x) or x[~mask]"),
+    "numpy.matrixlib": ("np.matrix is not differentiated (its * is a matrix product and ** a "
+                        "matrix power). Keep a plain array and write the product with @"),
+}
+
+
 class TracerConversionError(NonDifferentiableError):
     """A traced value was asked to become a plain NumPy array (its `__array__`). While something
     is traced, the NumPy functions that take lists (np.array, np.mean, ...) catch this and build
@@ -71,6 +81,9 @@ class TracerConversionError(NonDifferentiableError):
             return (f"{module}.{function} was called on a traced value; SciPy's functions "
                     f"compute on plain arrays, so the derivative would be lost. "
                     + _scipy_replacement(module, function))
+        if caller is not None and caller[1] in _SUBCLASS_MODULES:
+            return (f"{caller[1]}.{caller[2]} was called on a traced value; "
+                    f"{_SUBCLASS_MODULES[caller[1]]}")
         if caller is not None and caller[2].startswith("vectorize"):
             return ("np.vectorize calls its function on plain elements, so the derivative "
                     "would be lost. Call the function on the whole array instead (written with "
@@ -265,3 +278,34 @@ def reraise_hidden_cause(error: BaseException | None) -> None:
     if (type(error) is ValueError and isinstance(cause, NonDifferentiableError)
             and "setting an array element" in str(error)):
         raise type(cause)(*cause.args).with_traceback(error.__traceback__) from None
+
+
+def refuse_matrix_or_masked(value, where: str, error: type = NonDifferentiableError) -> None:
+    """Refuse an np.matrix or numpy.ma masked array that meets a traced value (`where` names
+    the operation or the argument).
+
+    Their operators mean other things than an ndarray's (a matrix's ``*`` is a matrix product,
+    ``**`` a matrix power) and a masked array's mask is not part of any derivative rule, so
+    the result or its derivative would be silently wrong (the masked entries' data would
+    count). Anything else, plain arrays included, passes.
+
+    >>> refuse_matrix_or_masked(np.ones(2), "np.multiply")
+    >>> refuse_matrix_or_masked(np.matrix(np.eye(2)), "np.multiply")
+    Traceback (most recent call last):
+        ...
+    tape.errors.NonDifferentiableError: np.multiply: an np.matrix in a differentiated computation; ...
+    """
+    if type(value) is np.ndarray or not isinstance(value, np.ndarray):
+        return
+    if isinstance(value, np.matrix):
+        raise error(
+            f"{where}: an np.matrix in a differentiated computation; a matrix's * is a matrix product and "
+            "** a matrix power, which a traced array does not follow. Convert it with "
+            "np.asarray(A) and write the product with @ (or np.dot)")
+    masked = sys.modules.get("numpy.ma")   # loaded by whoever made a masked array
+    if masked is not None and isinstance(value, masked.MaskedArray):
+        raise error(
+            f"{where}: a numpy.ma masked array in a differentiated computation; its mask is not part of "
+            "any derivative rule, so the masked entries' data would count. Pass the data as a "
+            "plain array (m.filled(0.0), or m.data with the mask m.mask) and select with the "
+            "boolean mask: np.where(mask, 0.0, x) or x[~mask]")

@@ -14,7 +14,7 @@ from .batching import Batched
 from .constbuffer import ConstBuffer
 from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .forward_trace import DualTracer, ForwardTrace
-from .errors import NonDifferentiableError, TracerConversionError
+from .errors import NonDifferentiableError, TracerConversionError, refuse_matrix_or_masked
 # The tables are read from here too (tape.program, the tests): one module, two names.
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
@@ -30,6 +30,8 @@ def _operator(ufunc, tracer, other, args):
     if not isinstance(other, Tracer):
         if type(other) is Batched:
             return NotImplemented   # see _defers_to_batched
+        if isinstance(other, np.ndarray) and type(other) is not np.ndarray:
+            refuse_matrix_or_masked(other, f"the operator for np.{ufunc.__name__}")
         if tracer.level.alive:
             return tracer.level.process(prim, args, _NO_PARAMS)
     return prim(*args)
@@ -261,6 +263,24 @@ class _Surface:
     def __repr__(self):
         return f"{type(self).__name__}(level={self.level.depth}, {primal(self)!r})"
 
+    def __format__(self, spec):   # f"{loss:.4f}" formats the value, as NumPy's 0-d arrays
+        return format(primal(self), spec)
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    # -- the array API (NumPy 2): the namespace is numpy, whose functions are differentiated --
+    device = property(lambda self: getattr(peek(self), "device", "cpu"))
+
+    def to_device(self, device, /, *, stream=None):
+        if device != self.device:
+            raise ValueError(f"to_device({device!r}) of a traced value on {self.device!r}: "
+                             "a traced value stays on its device")
+        return self
+
+    def __array_namespace__(self, *, api_version=None):
+        return np.ndarray.__array_namespace__(np.empty(0), api_version=api_version)
+
     # -- operators ------------------------------------------------------------------------
     __add__, __radd__ = _binary(np.add)
     __sub__, __rsub__ = _binary(np.subtract)
@@ -333,10 +353,11 @@ class _Surface:
     def min(self, *a, **k): return _call_function(np.min, self, *a, **k)
     def var(self, *a, **k): return _call_function(np.var, self, *a, **k)
     def std(self, *a, **k): return _call_function(np.std, self, *a, **k)
-    def ptp(self, *a, **k): return _call_function(np.ptp, self, *a, **k)
+    if hasattr(np.ndarray, "ptp"):   # NumPy 2 removed the method (np.ptp stays)
+        def ptp(self, *a, **k): return _call_function(np.ptp, self, *a, **k)
     def cumsum(self, *a, **k): return _call_function(np.cumsum, self, *a, **k)
     def cumprod(self, *a, **k): return _call_function(np.cumprod, self, *a, **k)
-    def dot(self, other): return _call_function(np.dot, self, other)
+    def dot(self, other, out=None): return np.dot(self, other, out=out)
     def clip(self, *a, **k): return _call_function(np.clip, self, *a, **k)
     def round(self, *a, **k): return _call_function(np.round, self, *a, **k)
     def conj(self): return _call_ufunc(np.conjugate, self)

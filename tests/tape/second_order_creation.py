@@ -50,6 +50,7 @@ EXAMPLES = {
                                                (0.7,)),
     "ndarray.astype[traced Python float]": (lambda s: np.asarray(s).astype(complex) ** 3,
                                             (0.7,)),
+    "np.astype": (lambda x: np.astype(x * x, np.complex128, copy=False) ** 3, (x3,)),
     "np.stack[np.array of a nested mixed list]": (
         lambda x: np.array([[x[0], 1.0], (x[1] * x[2], 2)]) ** 2, (x3,)),
     "np.stack[nested lists]": (lambda x: np.stack([[x[0], 1.0], [2.0, x[1]]], axis=1) ** 2,
