@@ -164,7 +164,8 @@ class _Surface:
             raise _missing(f"{_ufunc_name(ufunc)}.{method}")
         if out is None:
             return result
-        return _write_out(out, result, ufunc.__name__)
+        # a call broadcasts into a larger `out`, as NumPy's ufuncs do; reduce and accumulate don't
+        return _write_out(out, result, ufunc.__name__, exact_shape=method != "__call__")
 
     def __array_function__(self, func, types, args, kwargs):
         if Batched in types:
@@ -172,7 +173,8 @@ class _Surface:
         if "out" in kwargs and isinstance(kwargs["out"], Tracer):
             kwargs = dict(kwargs)   # np.sum(x, out=c), ...: compute, then write into `out`
             out = kwargs.pop("out")
-            return _write_out(out, _call_function(func, *args, **kwargs), func.__name__)
+            return _write_out(out, _call_function(func, *args, **kwargs), func.__name__,
+                              exact_shape=func.__name__ != "clip")   # clip broadcasts, as a ufunc
         return _call_function(func, *args, **kwargs)
 
     __array__ = _refuse_array
@@ -447,10 +449,17 @@ def _has_layout(tracer, order) -> bool:
     return flags.c_contiguous if order == "C" else flags.f_contiguous
 
 
-def _write_out(out, result, name):
+def _write_out(out, result, name, exact_shape=False):
     if isinstance(out, tuple) and len(out) > 1:   # np.divmod(a, b, out=(q, r))
-        return tuple(r if o is None else _write_out(o, r, name) for o, r in zip(out, result))
+        return tuple(r if o is None else _write_out(o, r, name, exact_shape)
+                     for o, r in zip(out, result))
     target = out[0] if isinstance(out, tuple) else out
+    if exact_shape and np.shape(peek(target)) != np.shape(peek(result)):
+        # NumPy refuses such an `out` (np.dot, np.einsum, np.sum, ...); writing the result
+        # into it would broadcast copies of it
+        raise ValueError(f"numpy.{name}(..., out=...): `out` has shape "
+                         f"{np.shape(peek(target))} but the result has shape "
+                         f"{np.shape(peek(result))}; NumPy needs them equal here")
     if isinstance(target, Tracer):
         target[...] = result
         return target

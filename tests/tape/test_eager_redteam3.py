@@ -617,3 +617,34 @@ def test_a_written_buffer_returned_as_the_active_result_sums_both_seeds(compiled
     ((_, dxs),) = run(BatchDuplicated(np.array(0.0), (np.array(1.0), np.array(3.0))),
                       Active(np.array(1.0)))
     assert [float(d) for d in dxs] == [4.0, 8.0]
+
+
+@pytest.mark.parametrize("write, refused", [
+    (lambda x, o: np.einsum("ij,jk->ik", x, x, out=o), True),
+    (lambda x, o: np.dot(x, x, out=o), True),
+    (lambda x, o: np.cumsum(x, axis=0, out=o), True),
+    (lambda x, o: np.add.reduce(x, axis=0, out=o[0]), True),
+    (lambda x, o: np.add(x, x, out=o), False),          # ufunc calls broadcast into `out`
+    (lambda x, o: np.clip(x, 0.0, 2.0, out=o), False),  # and so does clip
+])
+def test_a_traced_out_of_another_shape_is_refused_where_numpy_refuses_it(write, refused):
+    # Writing the result into a larger traced `out` broadcast copies of it (NumPy raises).
+    x0 = np.ones((3, 3))
+    plain = np.zeros((2, 3, 3))
+    numpy_refuses = False
+    try:
+        write(x0, plain)
+    except ValueError:
+        numpy_refuses = True
+    assert numpy_refuses == refused
+
+    def f(x):
+        out = np.zeros((2, 3, 3)) + 0.0 * x[0, 0]
+        write(x, out)
+        return np.sum(out)
+    if refused:
+        with pytest.raises(ValueError, match="out"):
+            autodiff(Reverse, f, Active, Active(x0))
+    else:
+        (dx,), = autodiff(Reverse, f, Active, Active(x0))
+        assert dx.shape == (3, 3)
