@@ -350,7 +350,16 @@ register_function(np.linalg.tensorsolve, _tensorsolve)
 register_function(np.linalg.matrix_rank, inactive(np.linalg.matrix_rank))
 register_function(np.linalg.matmul, lambda x1, x2, /: np.matmul(x1, x2))
 register_function(np.linalg.matrix_transpose, lambda x, /: _mT(x))
-register_function(np.linalg.outer, lambda x1, x2, /: np.outer(x1, x2))
+
+
+def _linalg_outer(x1, x2, /):
+    if np.ndim(x1) != 1 or np.ndim(x2) != 1:   # np.outer would flatten them; this one refuses
+        raise ValueError(f"Input arrays must be one-dimensional, but they are "
+                         f"x1.ndim={np.ndim(x1)} and x2.ndim={np.ndim(x2)}.")
+    return np.outer(x1, x2)
+
+
+register_function(np.linalg.outer, _linalg_outer)
 register_function(np.linalg.tensordot, lambda x1, x2, /, *, axes=2: np.tensordot(x1, x2, axes))
 register_function(np.linalg.vecdot, lambda x1, x2, /, *, axis=-1: np.sum(
     (np.conj(x1) if np.iscomplexobj(x1) else x1) * x2, axis=axis))
@@ -379,6 +388,8 @@ def _multi_dot(arrays, *, out=None):
     if out is not None:
         raise NotImplementedError("np.linalg.multi_dot(..., out=) with a plain `out` is not "
                                   "supported on traced values; allocate it with np.zeros_like")
+    if len(arrays) < 2:
+        raise ValueError("Expecting at least two arrays.")
     return functools.reduce(np.dot, arrays)
 
 

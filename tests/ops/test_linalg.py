@@ -353,3 +353,15 @@ def test_cross_needs_three_vectors():
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), extraglobs={"np": np})
     assert result.failed == 0
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: np.linalg.multi_dot([x]),              # NumPy: "Expecting at least two arrays."
+    lambda x: np.linalg.outer(x, x[0]),              # NumPy 2: one-dimensional inputs only
+])
+def test_linalg_refuses_on_traced_values_what_numpy_refuses(call):
+    x = np.ones((2, 2))
+    with pytest.raises(ValueError) as plain:
+        call(x)
+    with pytest.raises(ValueError, match=str(plain.value)[:20]):
+        autodiff(Reverse, lambda x: np.sum(call(x)), Active, Active(x))
