@@ -16,7 +16,7 @@ import numpy as np
 
 from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
-from .errors import ActivityError
+from .errors import ActivityError, ConstWriteError
 from .residuals import _map_items, _may_change
 
 
@@ -51,7 +51,7 @@ class ConstBuffer(np.ndarray):
             refuse_aliased_write(alias_error)
 
     def _refuse(self):
-        raise ActivityError(
+        raise ConstWriteError(
             f"{self._argument} is Const, but an active (differentiated) value was written into "
             "it; its derivative would be lost. Mark the argument Duplicated(x, dx) instead")
 

@@ -16,6 +16,10 @@ class ActivityError(HecateError, TypeError):
     """A wrong activity annotation or a shadow that does not match its primal."""
 
 
+class ConstWriteError(ActivityError):
+    """A differentiated value written into a `Const` argument (its derivative would be lost)."""
+
+
 class PytreeError(HecateError, TypeError):
     """An object inside an argument that the engine does not know how to traverse."""
 

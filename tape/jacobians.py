@@ -22,7 +22,7 @@ from .activities import Active, BatchDuplicated, Const, ForwardWithPrimal, Rever
 from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
 from .backend import array_module
 from .core import Tracer, is_complex
-from .errors import ActivityError
+from .errors import ActivityError, ConstWriteError
 from .pytree import flatten, is_leaf, unflatten
 from .split import autodiff_thunk
 
@@ -203,7 +203,15 @@ def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=N
         call = list(consts)
         call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
         point.before_call()
-        tangents, primal = autodiff(ForwardWithPrimal, f, *call)
+        try:
+            tangents, primal = autodiff(ForwardWithPrimal, f, *call)
+        except ConstWriteError:
+            # `f` writes a value computed from argument i into another argument (`q[0] =
+            # p[0]`): that one carries zero tangents instead of being held Const
+            call = [c if k == i else _zero_tangents(c.val, len(rows))
+                    for k, c in enumerate(call)]
+            point.before_call()
+            tangents, primal = autodiff(ForwardWithPrimal, f, *call)
         if check is not None and not columns:
             check(primal)
         columns.extend(tangents)
@@ -213,6 +221,15 @@ def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=N
         if check is not None:
             check(primal)
     return columns, primal
+
+
+def _zero_tangents(value, width: int):
+    """`value` as a BatchDuplicated argument with `width` zero tangents, where it has float
+    leaves that `f` may write into; Const otherwise."""
+    leaves = flatten(value)[0]
+    if not any(_is_mutable_leaf(leaf) and _is_float(leaf) for leaf in leaves):
+        return Const(value)
+    return BatchDuplicated(value, tuple(make_zero(value) for _ in range(width)))
 
 
 def forward_jacobian(f, args, i, chunk=None, check=None, point=None):
@@ -288,6 +305,15 @@ def _reverse_jacobian(f, args, i, chunk, check, point):
     `f` runs twice: once for the result's shape (the seeds), once recorded."""
     x = args[i]
     call = [Const(a.val if isinstance(a, Const) else a) for a in args]
+    try:
+        return _reverse_rows(f, call, i, x, chunk, check, point)
+    except ConstWriteError as e:
+        raise ConstWriteError(f"jacobian(Reverse) differentiates argument {i} and holds the "
+                              f"others constant, but {e}; or use jacobian(Forward), or "
+                              f"autodiff with Duplicated arguments") from e
+
+
+def _reverse_rows(f, call, i, x, chunk, check, point):
     point.before_call()
     primal = f(*[c.val for c in call])
     if check is not None:

@@ -182,3 +182,26 @@ def test_errors_name_the_leaf_path_in_both_modes(mode):
     if mode is Forward:       # (Reverse jacobian seeds the list of float leaves: `args[0][0]`)
         with pytest.raises(ActivityError, match=r"p\['a'\] \(argument 0\) shares memory"):
             jacobian(mode, lambda p: f(p) * np.ones(2), {"a": shared, "b": shared}, chunk=1)
+
+
+def test_forward_passes_let_f_write_an_argument_s_value_into_another_argument():
+    # Each forward pass held the other arguments Const, so `q[0] = p[0] * 2` was refused
+    # ("argument 1 (`q`) is Const") where gradient(Reverse) accepts the call.
+    def f(p, q):
+        q[0] = p[0] * 2.0
+        return np.sum(q ** 2) + np.sum(p)
+    p, q = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    forward = gradient(Forward, f, p.copy(), q.copy())
+    reverse = gradient(Reverse, f, p.copy(), q.copy())
+    for a, b, want in zip(forward, reverse, ([9.0, 1.0], [0.0, 8.0])):
+        np.testing.assert_allclose(a, want, rtol=1e-12)
+        np.testing.assert_allclose(b, want, rtol=1e-12)
+
+    def g(p, q):
+        q[0] = p[0] * 2.0
+        return q * p
+    Jp, Jq = jacobian(Forward, g, p.copy(), q.copy())
+    np.testing.assert_allclose(Jp, [[4.0, 0.0], [0.0, 4.0]], rtol=1e-12)
+    np.testing.assert_allclose(Jq, [[0.0, 0.0], [0.0, 2.0]], rtol=1e-12)
+    with pytest.raises(ActivityError, match=r"jacobian\(Reverse\) differentiates argument 0"):
+        jacobian(Reverse, g, p.copy(), q.copy())
