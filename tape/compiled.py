@@ -382,6 +382,15 @@ class CompiledFunction:
                 if key not in self._changed_once:   # a cache it filled (a mask per shape):
                     self._changed_once.add(key)     # the next call traces again, and only
                     once = True                     # a second change makes it eager
+                # What it changed may now hold the trace's values (a statistic of a Const
+                # kept in an attribute, an item appended to a list): put it back and answer
+                # this call eagerly, which stores plain values as eager autodiff does.
+                traced = None
+                self._compile_seconds += time.perf_counter() - start
+                _restore(states, calls, mark)
+                if not once:
+                    self._remember(key, future)
+                return self._eager(annotated, future, calls)
             elif pending:
                 stale = [p for p, _ in pending if p.watched and _changed(p.watched) is not None]
                 self._count("guard_failures", len(stale))   # what it read changed since

@@ -91,7 +91,13 @@ class ConstBuffer(np.ndarray):
                     o._check_alias()
                     _protect_saved(o)
             kwargs["out"] = tuple(_plain(o) for o in out)
-        return getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
+        result = getattr(ufunc, method)(*(_plain(i) for i in inputs), **kwargs)
+        if out is None:
+            return result
+        # NumPy hands back `out` itself (`c *= 0.9` keeps c), not the plain view written
+        if len(out) == 1:
+            return out[0] if out[0] is not None else result
+        return tuple(r if o is None else o for o, r in zip(out, result))
 
     def __array_function__(self, func, types, args, kwargs):
         if not all(issubclass(t, np.ndarray) for t in types):

@@ -196,7 +196,7 @@ def test_batch_norm_running_statistics_in_const_buffers():
                  Const(running_mean), Const(running_var))
 
 
-# -- known gaps (strict xfails: each names its cause) ---------------------------------------------
+# -- state the function changes while compiled (its trace's values were left there) --------------
 class _BatchNormModule:
     def __init__(self):
         self.running_mean = np.zeros(3)
@@ -207,11 +207,6 @@ class _BatchNormModule:
         return np.sum(((x - mu) * gamma) ** 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tape/compiled.py _trace_and_call: when the trace rebinds state the function reads "
-    "(`elif changed:`), the trace's value stays there: a CompiledTracer (tape/program_tracer.py) "
-    "is left in self.running_mean after the first call, and every later call raises "
-    "EscapedTracerError; eager autodiff leaves an ndarray"))
 def test_compiled_method_rebinding_running_statistics_keeps_plain_arrays():
     gamma, X = np.array([0.5, -1.0, 2.0]), np.arange(12.0).reshape(4, 3)
     eager, module = _BatchNormModule(), _BatchNormModule()
@@ -224,10 +219,6 @@ def test_compiled_method_rebinding_running_statistics_keeps_plain_arrays():
     np.testing.assert_allclose(module.running_mean, eager.running_mean, rtol=1e-14)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tape/compiled.py _trace_and_call: a Const-derived value appended to a list during the "
-    "trace is kept as a CompiledTracer (the `changed` container is not restored); "
-    "np.stack(log) then raises EscapedTracerError"))
 def test_compiled_function_logging_a_statistic_keeps_plain_arrays():
     log = []
 
@@ -242,11 +233,6 @@ def test_compiled_function_logging_a_statistic_keeps_plain_arrays():
     np.testing.assert_allclose(np.stack(log), [X.mean(0) * (i + 1) for i in range(3)])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tape/constbuffer.py ConstBuffer.__array_ufunc__ returns the plain view of `out`, so "
-    "`c *= 0.9` rebinds c to a plain ndarray: the next `c += traced` raises "
-    "NonDifferentiableError ('a plain array', suggesting np.zeros_like) instead of "
-    "ConstWriteError naming the argument, and `np.multiply(c, 2, out=c) is c` is False"))
 def test_const_buffer_keeps_its_identity_after_an_in_place_operator():
     def loss(x, running_mean):
         running_mean *= 0.9
@@ -256,6 +242,7 @@ def test_const_buffer_keeps_its_identity_after_an_in_place_operator():
         autodiff(Reverse, loss, Active, Active(np.ones((4, 3))), Const(np.zeros(3)))
 
 
+# -- known gaps (strict xfails: each names its cause) ---------------------------------------------
 @pytest.mark.xfail(strict=True, reason=(
     "tape/arguments.py _checked_shadow_leaves/_structure_difference: a dict shadow with the "
     "primal's keys in another insertion order (JAX sorts keys) is refused as 'the primal is "
