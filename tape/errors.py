@@ -145,6 +145,8 @@ def _scipy_replacement(module: str, function: str) -> str:
         counterpart = None
     found = counterpart
     for part in function.split("."):
+        if found is None:   # (None itself has attributes: `__init__` would be found on it)
+            break
         found = getattr(found, part, None)
     if found is not None:
         return (f"Use the differentiable tape.{module}.{function} (`from tape.{module} import "

@@ -148,10 +148,6 @@ def test_duplicated_grid_written_in_place_under_compile():
 
 
 # -- open findings -----------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="tape/errors.py _scipy_replacement walks the dotted name "
-                   "from None when tape.scipy has no such module or class: getattr(None, "
-                   "'__init__') exists, so a SciPy constructor is said to have a counterpart "
-                   "tape.scipy.interpolate.CubicSpline.__init__, which does not exist")
 @pytest.mark.parametrize("make", [lambda y: sint.CubicSpline(np.arange(4.0), y)(1.5),
                                   lambda y: st.gaussian_kde(y)(0.3)[0]],
                          ids=["CubicSpline", "gaussian_kde"])
