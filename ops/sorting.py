@@ -173,11 +173,12 @@ def _lerp(below, above, frac, weak_dtype=None):
     return np.where(upper, above - diff * rest, below + diff * frac)
 
 
-def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
-    """Linear-interpolation quantiles over `axis`. A slice holding NaN gives NaN, or with
-    `ignore_nan` the quantile of its other entries (NaN when it has none). `weak`: q was a
-    Python number (NumPy keeps the input's float dtype); `median`: the mean of the middle two
-    entries, as np.median computes it."""
+def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
+              method="linear"):
+    """Quantiles over `axis` by `method` (module `_METHODS`). A slice holding NaN gives NaN, or
+    with `ignore_nan` the quantile of its other entries (NaN when it has none). `weak`: q was
+    a Python number (NumPy keeps the input's float dtype); `median`: the mean of the middle
+    two entries, as np.median computes it."""
     shape = shape_of(a)
     x, axes = _merge_reduced(a, axis)
     n = shape_of(x)[0]
@@ -217,8 +218,8 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
             #           scalar q would become a 1-element NumPy array, which CuPy refuses
             frac = np.reshape(frac, q_shape + (1,) * len(rest))
         below, above = s[lo], s[hi]
-    if median:
-        out = np.where(primal(frac) == 0, below, (below + above) / 2)
+    if median or method != "linear":
+        out = _selected(method, below, above, primal(frac), lo)
     else:
         out = _lerp(below, above, frac, weak_dtype)
     undefined = (nan_count == n) if ignore_nan else (nan_count > 0)
@@ -232,6 +233,23 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False):
     return out
 
 
+def _selected(method, below, above, frac, lo):
+    """The discontinuous methods: an entry (or the mean of two) chosen by the position's
+    fraction `frac` between the sorted entries `below` and `above`, as NumPy chooses them;
+    their derivative in q is zero and in `a` that of the chosen entries."""
+    if method == "lower":
+        return below
+    if method == "higher":
+        return np.where(frac == 0, below, above)
+    if method == "nearest":   # a tie goes to the even index, as NumPy's `around`
+        lo = np.reshape(np.asarray(lo), np.shape(frac)) if np.ndim(lo) else lo
+        return np.where((frac > 0.5) | ((frac == 0.5) & (lo % 2 == 1)), above, below)
+    return np.where(frac == 0, below, (below + above) / 2)   # midpoint, and the median
+
+
+_METHODS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
 def _check_q(a, q, high):
     qv = array_module(a).asarray(primal(q))
     if bool(((qv < 0) | (qv > high)).any()):
@@ -243,32 +261,34 @@ def _unsupported(out, method, weights, interpolation):
     if out is not None or weights is not None or interpolation is not None:
         raise NotImplementedError("out=, weights= and interpolation= are not supported on "
                                   "traced values")
-    if method != "linear":
-        raise NotImplementedError(f"only method='linear' is differentiable, got {method!r}")
+    if method not in _METHODS:
+        raise NotImplementedError(f"np.quantile / np.percentile of a traced value take method "
+                                  f"{', '.join(repr(m) for m in _METHODS)}, got {method!r}")
 
 
 def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
              keepdims=False, *, weights=None, interpolation=None):
-    """np.quantile (method 'linear'), differentiable in `a` and in `q`.
+    """np.quantile, differentiable in `a` (and in `q` for the linear method).
 
     >>> float(quantile(np.array([1.0, 2.0, 3.0, 4.0]), 0.5))
     2.5
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims, weak=type(q) in (int, float))
+    return _quantile(a, q, axis, keepdims, weak=type(q) in (int, float), method=method)
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
                keepdims=False, *, weights=None, interpolation=None):
-    """np.percentile (method 'linear'): quantile at q / 100.
+    """np.percentile: quantile at q / 100.
 
     >>> percentile(np.array([1.0, 2.0, 3.0, 4.0]), [0, 100])
     array([1., 4.])
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
-    return _quantile(a, np.true_divide(q, 100), axis, keepdims, weak=type(q) in (int, float))
+    return _quantile(a, np.true_divide(q, 100), axis, keepdims, weak=type(q) in (int, float),
+                     method=method)
 
 
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
@@ -283,19 +303,20 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
                 keepdims=False, *, weights=None, interpolation=None):
-    """np.nanquantile (method 'linear'): the quantile of each slice's non-NaN entries.
+    """np.nanquantile: the quantile of each slice's non-NaN entries.
 
     >>> float(nanquantile(np.array([1.0, np.nan, 3.0, 4.0]), 0.5))
     3.0
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims, ignore_nan=True, weak=type(q) in (int, float))
+    return _quantile(a, q, axis, keepdims, ignore_nan=True, weak=type(q) in (int, float),
+                     method=method)
 
 
 def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
                   keepdims=False, *, weights=None, interpolation=None):
-    """np.nanpercentile (method 'linear'): nanquantile at q / 100.
+    """np.nanpercentile: nanquantile at q / 100.
 
     >>> nanpercentile(np.array([1.0, np.nan, 3.0]), [0, 100])
     array([1., 3.])
@@ -303,7 +324,7 @@ def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="line
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
     return _quantile(a, np.true_divide(q, 100), axis, keepdims, ignore_nan=True,
-                     weak=type(q) in (int, float))
+                     weak=type(q) in (int, float), method=method)
 
 
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):

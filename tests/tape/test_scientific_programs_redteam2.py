@@ -147,6 +147,16 @@ def test_duplicated_grid_written_in_place_under_compile():
         _close(grad_p, _fd_gradient(lambda q: heat(u0.copy(), q), p))
 
 
+@pytest.mark.parametrize("method", ["nearest", "lower", "higher", "midpoint"])
+@pytest.mark.parametrize("q", [40, 50, 100 / 6])   # 100/6 of 7 entries: a tie for 'nearest'
+def test_percentile_methods_other_than_linear(method, q):
+    x = np.array([0.3, 1.7, -0.4, 0.9, 0.2, 0.75, 1.1])
+    f = lambda z: np.percentile(z, q, method=method)   # noqa: E731
+    (grad,), value = tape.gradient(ReverseWithPrimal, f, x.copy())
+    assert value == f(x)
+    _close(grad, _fd_gradient(f, x))
+
+
 # -- open findings -----------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [lambda y: sint.CubicSpline(np.arange(4.0), y)(1.5),
                                   lambda y: st.gaussian_kde(y)(0.3)[0]],
@@ -157,15 +167,6 @@ def test_a_scipy_class_without_a_counterpart_is_not_said_to_have_one(make):
     assert "Use the differentiable" not in str(info.value), str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="ops/sorting.py _unsupported refuses every method but "
-                   "'linear' ('only method=linear is differentiable'), though 'nearest', "
-                   "'lower', 'higher' select an element (as np.sort does) and 'midpoint' "
-                   "averages two; the message does not name np.percentile either")
-@pytest.mark.parametrize("method", ["nearest", "lower", "higher", "midpoint"])
-def test_percentile_methods_other_than_linear(method):
-    x = np.array([0.3, 1.7, -0.4, 0.9, 0.2, 0.75, 1.1])
-    f = lambda z: np.percentile(z, 40, method=method)   # noqa: E731
-    _close(tape.gradient(Reverse, f, x.copy())[0], _fd_gradient(f, x))
 
 
 @pytest.mark.xfail(strict=True, reason="no rule for np.histogram: weights= enter linearly "
