@@ -219,6 +219,8 @@ def _from_numpy(frame) -> bool:
     expects plain arrays too: it gets the refusal, whose message names the tape.scipy
     replacement, instead of carrying on with traced values half-way."""
     name = frame.f_globals.get("__name__", "")
+    if name.startswith("numpy.polynomial."):   # compositions of array operations, traced
+        return False                           # through (legval, chebfit: np.array(c, ...))
     return name.partition(".")[0] in ("numpy", "scipy")
 
 
