@@ -181,6 +181,12 @@ def _periodic(x, xp, fp, period):
     return x, xp, fp
 
 
+def _at_least_double(a):
+    dtype = np.result_type(peek(a))
+    wanted = np.complex128 if dtype.kind == "c" else np.float64
+    return a if dtype == wanted else a.astype(wanted)
+
+
 def interp(x, xp, fp, left=None, right=None, period=None):
     """np.interp: piecewise-linear interpolation, differentiable in x, xp, fp, left, right and
     period (segment choices carry no derivative).
@@ -188,7 +194,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     >>> interp(np.array([0.5, 2.5]), np.array([0.0, 1.0, 2.0]), np.array([1.0, 3.0, 2.0]))
     array([2., 2.])
     """
-    x, xp, fp = _float_array(x), _float_array(xp), _float_array(fp)
+    # NumPy interpolates in float64 (complex128 for complex fp), whatever the input's width
+    x, xp, fp = (_at_least_double(_float_array(a)) for a in (x, xp, fp))
     if np.ndim(xp) != 1 or np.ndim(fp) != 1:
         raise ValueError(f"np.interp: xp and fp must be 1-d sequences, got shapes "
                          f"{shape_of(xp)} and {shape_of(fp)}")

@@ -132,7 +132,8 @@ def polyval(p, x):
 def _vandermonde(x, order):
     """The columns x**(order-1), ..., x, 1, built by repeated products (so the derivative at
     x = 0 has no 0 * inf)."""
-    columns = [np.ones_like(peek(x))]
+    # (NumPy's vander promotes with int: float32 points give float64 columns, and fit)
+    columns = [np.ones_like(peek(x), dtype=np.promote_types(peek(x).dtype, np.int_))]
     for _ in range(order - 1):
         columns.append(columns[-1] * x)
     return np.stack(columns[::-1], axis=1)

@@ -130,8 +130,13 @@ def _structure_difference(x, dx, what: str, where: str = "") -> str:
         if set(x) != set(dx):
             return (f"{at}the primal has keys {sorted(map(str, x))}, the {what} keys "
                     f"{sorted(map(str, dx))}")
-        return next((d for k in x if (d := _structure_difference(
+        inner = next((d for k in x if (d := _structure_difference(
             x[k], dx[k], what, f"{where}[{k!r}]"))), "")
+        if not inner and list(x) != list(dx):   # leaves pair up in the keys' order
+            return (f"{at}the {what}'s keys are in another order, {list(dx)!r}, than the "
+                    f"primal's, {list(x)!r}: build it in the primal's order (tape.make_zero("
+                    f"primal) does)")
+        return inner
     if isinstance(x, (list, tuple)) and isinstance(dx, (list, tuple)):
         if type(x) is not type(dx) or len(x) != len(dx):
             return (f"{at}the primal is a {type(x).__name__} of length {len(x)}, the {what} "

@@ -242,11 +242,6 @@ def test_const_buffer_keeps_its_identity_after_an_in_place_operator():
         autodiff(Reverse, loss, Active, Active(np.ones((4, 3))), Const(np.zeros(3)))
 
 
-# -- known gaps (strict xfails: each names its cause) ---------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "tape/arguments.py _checked_shadow_leaves/_structure_difference: a dict shadow with the "
-    "primal's keys in another insertion order (JAX sorts keys) is refused as 'the primal is "
-    "dict with 2 leaves, the shadow dict with 2 leaves', which does not say what differs"))
 def test_dict_shadow_in_another_key_order_is_accepted_or_named():
     params = {"b": np.array([1.0, 2.0]), "a": np.array([3.0, 4.0])}
     shadow = {"a": np.zeros(2), "b": np.zeros(2)}
@@ -260,10 +255,6 @@ def test_dict_shadow_in_another_key_order_is_accepted_or_named():
         np.testing.assert_allclose(shadow["b"], params["a"] ** 2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ops/numerical.py interp and ops/numerical_poly.py polyfit keep float32; NumPy's np.interp "
-    "and np.polyfit compute and return float64 for float32 input (a silent primal dtype and "
-    "precision difference)"))
 @pytest.mark.parametrize("which", ["interp", "polyfit"])
 def test_float32_interp_and_polyfit_return_numpys_float64(which):
     xp = np.linspace(-1, 2, 5).astype(np.float32)
@@ -275,6 +266,7 @@ def test_float32_interp_and_polyfit_return_numpys_float64(which):
     assert np.asarray(value).dtype == np.asarray(f(x)).dtype == np.float64
 
 
+# -- known gaps (strict xfails: each names its cause) ---------------------------------------------
 GAPS = {
     "np.add.reduceat (segment sums, GNN readout)":
         lambda x: np.sum(np.add.reduceat(x, np.array([0, 2])) ** 2),
