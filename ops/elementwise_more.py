@@ -385,3 +385,64 @@ def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 
 register_function(np.nan_to_num, _nan_to_num)
+
+
+# -- np.emath (numpy.lib.scimath): complex results where the real function has none ------------
+def _to_complex_where(x, outside):
+    """`x` as complex (complex64 for single-precision input, as NumPy's scimath) when some real
+    entry lies `outside` the real function's domain; `x` itself otherwise. The decision is
+    taken on traced comparisons, so a compiled function guards it."""
+    x = np.asarray(x) if not isinstance(x, Tracer) else x
+    if np.iscomplexobj(x) or not bool(np.any(outside(x))):
+        return x
+    single = np.result_type(x).type in (np.float32, np.float16, np.int8, np.int16, np.uint8,
+                                        np.uint16)
+    return x.astype(np.complex64 if single else np.complex128)
+
+
+def _below_zero(x):
+    return x < 0
+
+
+def _beyond_one(x):
+    return np.abs(x) > 1
+
+
+def _emath_power(x, p):
+    x = _to_complex_where(x, _below_zero)
+    p = p if isinstance(p, Tracer) else np.asarray(p)   # an array, as NumPy's: not weak
+    if np.issubdtype(np.result_type(p), np.integer) and bool(np.any(p < 0)):
+        p = p * 1.0   # a negative integer power of an integer: float, as NumPy
+    return np.power(x, p)
+
+
+def _emath_inverse_sine(x, cosine: bool):
+    """np.emath.arcsin / arccos. Beyond |x| = 1 NumPy's value lies on the complex function's
+    branch cut, where the complex derivative does not exist; the real-line formulas give the
+    same values (sign(x) pi/2 + i arccosh|x| for arcsin) and their one-sided derivatives."""
+    fn = np.arccos if cosine else np.arcsin
+    if np.iscomplexobj(x) or not bool(np.any(_beyond_one(x))):
+        return fn(x if isinstance(x, Tracer) else np.asarray(x))
+    x = x if isinstance(x, Tracer) else np.asarray(x)
+    inside = np.abs(x) <= 1
+    real = fn(np.where(inside, x, 0.0))
+    beyond = np.arccosh(np.where(inside, 2.0, np.abs(x)))
+    if cosine:   # pi - i arccosh|x| below -1, -i arccosh x above 1
+        outer = np.where(x < 0, np.pi, 0.0) - 1j * beyond
+    else:
+        outer = np.where(x < 0, -np.pi / 2, np.pi / 2) + 1j * beyond
+    single = np.result_type(x).type in (np.float32, np.float16)
+    out = np.where(inside, real + 0j, outer)
+    return out.astype(np.complex64) if single else out
+
+
+register_function(np.emath.arcsin, lambda x: _emath_inverse_sine(x, cosine=False))
+register_function(np.emath.arccos, lambda x: _emath_inverse_sine(x, cosine=True))
+for _name, _fn, _outside in (("sqrt", np.sqrt, _below_zero), ("log", np.log, _below_zero),
+                             ("log2", np.log2, _below_zero), ("log10", np.log10, _below_zero),
+                             ("arctanh", np.arctanh, _beyond_one)):
+    register_function(getattr(np.emath, _name),
+                      lambda x, _fn=_fn, _outside=_outside: _fn(_to_complex_where(x, _outside)))
+register_function(np.emath.power, _emath_power)
+register_function(np.emath.logn, lambda n, x: np.log(_to_complex_where(x, _below_zero))
+                  / np.log(_to_complex_where(n, _below_zero)))
