@@ -7,7 +7,7 @@ Importing this package fills the engine's dispatch tables; `import tape` does it
 from . import (averages, composites, contractions, creation, elementwise,  # noqa: F401
                elementwise_more, extrema, fft, inactive, indexing, joining, linalg, linalg_eig,
                linalg_factor, linalg_norms, linalg_svd, nn, numerical, rearranging, reductions,
-               reductions_nan, scipy_special, shape, sorting)
+               reductions_nan, scipy_special, segments, shape, sorting)
 from .nn import (cross_entropy, gelu, layer_norm, log_softmax, logsumexp, rms_norm,  # noqa: F401
                  sigmoid, silu, softmax, softplus)
 from . import lists  # noqa: E402,F401  (lists of traced values; last: it wraps the rules above)

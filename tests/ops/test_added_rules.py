@@ -1,0 +1,187 @@
+"""Rules for NumPy functions that user programs reach: segment reductions (add/multiply
+.reduceat), scatter extrema (maximum.at / minimum.at), weighted histograms, polyder / polyint,
+np.unwrap and the statistic and ramp modes of np.pad.
+
+Each is checked three ways: the primal against NumPy's own call (value, dtype and shape, bit
+for bit), derivatives against finite differences (`check_grads`: forward, reverse and batch
+modes, second order where the rule is smooth), and a compiled program against the eager one.
+"""
+import numpy as np
+import pytest
+
+import tape
+from ops.segments import add_reduceat, multiply_reduceat
+from tape import Active, Reverse, ReverseWithPrimal
+from tape.testing import check_grads
+
+rng = np.random.default_rng(3)
+X6 = rng.standard_normal(6)
+X63 = rng.standard_normal((6, 3))
+X47 = rng.standard_normal((4, 7))
+
+
+def _same(value, expected):
+    """The traced call's primal is NumPy's: same dtype, shape and bits (NaN where NumPy's)."""
+    value, expected = np.asarray(tape.primal(value)), np.asarray(expected)
+    assert value.dtype == expected.dtype, (value.dtype, expected.dtype)
+    assert value.shape == expected.shape, (value.shape, expected.shape)
+    np.testing.assert_array_equal(value, expected)
+
+
+def _primal_of(f, *args):
+    """f's value as the engine computes it while recording (reverse mode with primal)."""
+    activities = [Active(np.array(a, copy=True)) for a in args]
+    _, value = tape.autodiff(ReverseWithPrimal, lambda *xs: f(*xs), Active, *activities)
+    return value
+
+
+def _traced_value(f, *args):
+    """f(*args) with the arguments traced; the value itself is returned (not reduced)."""
+    box = []
+
+    def scalar(*xs):
+        out = f(*xs)
+        box.append(tape.primal(out))
+        return np.sum(out * 0.0)
+
+    tape.gradient(Reverse, scalar, *[np.array(a, copy=True) for a in args])
+    return box[0]
+
+
+def _compiled_agrees(f, *calls):
+    """A compiled gradient of sum(f(x)**2) equals the eager one on each of the calls."""
+    loss = lambda *xs: np.sum(f(*xs) ** 2)  # noqa: E731
+    compiled = tape.compile(ReverseWithPrimal, loss, Active, *[Active] * len(calls[0]))
+    for args in calls:
+        eager = tape.autodiff(ReverseWithPrimal, loss, Active,
+                              *[Active(np.array(a, copy=True)) for a in args])
+        got = compiled(*[Active(np.array(a, copy=True)) for a in args])
+        for e, g in zip(eager[0], got[0]):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got[1], eager[1], rtol=1e-12)
+
+
+# -- np.add.reduceat / np.multiply.reduceat ---------------------------------------------------------
+REDUCEAT_CASES = [
+    (X6, [0, 2], 0), (X6, [3, 1, 1, 5], 0), (X6, [5], 0), (X6, [0, 0, 0], 0),
+    (X6, [4, 2, 2, 0], 0), (X6, [0, 1, 2, 3, 4, 5], 0), (X6, [2, 2, 5, 5], 0),
+    (X63, [0, 2], 0), (X63, [1, 0, 4], 0), (X63, [0, 1, 1], 1), (X63, [2], -1),
+    (X47, [0, 3, 3, 6], 1), (X47, [3, 0], 0), (X47, [6, 6], -1),
+    (np.array([0.5, np.nan, 2.0, 1.5]), [0, 2], 0), (rng.standard_normal(200), [0, 150], 0),
+    (X6.astype(np.float32), [0, 3], 0), (X63, np.array([], dtype=int), 0),
+    (X63.astype(np.float32), [2, 1], 1), (rng.standard_normal((3, 40)), [0, 17, 30], 1),
+]
+
+
+@pytest.mark.parametrize("which", ["add", "multiply"])
+@pytest.mark.parametrize("case", range(len(REDUCEAT_CASES)))
+def test_reduceat_primal_is_numpys(which, case):
+    x, indices, axis = REDUCEAT_CASES[case]
+    rule, ufunc = {"add": (add_reduceat, np.add), "multiply": (multiply_reduceat,
+                                                               np.multiply)}[which]
+    expected = ufunc.reduceat(x, np.asarray(indices, dtype=int), axis=axis)
+    _same(_traced_value(lambda a: rule(a, indices, axis=axis), x), expected)
+
+
+@pytest.mark.parametrize("case", [0, 1, 3, 4, 7, 9, 12, 13])
+def test_reduceat_derivatives(case):
+    x, indices, axis = REDUCEAT_CASES[case]
+    check_grads(lambda a: add_reduceat(a * a, indices, axis=axis), x)
+    check_grads(lambda a: multiply_reduceat(a, indices, axis=axis), x)
+
+
+def test_multiply_reduceat_with_a_zero():
+    x = np.array([0.3, 0.0, 1.7, -0.4, 0.9])
+    check_grads(lambda a: multiply_reduceat(a, [0, 3, 1]), x)
+
+
+def test_reduceat_refuses_bad_indices_as_numpy():
+    with pytest.raises(IndexError, match="-1 out-of-bounds in add.reduceat"):
+        _traced_value(lambda a: add_reduceat(a, [-1, 2]), X6)
+    with pytest.raises(IndexError, match="6 out-of-bounds in multiply.reduceat"):
+        _traced_value(lambda a: multiply_reduceat(a, [0, 6]), X6)
+
+
+def test_reduceat_compiles():
+    f = lambda a: add_reduceat(a, [0, 3, 3, 1]) + multiply_reduceat(a, [1, 4])[0]  # noqa: E731
+    _compiled_agrees(f, (X6,), (X6 * 1.5 - 0.2,))
+
+
+# -- np.maximum.at / np.minimum.at -------------------------------------------------------------------
+def _scatter_extremum(ufunc, fill, index, shape=(3,)):
+    def f(v):
+        out = np.full_like(v, fill, shape=shape)
+        ufunc.at(out, index, v)
+        return out
+    return f
+
+
+def _scatter_into(ufunc, index):
+    def f(a, v):
+        out = a * 1.0
+        ufunc.at(out, index, v)
+        return out
+    return f
+
+
+AT_CASES = [   # (buffer, index, values)
+    (np.array([0.1, 0.5, -0.3]), np.array([0, 1, 0, 2]), np.array([0.7, 0.2, 0.4, -1.0])),
+    (np.array([0.1, 0.5, -0.3]), np.array([2, 2, 2]), np.array([0.7, -0.2, 0.9])),
+    (np.array([0.1, 0.5, -0.3]), np.array([-1, 0]), np.array([0.3, 0.05])),
+    (np.array([0.1, 0.5, -0.3]), np.array([1]), np.array([0.5])),            # a tie
+    (np.array([0.1, 0.5, -0.3]), np.array([0, 0]), np.array([0.8, 0.8])),    # tied values
+    (np.array([0.1, np.nan, -0.3]), np.array([1, 0, 1]), np.array([2.0, np.nan, 1.0])),
+    (np.array([0.1, 0.5, -0.3]), np.array([], dtype=int), np.array([])),
+    (np.array([0.1, 0.5, -0.3]), slice(0, 2), np.array([0.3, 0.2])),
+    (np.array([0.1, 0.5, -0.3]), np.array([0, 1]), np.array(0.25)),          # broadcast value
+    (X63, (np.array([0, 5, 0]), np.array([1, 2, 1])), np.array([3.0, -4.0, 2.0])),
+    (X63, np.array([1, 4, 1]), rng.standard_normal((3, 3))),
+]
+
+
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum], ids=["maximum", "minimum"])
+@pytest.mark.parametrize("case", range(len(AT_CASES)))
+def test_extremum_at_primal_is_numpys(ufunc, case):
+    a, index, v = AT_CASES[case]
+    expected = a.copy()
+    with np.errstate(invalid="ignore"):
+        ufunc.at(expected, index, v)
+    _same(_traced_value(_scatter_into(ufunc, index), a, v), expected)
+
+
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum], ids=["maximum", "minimum"])
+@pytest.mark.parametrize("case", [0, 1, 2, 7, 8, 9, 10])
+def test_extremum_at_derivatives(ufunc, case):
+    a, index, v = AT_CASES[case]
+    check_grads(_scatter_into(ufunc, index), a, v)
+
+
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum], ids=["maximum", "minimum"])
+def test_extremum_at_ties_go_to_the_old_value_then_the_first_scattered(ufunc):
+    a, index, v = AT_CASES[4]   # two scattered 0.8 into position 0 (old 0.1)
+    f = lambda a, v: np.sum(_scatter_into(ufunc, index)(a, v) * [1.0, 2.0, 3.0])  # noqa: E731
+    ga, gv = tape.gradient(Reverse, f, a.copy(), v.copy())
+    if ufunc is np.maximum:   # the first 0.8 won position 0
+        np.testing.assert_array_equal(ga, [0.0, 2.0, 3.0])
+        np.testing.assert_array_equal(gv, [1.0, 0.0])
+    else:                     # the old 0.1 stays
+        np.testing.assert_array_equal(ga, [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(gv, [0.0, 0.0])
+    a, index, v = AT_CASES[3]   # 0.5 scattered onto an old 0.5: the old value keeps it
+    ga, gv = tape.gradient(Reverse, f, a.copy(), v.copy())
+    np.testing.assert_array_equal(ga, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(gv, [0.0])
+
+
+def test_extremum_at_into_a_plain_buffer_is_refused():
+    def f(v):
+        out = np.zeros(3)
+        np.maximum.at(out, [0, 1], v)
+        return out
+    with pytest.raises(tape.NonDifferentiableError, match="numpy.maximum.at"):
+        tape.gradient(Reverse, lambda v: np.sum(f(v)), np.array([1.0, 2.0]))
+
+
+def test_extremum_at_compiles():
+    f = _scatter_extremum(np.maximum, -1e9, np.array([0, 1, 0, 2]))
+    _compiled_agrees(f, (np.array([0.3, -0.7, 0.5, 1.2]),), (np.array([0.9, -0.7, 0.5, 1.2]),))
