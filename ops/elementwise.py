@@ -153,15 +153,18 @@ sin = unary(np.sin, lambda x: np.cos(x))
 cos = unary(np.cos, lambda x: -np.sin(x))
 tan = unary(np.tan, lambda ans: 1.0 + np.square(ans), of="ans")
 # (1 - x)(1 + x) rather than 1 - x**2: accurate near |x| = 1, where these derivatives blow up.
-arcsin = unary(np.arcsin, lambda x: 1.0 / np.sqrt((1.0 - x) * (1.0 + x)))
-arccos = unary(np.arccos, lambda x: -1.0 / np.sqrt((1.0 - x) * (1.0 + x)))
+# The square roots are taken apart, and 1 - x as -(x - 1), so that on the branch cuts of the
+# complex functions (real z beyond 1, where NumPy's value is that of the side the zero imaginary
+# part names) the derivative is that side's too: sqrt((1 - z)(1 + z)) picks the other one.
+arcsin = unary(np.arcsin, lambda x: 1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(1.0 + x)))
+arccos = unary(np.arccos, lambda x: -1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(1.0 + x)))
 arctan = unary(np.arctan, lambda x: 1.0 / (1.0 + np.square(x)))
 
 sinh = unary(np.sinh, lambda x: np.cosh(x))
 cosh = unary(np.cosh, lambda x: np.sinh(x))
 tanh = unary(np.tanh, lambda ans: 1.0 - np.square(ans), of="ans")
 arcsinh = unary(np.arcsinh, lambda x: 1.0 / np.sqrt(np.square(x) + 1.0))
-arccosh = unary(np.arccosh, lambda x: 1.0 / np.sqrt((x - 1.0) * (x + 1.0)))
+arccosh = unary(np.arccosh, lambda x: 1.0 / (np.sqrt(x - 1.0) * np.sqrt(x + 1.0)))
 arctanh = unary(np.arctanh, lambda x: 1.0 / ((1.0 - x) * (1.0 + x)))
 
 
