@@ -117,3 +117,14 @@ def test_numpy_emath_on_traced_values_matches_numpy_and_finite_differences(name,
         np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(tangent, (call(x + h) - call(x - h)) / (2 * h), rtol=1e-5,
                                    atol=1e-7)
+
+
+@pytest.mark.parametrize("fn", [np.arcsin, np.arccos, np.arccosh])
+@pytest.mark.parametrize("x0", [1.5, -2.0, 3.0, -1.2, 0.5, 0.3 + 0.4j, -2 + 0.5j])
+def test_inverse_trig_tangent_on_and_off_the_branch_cut(fn, x0):
+    # On the cut (real z beyond 1, zero imaginary part) NumPy's value is that of one side;
+    # the tangent along the real line came with the other side's sign.
+    z = np.array([complex(x0)])
+    tangent, = autodiff(Forward, fn, Duplicated(z, np.ones_like(z)))
+    h = 1e-7
+    np.testing.assert_allclose(tangent, (fn(z + h) - fn(z - h)) / (2 * h), rtol=1e-5)
