@@ -153,6 +153,8 @@ class _Surface:
             result = _call_function(_ACCUMULATE_AS[ufunc], *inputs, **kwargs)
         elif method == "accumulate" and f"{ufunc.__name__}.accumulate" in METHOD_RULES:
             result = METHOD_RULES[f"{ufunc.__name__}.accumulate"](*inputs, **kwargs)
+        elif method == "reduceat" and f"{ufunc.__name__}.reduceat" in METHOD_RULES:
+            result = METHOD_RULES[f"{ufunc.__name__}.reduceat"](*inputs, **kwargs)
         elif method == "outer" and len(inputs) == 2:
             a, b = inputs
             a = np.reshape(a, np.shape(peek(a)) + (1,) * np.ndim(peek(b)))
