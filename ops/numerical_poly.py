@@ -128,6 +128,53 @@ def polyval(p, x):
     return y
 
 
+# -- polyder, polyint -----------------------------------------------------------------------------
+def _coefficients(p, name):
+    if isinstance(p, np.poly1d):
+        raise NotImplementedError(f"np.{name} of an np.poly1d is not supported on traced "
+                                  "values; pass the coefficient array")
+    return p if isinstance(p, Tracer) else as_array(p)
+
+
+def polyder(p, m=1):
+    """np.polyder: the m-th derivative's coefficients, linear in `p` (NumPy's own steps).
+
+    >>> polyder(np.array([1.0, 2.0, 3.0, 4.0]), 2)
+    array([6., 4.])
+    """
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = _coefficients(p, "polyder")
+    for _ in range(m):
+        n = len(p) - 1
+        p = p[:-1] * np.arange(n, 0, -1)
+    return p
+
+
+def polyint(p, m=1, k=None):
+    """np.polyint: the m-th antiderivative's coefficients with integration constants `k`
+    (traced or not), linear in `p` and `k`.
+
+    >>> polyint(np.array([3.0, 2.0, 1.0]), k=5.0)
+    array([1., 1., 1., 5.])
+    """
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    if k is None:
+        k = np.zeros(m, float)
+    k = np.atleast_1d(k if isinstance(k, Tracer) else as_array(k))
+    if len(k) == 1 and m > 1:
+        k = k[0] * np.ones(m, float)
+    if len(k) < m:
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
+    p = _coefficients(p, "polyint")
+    for i in range(m):
+        p = np.concatenate((p / np.arange(len(p), 0, -1), k[i:i + 1]))
+    return p
+
+
 # -- polyfit --------------------------------------------------------------------------------------
 def _vandermonde(x, order):
     """The columns x**(order-1), ..., x, 1, built by repeated products (so the derivative at
@@ -205,5 +252,5 @@ def _covariance(lhs, scale, resids, cov, n, order, y_ndim):
 
 
 for _np_fn, _rule in [(np.convolve, convolve), (np.correlate, correlate), (np.polyval, polyval),
-                      (np.polyfit, polyfit)]:
+                      (np.polyfit, polyfit), (np.polyder, polyder), (np.polyint, polyint)]:
     register_function(_np_fn, _rule)

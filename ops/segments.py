@@ -100,7 +100,7 @@ def multiply_reduceat(array, indices, axis=0, dtype=None, out=None):
     derivative, zeros included).
 
     >>> multiply_reduceat(np.arange(1.0, 7.0), [0, 2, 2])
-    array([  2.,   3., 120.])
+    array([  2.,   3., 360.])
     """
     indices, axis = _reduceat_arguments("multiply", array, indices, axis, out)
     n = shape_of(array)[axis]

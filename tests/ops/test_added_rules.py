@@ -81,13 +81,16 @@ def test_reduceat_primal_is_numpys(which, case):
                                                                np.multiply)}[which]
     expected = ufunc.reduceat(x, np.asarray(indices, dtype=int), axis=axis)
     _same(_traced_value(lambda a: rule(a, indices, axis=axis), x), expected)
+    _same(_traced_value(lambda a: ufunc.reduceat(a, np.asarray(indices, dtype=int), axis),
+                        x), expected)
 
 
 @pytest.mark.parametrize("case", [0, 1, 3, 4, 7, 9, 12, 13])
 def test_reduceat_derivatives(case):
     x, indices, axis = REDUCEAT_CASES[case]
-    check_grads(lambda a: add_reduceat(a * a, indices, axis=axis), x)
-    check_grads(lambda a: multiply_reduceat(a, indices, axis=axis), x)
+    indices = np.asarray(indices, dtype=int)
+    check_grads(lambda a: np.add.reduceat(a * a, indices, axis=axis), x)
+    check_grads(lambda a: np.multiply.reduceat(a, indices, axis=axis), x)
 
 
 def test_multiply_reduceat_with_a_zero():
@@ -185,3 +188,112 @@ def test_extremum_at_into_a_plain_buffer_is_refused():
 def test_extremum_at_compiles():
     f = _scatter_extremum(np.maximum, -1e9, np.array([0, 1, 0, 2]))
     _compiled_agrees(f, (np.array([0.3, -0.7, 0.5, 1.2]),), (np.array([0.9, -0.7, 0.5, 1.2]),))
+
+
+# -- weighted histograms -------------------------------------------------------------------------
+DATA9 = np.array([0.1, 0.4, 0.35, 0.8, 0.9, 0.55, 1.0, 0.0, 0.3])
+W9 = rng.standard_normal(9)
+HIST_CASES = [   # (data, weights, keywords)
+    (DATA9, W9, dict(bins=3, range=(0, 1))),
+    (DATA9, W9, dict(bins=3, range=(0, 1), density=True)),
+    (DATA9, W9, dict(bins=[0.0, 0.3, 0.5, 1.0])),                # given edges: 0.3 on an edge
+    (DATA9, W9, dict(bins=[0.0, 0.3, 0.5, 1.0], density=True)),
+    (DATA9, W9, dict(bins=4)),                                    # range from the data
+    (DATA9, W9, dict(bins=2, range=(0.2, 0.6))),                  # points outside the range
+    (np.append(DATA9, np.nan), np.append(W9, 0.7), dict(bins=3, range=(0, 1))),   # a NaN point
+    (DATA9, W9.astype(np.float32), dict(bins=3, range=(0, 1))),   # float32 weights
+    (DATA9.reshape(3, 3), W9.reshape(3, 3), dict(bins=5, range=(0, 1))),   # 2-d data, flattened
+    (np.array([0.5, 0.5, 0.5]), np.array([1.0, 2.0, 3.0]), dict(bins=3)),   # one value
+    (rng.random(300), rng.standard_normal(300), dict(bins=np.linspace(0, 1, 11) ** 2)),
+    (np.array([]), np.array([]), dict(bins=3, range=(0, 1))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(HIST_CASES)))
+def test_histogram_primal_is_numpys(case):
+    data, w, kw = HIST_CASES[case]
+    expected, edges = np.histogram(data, weights=w, **kw)
+    _same(_traced_value(lambda v: np.histogram(data, weights=v, **kw)[0], w), expected)
+    got_edges = []
+    _traced_value(lambda v: got_edges.append(np.histogram(data, weights=v, **kw)[1]) or v, w)
+    _same(got_edges[0], edges)
+
+
+@pytest.mark.parametrize("case", [0, 1, 2, 3, 5, 6, 8, 10])
+def test_histogram_derivatives(case):
+    data, w, kw = HIST_CASES[case]
+    check_grads(lambda v: np.histogram(data, weights=v * v, **kw)[0], w)
+
+
+SAMPLE = rng.random((12, 2))
+W12 = rng.standard_normal(12)
+HISTDD_CASES = [
+    dict(bins=(2, 3)), dict(bins=2, range=[(0, 1), (0.2, 0.8)]), dict(bins=(2, 3), density=True),
+    dict(bins=[np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.1, 0.7, 1.0])]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(HISTDD_CASES)))
+def test_histogramdd_and_histogram2d(case):
+    kw = HISTDD_CASES[case]
+    _same(_traced_value(lambda v: np.histogramdd(SAMPLE, weights=v, **kw)[0], W12),
+          np.histogramdd(SAMPLE, weights=W12, **kw)[0])
+    x, y = SAMPLE.T
+    _same(_traced_value(lambda v: np.histogram2d(x, y, weights=v, **kw)[0], W12),
+          np.histogram2d(x, y, weights=W12, **kw)[0])
+    check_grads(lambda v: np.histogramdd(SAMPLE, weights=v * v, **kw)[0], W12)
+    check_grads(lambda v: np.histogram2d(x, y, weights=v, **kw)[0], W12, order=1)
+
+
+def test_histogram_of_traced_data_is_refused_naming_the_argument():
+    with pytest.raises(NotImplementedError, match="numpy.histogram of a traced `a`"):
+        tape.gradient(Reverse, lambda x: np.sum(np.histogram(x, weights=x)[0]), DATA9)
+    with pytest.raises(NotImplementedError, match="numpy.histogram2d of a traced `y`"):
+        tape.gradient(Reverse, lambda v: np.sum(np.histogram2d(DATA9, v)[0]), DATA9)
+
+
+def test_histogram_compiles():
+    f = lambda v: np.histogram(DATA9, bins=3, range=(0, 1), weights=v, density=True)[0]  # noqa
+    _compiled_agrees(f, (W9,), (W9 * 2.0 - 0.1,))
+
+
+# -- polyder, polyint -------------------------------------------------------------------------------
+P4 = np.array([0.5, -1.2, 2.0, 0.3])
+POLY_CASES = [   # (function, coefficients, keywords)
+    (np.polyder, P4, {}), (np.polyder, P4, dict(m=2)), (np.polyder, P4, dict(m=3)),
+    (np.polyder, P4, dict(m=5)), (np.polyder, P4, dict(m=0)), (np.polyder, P4[:1], {}),
+    (np.polyder, P4.astype(np.float32), dict(m=2)), (np.polyder, np.array([np.nan, 1.0]), {}),
+    (np.polyint, P4, {}), (np.polyint, P4, dict(m=2)), (np.polyint, P4, dict(m=2, k=1.5)),
+    (np.polyint, P4, dict(m=3, k=[0.1, -0.2, 0.3])), (np.polyint, P4, dict(m=0)),
+    (np.polyint, P4[:1], dict(k=[2.0])), (np.polyint, P4.astype(np.float32), {}),
+    (np.polyint, P4, dict(m=1, k=[1, 2, 3])), (np.polyint, P4, dict(k=np.array([4]))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POLY_CASES)))
+def test_poly_primal_is_numpys(case):
+    fn, p, kw = POLY_CASES[case]
+    _same(_traced_value(lambda c: fn(c, **kw), p), fn(p, **kw))
+
+
+@pytest.mark.parametrize("case", [0, 1, 2, 8, 9, 10, 11])
+def test_poly_derivatives(case):
+    fn, p, kw = POLY_CASES[case]
+    check_grads(lambda c: fn(c * c, **kw), p)
+
+
+def test_polyint_traced_constants():
+    check_grads(lambda c, k: np.polyint(c, m=2, k=k * k), P4, np.array([0.4, -0.9]))
+    check_grads(lambda c, k: np.polyint(c, m=3, k=k), P4, np.array(0.7))
+
+
+def test_poly_bad_orders_raise_as_numpy():
+    with pytest.raises(ValueError, match="Order of derivative must be positive"):
+        _traced_value(lambda c: np.polyder(c, -1), P4)
+    with pytest.raises(ValueError, match="k must be a scalar or a rank-1 array"):
+        _traced_value(lambda c: np.polyint(c, 3, k=[1.0, 2.0]), P4)
+
+
+def test_poly_compiles():
+    f = lambda c: np.polyval(np.polyder(c), 0.3) + np.polyint(c, k=c[0])  # noqa: E731
+    _compiled_agrees(f, (P4,), (P4[::-1].copy(),))

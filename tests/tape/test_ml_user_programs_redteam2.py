@@ -268,11 +268,6 @@ def test_float32_interp_and_polyfit_return_numpys_float64(which):
 
 # -- known gaps (strict xfails: each names its cause) ---------------------------------------------
 GAPS = {
-    # ops.segments registers "add.reduceat", but a tracer's __array_ufunc__ sends no
-    # `reduceat` call to METHOD_RULES yet (ops.segments.add_reduceat works when called).
-    "np.add.reduceat (segment sums, GNN readout)":
-        lambda x: np.sum(np.add.reduceat(x, np.array([0, 2])) ** 2),
-    "np.polyder": lambda x: np.polyval(np.polyder(x), 0.3),
     "np.unwrap": lambda x: np.sum(np.unwrap(x) ** 2),
 }
 
@@ -281,6 +276,20 @@ def _maximum_at(x):
     out = np.full_like(x, -1e9, shape=(2,))
     np.maximum.at(out, np.array([0, 1, 0, 1]), x)
     return out
+
+
+def test_segment_sum_readout():
+    f = lambda x: np.sum(np.add.reduceat(x, np.array([0, 2])) ** 2)  # noqa: E731
+    x = np.array([0.3, -0.7, 0.5, 1.2])
+    (grad,), = autodiff(Reverse, f, Active, Active(x.copy()))
+    _close(grad, _fd_gradient(f, x, []), 1e-6)
+
+
+def test_polyder_then_polyval():
+    f = lambda x: np.polyval(np.polyder(x), 0.3)  # noqa: E731
+    x = np.array([0.3, -0.7, 0.5, 1.2])
+    (grad,), = autodiff(Reverse, f, Active, Active(x.copy()))
+    _close(grad, _fd_gradient(f, x, []), 1e-6)
 
 
 def test_scatter_maximum_message_passing():

@@ -187,8 +187,6 @@ def test_a_scipy_class_without_a_counterpart_is_not_said_to_have_one(make):
 
 
 # -- open findings -----------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="no rule for np.histogram: weights= enter linearly "
-                   "(bins from Const data), a weighted histogram is refused as a whole")
 def test_histogram_with_traced_weights():
     data = np.array([0.1, 0.4, 0.35, 0.8, 0.9, 0.55])
     f = lambda w: np.sum(np.histogram(data, bins=3, range=(0, 1), weights=w)[0] ** 2)  # noqa: E731
