@@ -30,6 +30,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from tape.backend import array_module
 from tape.core import Tracer, peek, primal
+from tape.inactive_code import inactive
 from tape.rules import register_function
 
 from ._util import as_array, numpy_scalar, shape_of
@@ -281,8 +282,54 @@ def real_if_close(a, tol=100):
     return np.real(a) if np.all(np.abs(value.imag) < tol) else a
 
 
+# -- unwrap ---------------------------------------------------------------------------------------
+def _unwrap_correction(p, discont, axis, period):
+    """The cumulative multiples of `period` that np.unwrap adds to p[1:] along `axis`, by
+    NumPy's own steps (so p[1:] + correction has NumPy's bits), and the result's dtype."""
+    dd = np.diff(p, axis=axis)
+    if discont is None:
+        discont = period / 2
+    dtype = np.result_type(dd, period)
+    if np.issubdtype(dtype, np.integer):
+        interval_high, rem = divmod(period, 2)
+        boundary_ambiguous = rem == 0
+    else:
+        interval_high, boundary_ambiguous = period / 2, True
+    interval_low = -interval_high
+    ddmod = np.mod(dd - interval_low, period) + interval_low
+    if boundary_ambiguous:
+        np.copyto(ddmod, interval_high, where=(ddmod == interval_low) & (dd > 0))
+    ph_correct = ddmod - dd
+    np.copyto(ph_correct, 0, where=abs(dd) < discont)
+    return ph_correct.cumsum(axis), dtype
+
+
+# The correction depends on the values: a compiling trace replays it on each call's.
+_inactive_unwrap_correction = inactive(_unwrap_correction)
+
+
+def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
+    """np.unwrap: p plus piecewise-constant multiples of `period`, so the derivative passes
+    straight through (a traced `discont` only moves the jumps: its derivative is zero).
+
+    >>> unwrap(np.array([0.0, 3.0, -3.0]))
+    array([0.        , 3.        , 3.28318531])
+    """
+    if isinstance(period, Tracer):
+        raise NotImplementedError(
+            "np.unwrap with a traced `period` is not supported: the result moves by whole "
+            "multiples of it; pass a plain period (tape.primal(period))")
+    axis = normalize_axis_index(axis, np.ndim(p))
+    correction, dtype = _inactive_unwrap_correction(p, primal(discont), axis, period)
+    later = _along(axis, slice(1, None), np.ndim(p))
+    unwrapped = p.astype(dtype)   # a copy, as np.array(p, copy=True, dtype=dtype)
+    unwrapped[later] = p[later] + correction
+    return unwrapped
+
+
 for _np_fn, _rule in [(np.gradient, gradient), (np.trapezoid, trapezoid), (np.interp, interp),
-                      (np.cross, cross), (np.real_if_close, real_if_close)]:
+                      (np.cross, cross), (np.real_if_close, real_if_close),
+                      (np.unwrap, unwrap)]:
     register_function(_np_fn, _rule)
 
 # Convolution and polynomials.

@@ -297,3 +297,37 @@ def test_poly_bad_orders_raise_as_numpy():
 def test_poly_compiles():
     f = lambda c: np.polyval(np.polyder(c), 0.3) + np.polyint(c, k=c[0])  # noqa: E731
     _compiled_agrees(f, (P4,), (P4[::-1].copy(),))
+
+
+# -- np.unwrap --------------------------------------------------------------------------------------
+PHASE = np.array([0.0, 3.0, 6.5, 0.2, -3.5, -9.0, 2.0])
+UNWRAP_CASES = [   # (phase, keywords)
+    (PHASE, {}), (PHASE, dict(discont=4.0)), (PHASE, dict(discont=1.0)),
+    (PHASE, dict(period=4.0)), (PHASE, dict(period=5.0, discont=1.0)),
+    (PHASE.astype(np.float32), {}), (np.array([0.0, np.pi, 0.0, -np.pi]), {}),   # boundary
+    (np.array([0.0, np.nan, 7.0, 1.0]), {}), (np.array([1.5]), {}), (np.array([]), {}),
+    (rng.uniform(-10, 10, (3, 6)), {}), (rng.uniform(-10, 10, (3, 6)), dict(axis=0)),
+    (rng.uniform(-10, 10, (2, 3, 4)), dict(axis=1, period=3.0)),
+    (np.cumsum(rng.uniform(0, 2.5, 40)), dict(period=2.0)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(UNWRAP_CASES)))
+def test_unwrap_primal_is_numpys(case):
+    p, kw = UNWRAP_CASES[case]
+    _same(_traced_value(lambda v: np.unwrap(v, **kw), p), np.unwrap(p, **kw))
+
+
+@pytest.mark.parametrize("case", [0, 1, 3, 4, 10, 11, 12])
+def test_unwrap_derivatives(case):
+    p, kw = UNWRAP_CASES[case]
+    check_grads(lambda v: np.unwrap(v * 1.5, **kw), p)
+
+
+def test_unwrap_traced_period_is_refused():
+    with pytest.raises(NotImplementedError, match="traced `period`"):
+        tape.gradient(Reverse, lambda v: np.sum(np.unwrap(PHASE * v, period=v)), 4.0)
+
+
+def test_unwrap_compiles():
+    _compiled_agrees(np.unwrap, (PHASE,), (PHASE[::-1].copy(),))
