@@ -2,8 +2,8 @@
 
 mean is the sum (`reductions.sum_`) divided by the number of reduced entries; average is
 ``sum(a * w) / sum(w)``, differentiable in `a` and in `weights`; var is the mean squared
-deviation divided by ``n - ddof``. Arguments (`axis`, `keepdims`, `dtype`, refused `out=` /
-`where=`) are taken as in `ops.reductions`; nanmean is there too, nanvar and nanstd are in
+deviation divided by ``n - ddof``. Arguments (`axis`, `keepdims`, `dtype`, `where=`, refused
+`out=`) are taken as in `ops.reductions`; nanmean is there too, nanvar and nanstd are in
 `ops.reductions_nan`.
 
 Convention at a non-smooth point: std'(0) = 0. Where the variance is exactly 0 (a constant
@@ -27,17 +27,28 @@ from tape.core import Tracer, primal
 from tape.rules import register_function
 
 from ._util import numpy_scalar, shape_of
-from .reductions import _count, _differentiable, _given, _refuse, normalize_axis, sum_
+from .reductions import _count, _differentiable, _given, _refuse, masked, normalize_axis, sum_
+
+
+def _selected_count(mask, axes, keepdims):
+    """How many entries `mask` selects in each reduced slice (a float array, NumPy's count)."""
+    return np.sum(mask, axis=axes, keepdims=bool(keepdims), dtype=np.float64)
 
 
 def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
-    """np.mean: the sum divided by the number of reduced entries."""
-    _refuse("mean", out, where)
+    """np.mean: the sum divided by the number of reduced entries (those `where` selects)."""
+    _refuse("mean", out)
     if not _differentiable(a, dtype):
-        return np.mean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims)
+        extra = {} if not _given(where) else {"where": primal(where)}
+        return np.mean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
     shape = shape_of(a)
     axes = normalize_axis(axis, len(shape))
+    a, mask = masked(a, where, 0)
     total = sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    if mask is not None:   # NumPy's nan (and warning) for a slice with nothing selected
+        with np.errstate(invalid="warn", divide="warn"):
+            return total / _selected_count(mask, axes, keepdims).astype(
+                np.result_type(primal(total)), copy=False)
     count = _count(shape, axes)
     if count == 0:   # NumPy's nan for an empty slice, with its warning
         warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=3)
@@ -48,19 +59,28 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
 # -- var / std ------------------------------------------------------------------------------------
 def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
          correction=None):
-    """np.var: the mean squared deviation, divided by n - ddof instead of n."""
-    _refuse("var", out, where)
+    """np.var: the mean squared deviation, divided by n - ddof instead of n (n: the entries
+    `where` selects)."""
+    _refuse("var", out)
     if _given(correction):
         ddof = correction
     if not _differentiable(a, dtype) and not isinstance(mean, Tracer):
         extra = {"mean": mean} if _given(mean) else {}
+        if _given(where):
+            extra["where"] = primal(where)
         return np.var(primal(a), axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **extra)
     shape = shape_of(a)
     axes = normalize_axis(axis, len(shape))
-    centre = mean if _given(mean) else _mean(a, axis=axes, dtype=dtype, keepdims=True)
+    centre = mean if _given(mean) else _mean(a, axis=axes, dtype=dtype, keepdims=True,
+                                              where=where)
     d = a - centre
     square = d.real * d.real + d.imag * d.imag if np.iscomplexobj(d) else d * d
+    square, mask = masked(square, where, 0)
     total = sum_(square, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    if mask is not None:
+        count = np.maximum(_selected_count(mask, axes, keepdims) - ddof, 0)
+        with np.errstate(invalid="warn", divide="warn"):
+            return total / count.astype(np.result_type(primal(total)), copy=False)
     return total / max(_count(shape, axes) - ddof, 0)
 
 

@@ -1,10 +1,11 @@
 """Reductions: sum, prod, nansum/nanmean/nanprod, the cumulative sums and products, and the
-argument handling every reduction shares (`normalize_axis`, `restore_reduced`, the refusal of
-`out=` and `where=`). max/min/amax/amin and ptp are in `ops.extrema`; mean, average, var and std
+argument handling every reduction shares (`normalize_axis`, `restore_reduced`, `masked` for
+`where=`, the refusal of `out=`). max/min/amax/amin and ptp are in `ops.extrema`; mean, average, var and std
 in `ops.averages`; the other NaN-ignoring reductions in `ops.reductions_nan`.
 
 Every reduction takes `axis` (None, an int or a tuple; negative allowed) and `keepdims` as NumPy
-does; `out=` and `where=` are refused on traced values. Integer results (an integer input, or an
+does; `out=` is refused on traced values, and `where=` is taken by sum, prod, mean, var, std,
+nansum and nanmean (the entries left out get no derivative) and refused by the others. Integer results (an integer input, or an
 integer `dtype=`) carry no derivative and are computed on the plain values; float results keep
 the dtype NumPy gives them (float32 stays float32).
 
@@ -103,6 +104,16 @@ _WITHOUT_WHERE = {
     "mean": "np.sum(np.where(mask, x, 0), axis) / np.sum(mask, axis), or np.mean(x[mask])"}
 
 
+def masked(a, where, fill):
+    """`a` with the entries that `where` leaves out replaced by `fill` (the reduction's neutral
+    value), and the mask broadcast to `a`'s shape (NumPy's error when it does not broadcast);
+    `(a, None)` when there is no mask."""
+    if not _given(where) or where is True:
+        return a, None
+    mask = np.broadcast_to(np.asarray(primal(where), dtype=bool), shape_of(a))
+    return np.where(mask, a, fill), mask
+
+
 def _refuse(name, out=None, where=None):
     if _given(where) and where is not True:
         fix = _WITHOUT_WHERE.get(name, f"np.{name}(x[mask]) for a whole-array reduction")
@@ -148,8 +159,10 @@ sum_.reverse_results = "set"   # never None for an active argument; a broadcast 
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
-    """np.sum (and ndarray.sum, np.add.reduce) on traced values."""
-    _refuse("sum", out, where)
+    """np.sum (and ndarray.sum, np.add.reduce) on traced values; `where=` sums the selected
+    entries."""
+    a, _ = masked(a, where, 0)
+    _refuse("sum", out)
     if not _differentiable(a, dtype):
         extra = {"initial": initial} if _given(initial) else {}
         return np.sum(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
@@ -370,8 +383,10 @@ prod_ = defprimitive("prod", lambda x, axis, keepdims=False: np.prod(x, axis=axi
 
 
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
-    """np.prod (and ndarray.prod, np.multiply.reduce) on traced values."""
-    _refuse("prod", out, where)
+    """np.prod (and ndarray.prod, np.multiply.reduce) on traced values; `where=` multiplies
+    the selected entries."""
+    a, _ = masked(a, where, 1)
+    _refuse("prod", out)
     if not _differentiable(a, dtype):
         extra = {"initial": initial} if _given(initial) else {}
         return np.prod(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
@@ -400,11 +415,16 @@ def _nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, w
 
 
 def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
-    """np.nanmean: the mean of the non-NaN entries; NaN entries get a zero derivative."""
-    _refuse("nanmean", out, where)
+    """np.nanmean: the mean of the non-NaN entries (of those `where` selects); NaN entries get
+    a zero derivative."""
+    _refuse("nanmean", out)
     if not _differentiable(a, dtype):
-        return np.nanmean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims)
+        extra = {} if not _given(where) else {"where": primal(where)}
+        return np.nanmean(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
     filled, nan = _without_nan(a, 0)
+    filled, mask = masked(filled, where, 0)
+    if mask is not None:   # an entry left out counts as a NaN one
+        nan = nan | ~mask
     axes = normalize_axis(axis, len(shape_of(a)))
     total = sum_(filled, axis=axes, dtype=dtype, keepdims=bool(keepdims))
     count = np.sum(~nan, axis=axes, keepdims=bool(keepdims))

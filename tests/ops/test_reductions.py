@@ -7,7 +7,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tape import Active, Duplicated, Forward, Reverse, Tracer, autodiff
+from tape import (Active, Duplicated, Forward, ForwardWithPrimal, Reverse, ReverseWithPrimal, Tracer,
+                  autodiff)
 from tape.testing import check_grads, shapes, traced_value
 
 FEW = settings(max_examples=30, deadline=None)
@@ -313,7 +314,7 @@ def test_integer_results_carry_no_derivative():
 def test_unsupported_arguments_raise():
     x = np.ones(3)
     with pytest.raises(NotImplementedError):
-        grad(lambda x: np.sum(x, where=np.array([True, False, True])), x)
+        grad(lambda x: np.max(x, where=np.array([True, False, True]), initial=0.0), x)
     with pytest.raises(NotImplementedError):
         grad(lambda x: np.mean(x, out=np.zeros(())), x)
     with pytest.raises(NotImplementedError):
@@ -398,3 +399,32 @@ def test_cumprod_with_several_zeros(data):
     assert_matches_numpy(f, x)
     with np.errstate(divide="raise", invalid="raise"):   # no division by an entry
         check_grads(f, x)
+
+
+@pytest.mark.parametrize("fn", [np.sum, np.prod, np.mean, np.var, np.std, np.nansum, np.nanmean])
+@pytest.mark.parametrize("shape, axis, keepdims", [((5,), None, False), ((3, 4), 1, False),
+                                                   ((3, 4), 0, True), ((2, 3, 4), (0, 2), False)])
+def test_reductions_with_where_match_numpy_and_finite_differences(fn, shape, axis, keepdims):
+    # where= was refused on traced values; the masked-out entries get no derivative
+    rng = np.random.default_rng(len(shape) + 7 * (axis is None))
+    x = rng.standard_normal(shape) + 1.5
+    mask = rng.random(shape[-1:]) > 0.3       # broadcast against x, as NumPy allows
+    mask[0] = True
+    extra = {"ddof": 1} if fn in (np.var, np.std) else {}
+    call = lambda v: fn(v, axis=axis, keepdims=keepdims, where=mask, **extra)   # noqa: E731
+    with np.errstate(all="ignore"):
+        want = call(x)
+        (g,), value = autodiff(ReverseWithPrimal, lambda v: np.nansum(call(v)), Active,
+                               Active(x.copy()))
+        tangent, primal_value = autodiff(ForwardWithPrimal, call,
+                                         Duplicated(x.copy(), np.ones_like(x)))
+        np.testing.assert_allclose(primal_value, want, rtol=1e-12, equal_nan=True)
+        assert np.shape(primal_value) == np.shape(want)
+        h = 1e-6
+        fd = np.zeros_like(x)
+        for i in np.ndindex(x.shape):
+            e = np.zeros_like(x)
+            e[i] = h
+            fd[i] = (np.nansum(call(x + e)) - np.nansum(call(x - e))) / (2 * h)
+        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+        assert np.all(g[..., ~mask] == 0)
