@@ -21,6 +21,7 @@ from tape import (Active, Const, Duplicated, ForwardWithPrimal, Reverse,
 from tape.errors import ActivityError, ConstWriteError
 
 from ml_programs2 import PROGRAMS, _normal
+from test_ml_user_programs_redteam import _close
 
 
 def _flat(p):
@@ -58,14 +59,6 @@ def _fd_gradient(f, p, consts, eps=1e-6):
         g[i] = (f(_unflat(x + step, p), *copy.deepcopy(consts))
                 - f(_unflat(x - step, p), *copy.deepcopy(consts))) / (2 * step[i])
     return g
-
-
-def _close(got, want, tol):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert np.all(np.isfinite(got)), got
-    scale = max(1.0, float(np.max(np.abs(want))))
-    assert np.max(np.abs(got - want)) <= tol * scale, (got, want)
 
 
 NAMES = sorted(PROGRAMS)
