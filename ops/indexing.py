@@ -1,8 +1,9 @@
 """Indexing: `x[i]` (basic, advanced and boolean), `x[i] = v`, the scatter that reverses them,
 and the gathers built on them (take, take_along_axis, diagonal, diag, trace, pad).
 
-`pad` supports the modes 'constant' (with a plain, or a traced scalar, `constant_values`), and
-'edge', 'reflect', 'symmetric' and 'wrap' as gathers; other modes raise NotImplementedError.
+`pad` supports the modes 'constant' (with a plain, or a traced scalar, `constant_values`),
+'edge', 'reflect', 'symmetric' and 'wrap' as gathers, and the statistic modes and
+'linear_ramp' as compositions (ops/pad_modes.py); other modes raise NotImplementedError.
 
 Writes are functional on the tape: `x[i] = v` records `x_new = setitem(x_old, v)` and the tracer
 then stands for `x_new`, so values saved earlier are never overwritten (the old array is copied
@@ -23,6 +24,7 @@ from tape.rules import register_function, register_method
 from tape.views import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
+from .pad_modes import STATISTICS, pad_by_statistic, pad_linear_ramp
 from .shape import _along, _no_out, moveaxis, normalize_axis, ravel
 
 
@@ -317,7 +319,8 @@ _GATHER_MODES = ("edge", "reflect", "symmetric", "wrap")
 
 
 def pad(array, pad_width, mode="constant", **kwargs):
-    """np.pad for the modes 'constant', 'edge', 'reflect', 'symmetric' and 'wrap'.
+    """np.pad for the modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap', 'linear_ramp',
+    'maximum', 'minimum', 'mean' and 'median'.
 
     The other modes raise NotImplementedError. A traced `constant_values` must be a scalar.
     """
@@ -347,12 +350,25 @@ def pad(array, pad_width, mode="constant", **kwargs):
                 source = xp.pad(xp.arange(shape[axis]), (before, after), mode=mode, **kwargs)
                 out = getitem(out, index=_along(axis, source))
         return out if out is not array else pad_p(array, pad_width=widths)
+    if mode in STATISTICS or mode == "linear_ramp":
+        for axis, width_pair in enumerate(widths):
+            if shape[axis] == 0 and any(width_pair):
+                raise ValueError(f"can't extend empty axis {axis} using modes other than "
+                                 "'constant' or 'empty'")
+        option = "stat_length" if mode in STATISTICS else "end_values"
+        if set(kwargs) - {option}:
+            raise ValueError(f"unsupported keyword arguments for mode '{mode}': "
+                             f"{set(kwargs) - {option}}")
+        if mode == "linear_ramp":
+            return pad_linear_ramp(array, widths, kwargs.get("end_values", 0))
+        return pad_by_statistic(array, widths, mode, kwargs.get("stat_length"))
     what = f"mode {getattr(mode, '__name__', mode)!r}"
     if mode in _GATHER_MODES:
         what += " with reflect_type='odd'"   # values 2 * edge - mirror: not a gather
     raise NotImplementedError(
         f"np.pad with {what} is not differentiable in hecate; supported modes: "
-        "'constant', 'edge', 'reflect', 'symmetric', 'wrap' (reflect_type='even')")
+        "'constant', 'edge', 'reflect', 'symmetric', 'wrap' (reflect_type='even'), "
+        "'linear_ramp', 'maximum', 'minimum', 'mean', 'median'")
 
 
 # -- gathers ---------------------------------------------------------------------------------------

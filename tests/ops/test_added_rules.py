@@ -331,3 +331,56 @@ def test_unwrap_traced_period_is_refused():
 
 def test_unwrap_compiles():
     _compiled_agrees(np.unwrap, (PHASE,), (PHASE[::-1].copy(),))
+
+
+# -- np.pad: statistic modes and linear_ramp ---------------------------------------------------------
+PAD_CASES = [   # (mode, keywords)
+    ("maximum", {}), ("minimum", dict(stat_length=2)), ("mean", dict(stat_length=((1, 2), (3, 1)))),
+    ("median", {}), ("median", dict(stat_length=2)), ("mean", {}), ("maximum", dict(stat_length=9)),
+    ("minimum", dict(stat_length=((1, 1), (4, 2)))), ("mean", dict(stat_length=1.6)),
+    ("linear_ramp", {}), ("linear_ramp", dict(end_values=((1, 2), (-1, 0.5)))),
+    ("linear_ramp", dict(end_values=3.0)),
+]
+PAD_WIDTHS = [((1, 2), (2, 0)), 2, ((0, 0), (1, 3))]
+
+
+@pytest.mark.parametrize("width", range(len(PAD_WIDTHS)))
+@pytest.mark.parametrize("case", range(len(PAD_CASES)))
+def test_pad_mode_primal_is_numpys(case, width):
+    mode, kw = PAD_CASES[case]
+    w = PAD_WIDTHS[width]
+    # float32 ramps from a table of Python-float end values: see the xfail below
+    float32 = () if (mode, case) == ("linear_ramp", 10) else (X47.astype(np.float32),)
+    for x in (X47,) + float32:
+        _same(_traced_value(lambda v: np.pad(v, w, mode=mode, **kw), x),
+              np.pad(x, w, mode=mode, **kw))
+    check_grads(lambda v: np.pad(v * v, w, mode=mode, **kw), X47, order=1)
+
+
+@pytest.mark.xfail(strict=True, reason="traced np.linspace(python_float, float32 stop, "
+                   "dtype=float32) differs from NumPy's by an ulp (NumPy computes in float32)")
+def test_float32_linspace_from_a_python_float_is_numpys():
+    stop = np.array([0.4085805, -0.3], np.float32)
+    f = lambda v: np.linspace(1.0, v, 3, endpoint=False, dtype=np.float32)  # noqa: E731
+    _same(_traced_value(f, stop), f(stop))
+
+
+def test_pad_mode_edge_cases():
+    x = np.array([1.0, np.nan, 3.0, 2.0])
+    for mode in ("maximum", "mean", "median", "linear_ramp"):
+        _same(_traced_value(lambda v: np.pad(v, (2, 1), mode=mode), x),
+              np.pad(x, (2, 1), mode=mode))
+    with pytest.warns(RuntimeWarning):   # the mean of no values: NaN, as NumPy
+        expected = np.pad(X6, 1, "mean", stat_length=0)
+    with pytest.warns(RuntimeWarning):
+        _same(_traced_value(lambda v: np.pad(v, 1, "mean", stat_length=0), X6), expected)
+    with pytest.raises(ValueError, match="stat_length of 0"):
+        _traced_value(lambda v: np.pad(v, 1, "maximum", stat_length=0), X6)
+    with pytest.raises(ValueError, match="can't extend empty axis 1"):
+        _traced_value(lambda v: np.pad(v[:, :0], 1, "minimum"), X47)
+    check_grads(lambda v: np.pad(v, ((1, 1), (2, 1)), "median", stat_length=3), X47, order=1)
+
+
+def test_pad_mode_compiles():
+    f = lambda v: np.pad(v, 2, "maximum", stat_length=2) + np.pad(v, 2, "linear_ramp")  # noqa
+    _compiled_agrees(f, (X47,), (X47[::-1].copy(),))

@@ -1,6 +1,6 @@
 """Second-order examples for segment reductions (add/multiply.reduceat), scatter extrema
 (maximum.at / minimum.at), weighted histograms (linear in the weights, here squared first)
-polyder / polyint and np.unwrap. Merged into test_nested_every_op.EXAMPLES.
+polyder / polyint, np.unwrap and np.pad's statistic and ramp modes. Merged into test_nested_every_op.EXAMPLES.
 
 Scattered values stay apart from each other and from the buffer's values (no ties), so each
 position's winner does not change within a finite-difference step.
@@ -38,6 +38,12 @@ EXAMPLES = {
     "np.histogramdd": (lambda w: np.histogramdd(sample9, (2, 3), weights=w * w)[0], (w9,)),
     "np.histogram2d": (lambda w: np.histogram2d(sample9[:, 0], sample9[:, 1], 2,
                                                 weights=w * w, density=True)[0], (w9,)),
+    "np.pad[maximum, stat_length]": (
+        lambda x: np.pad(x * x, ((1, 2), (2, 0)), "maximum", stat_length=2), (M63,)),
+    "np.pad[mean]": (lambda x: np.pad(x * x, 2, "mean", stat_length=((1, 3), (2, 2))), (M63,)),
+    "np.pad[median]": (lambda x: np.pad(x * x, 1, "median", stat_length=3), (x6,)),
+    "np.pad[linear_ramp]": (
+        lambda x: np.pad(x * x, ((1, 2), (2, 1)), "linear_ramp", end_values=0.5), (M63,)),
     "np.unwrap": (lambda p: np.unwrap(p * p, axis=0), (M63 * 3.0,)),
     "np.polyder": (lambda p: np.polyder(p * p, 2), (p4,)),
     "np.polyint": (lambda p, k: np.polyint(p * p, 2, k=k * k), (p4, np.array([0.3, -0.8]))),
