@@ -278,7 +278,11 @@ def _endpoints(start, stop, num):
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"Number of samples, {num}, must be non-negative.")
-    return _array(start), _array(stop), num
+    # A Python number stays one: NumPy takes it as weakly typed (1.0 beside a float32 stop
+    # computes in float32), a 0-d array would make it float64
+    keep = (int, float, complex)
+    return (start if type(start) in keep else _array(start),
+            stop if type(stop) in keep else _array(stop), num)
 
 
 def _inexact(dtype) -> bool:
