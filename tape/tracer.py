@@ -176,7 +176,7 @@ class _Surface:
             kwargs = dict(kwargs)   # np.sum(x, out=c), ...: compute, then write into `out`
             out = kwargs.pop("out")
             return _write_out(out, _call_function(func, *args, **kwargs), func.__name__,
-                              exact_shape=func.__name__ != "clip")   # clip broadcasts, as a ufunc
+                              exact_shape=func.__name__ not in _BROADCAST_INTO_OUT)
         return _call_function(func, *args, **kwargs)
 
     __array__ = _refuse_array
@@ -449,6 +449,11 @@ def _has_layout(tracer, order) -> bool:
     if order not in ("C", "F") or flags is None:
         return True
     return flags.c_contiguous if order == "C" else flags.f_contiguous
+
+
+# NumPy functions that end in a ufunc call and so broadcast their result into a larger `out`,
+# as ufuncs do; the others need `out` of the result's shape.
+_BROADCAST_INTO_OUT = frozenset(("clip", "outer", "fix"))
 
 
 def _write_out(out, result, name, exact_shape=False):

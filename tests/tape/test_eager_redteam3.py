@@ -625,7 +625,10 @@ def test_a_written_buffer_returned_as_the_active_result_sums_both_seeds(compiled
     (lambda x, o: np.cumsum(x, axis=0, out=o), True),
     (lambda x, o: np.add.reduce(x, axis=0, out=o[0]), True),
     (lambda x, o: np.add(x, x, out=o), False),          # ufunc calls broadcast into `out`
-    (lambda x, o: np.clip(x, 0.0, 2.0, out=o), False),  # and so does clip
+    (lambda x, o: np.clip(x, 0.0, 2.0, out=o), False),  # and so do clip, outer and fix
+    (lambda x, o: np.outer(x[0], x[1], out=o), False),
+    (lambda x, o: np.fix(x, out=o), False),
+    (lambda x, o: np.around(x, out=o), True),
 ])
 def test_a_traced_out_of_another_shape_is_refused_where_numpy_refuses_it(write, refused):
     # Writing the result into a larger traced `out` broadcast copies of it (NumPy raises).
