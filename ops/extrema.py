@@ -5,8 +5,8 @@ mode takes the mean tangent of the tied entries, which is the transpose of that.
 `initial=`, entries tied with `initial` still get the cotangent, and a slice whose extremum is
 `initial` alone gets none. When a slice holds NaN the result is NaN and its NaN entries share
 the cotangent. ptp is max - min, each with that convention. Arguments (`axis`, `keepdims`,
-`dtype`, refused `out=` / `where=`) are taken as in `ops.reductions`; nanmax and nanmin are in
-`ops.reductions_nan`.
+`dtype`, `where=` with `initial=` as NumPy asks, refused `out=`) are taken as in
+`ops.reductions`; nanmax and nanmin are in `ops.reductions_nan`.
 
 >>> from tape import autodiff, Reverse, Active
 >>> (g,), = autodiff(Reverse, lambda x: np.max(x), Active, Active(np.array([1.0, 3.0, 3.0])))
@@ -21,7 +21,7 @@ from tape.core import Tracer, primal
 from tape.rules import register_function
 
 from ._util import defprimitive, shape_of
-from .reductions import (_cast, _differentiable, _dtype, _given, _refuse, normalize_axis,
+from .reductions import (_cast, _differentiable, _dtype, _given, _refuse, masked, normalize_axis,
                          restore_reduced)
 
 
@@ -74,14 +74,20 @@ def _extremum_function(kind):
     numpy_fn = np.max if kind == "max" else np.min
 
     def reduce(a, axis=None, out=None, keepdims=False, initial=None, where=None, dtype=None):
-        _refuse(kind, out, where)
+        _refuse(kind, out)
         if isinstance(initial, Tracer):
             raise NotImplementedError(f"np.{kind} with a traced initial= is not supported; use "
                                       f"np.{kind}imum(np.{kind}(x), initial)")
         extra = {"initial": initial} if _given(initial) else {}
-        if not _differentiable(a, dtype):
-            return numpy_fn(_cast(primal(a), dtype), axis=axis, keepdims=keepdims, **extra)
+        selected = _given(where) and where is not True
+        if not _differentiable(a, dtype) or (selected and not _given(initial)):
+            # (NumPy's own error for a mask without initial=: the reduction has no identity)
+            mask = {"where": primal(where)} if selected else {}
+            return numpy_fn(_cast(primal(a), dtype), axis=axis, keepdims=keepdims, **extra,
+                            **mask)
         a = _cast(a, dtype)
+        if selected:   # the entries left out can never win, and get no derivative
+            a, _ = masked(a, where, -np.inf if kind == "max" else np.inf)
         return extremum(a, axis=normalize_axis(axis, len(shape_of(a))), keepdims=bool(keepdims),
                         initial=extra.get("initial"), kind=kind)
     reduce.__doc__ = (f"np.{kind} / np.a{kind} (and ndarray.{kind}, ufunc.reduce) on traced "

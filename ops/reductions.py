@@ -5,7 +5,7 @@ in `ops.averages`; the other NaN-ignoring reductions in `ops.reductions_nan`.
 
 Every reduction takes `axis` (None, an int or a tuple; negative allowed) and `keepdims` as NumPy
 does; `out=` is refused on traced values, and `where=` is taken by sum, prod, mean, var, std,
-nansum and nanmean (the entries left out get no derivative) and refused by the others. Integer
+max, min, nansum and nanmean (the entries left out get no derivative) and refused by the others. Integer
 results (an integer input, or an integer `dtype=`) carry no derivative and are computed on the plain values; float results keep
 the dtype NumPy gives them (float32 stays float32).
 

@@ -478,7 +478,7 @@ def test_scipy_on_a_traced_value_names_the_tape_replacement(call, replacement):
 
 def test_unsupported_numpy_calls_name_the_function():
     x = np.array([1.0, 3.0, 2.0])
-    for call, name in [(lambda a: np.max(a, where=a > 1.5, initial=0.0), "np.max"),
+    for call, name in [(lambda a: np.nanvar(a, where=a > 1.5), "np.nanvar"),
                        (lambda a: np.polynomial.polynomial.polymul(a, a), "polymul"),
                        (lambda a: np.percentile(a, 30, method="weibull"), "weibull")]:
         with pytest.raises((NotImplementedError, tape.NonDifferentiableError), match=name):

@@ -253,8 +253,8 @@ def test_a_write_keeps_a_fortran_buffer_fortran_ordered():
 
 
 @pytest.mark.parametrize("reduction, fix", [
-    (lambda a: np.max(a, where=a > 1.5, initial=0.0), r"np\.max\(np\.where\(mask, x, -np\.inf"),
-    (lambda a: np.nanvar(a, where=a > 1.5), r"np\.where")])
+    (lambda a: np.nanvar(a, where=a > 1.5), r"np\.where"),
+    (lambda a: np.nanmax(a, where=a > 1.5, initial=0.0), r"np\.where")])
 def test_reductions_with_where_suggest_np_where(reduction, fix):
     with pytest.raises(NotImplementedError, match=fix):
         autodiff(Reverse, reduction, Active, Active(np.array([1.0, 3.0, 2.0])))
