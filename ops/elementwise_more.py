@@ -31,8 +31,8 @@ import numpy as np
 from tape.core import Tracer, is_complex, primal
 from tape.rules import inactive, register_function, register_method, register_ufunc
 
-from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
-                    unbroadcast)
+from ._util import (add_tangents, as_array, broadcast_tangent, defprimitive, shape_of,
+                    times_partial, unbroadcast)
 from .elementwise import binary, elementwise, route_ufunc, self_adjoint, ufunc_inputs, unary
 
 _NOVALUE = object()
@@ -392,12 +392,18 @@ def _to_complex_where(x, outside):
     """`x` as complex (complex64 for single-precision input, as NumPy's scimath) when some real
     entry lies `outside` the real function's domain; `x` itself otherwise. The decision is
     taken on traced comparisons, so a compiled function guards it."""
-    x = np.asarray(x) if not isinstance(x, Tracer) else x
+    x = as_array(x)
     if np.iscomplexobj(x) or not bool(np.any(outside(x))):
         return x
+    return x.astype(_scimath_complex(x))
+
+
+def _scimath_complex(x):
+    """The complex type NumPy's scimath gives a real `x`: complex64 for single precision and
+    the small integers, complex128 otherwise."""
     single = np.result_type(x).type in (np.float32, np.float16, np.int8, np.int16, np.uint8,
                                         np.uint16)
-    return x.astype(np.complex64 if single else np.complex128)
+    return np.complex64 if single else np.complex128
 
 
 def _below_zero(x):
@@ -421,9 +427,9 @@ def _emath_inverse_sine(x, cosine: bool):
     branch cut, where the complex derivative does not exist; the real-line formulas give the
     same values (sign(x) pi/2 + i arccosh|x| for arcsin) and their one-sided derivatives."""
     fn = np.arccos if cosine else np.arcsin
+    x = as_array(x)
     if np.iscomplexobj(x) or not bool(np.any(_beyond_one(x))):
-        return fn(x if isinstance(x, Tracer) else np.asarray(x))
-    x = x if isinstance(x, Tracer) else np.asarray(x)
+        return fn(x)
     inside = np.abs(x) <= 1
     real = fn(np.where(inside, x, 0.0))
     beyond = np.arccosh(np.where(inside, 2.0, np.abs(x)))
@@ -431,9 +437,7 @@ def _emath_inverse_sine(x, cosine: bool):
         outer = np.where(x < 0, np.pi, 0.0) - 1j * beyond
     else:
         outer = np.where(x < 0, -np.pi / 2, np.pi / 2) + 1j * beyond
-    single = np.result_type(x).type in (np.float32, np.float16)
-    out = np.where(inside, real + 0j, outer)
-    return out.astype(np.complex64) if single else out
+    return np.where(inside, real + 0j, outer).astype(_scimath_complex(x), copy=False)
 
 
 register_function(np.emath.arcsin, lambda x: _emath_inverse_sine(x, cosine=False))
