@@ -146,6 +146,18 @@ def _reads_a_class(x):
     return np.sum(x * _Config.table) * _Config.scale
 
 
+def _five_calls_changed_before_the_fourth(f, make_the_change):
+    """Five compiled calls of `f`, each against eager mode, with `make_the_change()` before the
+    fourth; the compiled function."""
+    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    for k in range(5):
+        if k == 3:
+            make_the_change()
+        _against_eager(g, ReverseWithPrimal, f, Active,
+                       [Duplicated(np.arange(3.0) + k, np.zeros(3))])
+    return g
+
+
 @pytest.mark.parametrize("how", ["global class", "classmethod"])
 @pytest.mark.parametrize("change", ["rebind", "in place"])
 def test_a_class_attribute_read_through_the_class_itself_is_watched(how, change):
@@ -153,16 +165,14 @@ def test_a_class_attribute_read_through_the_class_itself_is_watched(how, change)
     # skipped by the watch (only its bases were read): the change below replayed the old
     # value, a silent wrong primal and gradient (6.0 where eager mode gives 9.0).
     f = _reads_a_class if how == "global class" else _Config.loss
-    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+
+    def make_the_change():
+        if change == "rebind":
+            _Config.scale = 3.0
+        else:
+            _Config.table[1] = -4.0
     try:
-        for k in range(5):
-            if k == 3:
-                if change == "rebind":
-                    _Config.scale = 3.0
-                else:
-                    _Config.table[1] = -4.0
-            _against_eager(g, ReverseWithPrimal, f, Active,
-                           [Duplicated(np.arange(3.0) + k, np.zeros(3))])
+        _five_calls_changed_before_the_fourth(f, make_the_change)
     finally:
         _Config.scale, _Config.table = 2.0, np.array([1.0, 2.0, 3.0])
 
@@ -184,18 +194,15 @@ def _calls_scaled_sum(x):
 def test_a_function_attribute_it_reads_is_watched(f, change):
     # `f.scale` (a function's own attributes) was not watched: a rebound value replayed the
     # old one (6.0 where eager mode gives 9.0).
-    g = tape.compile(ReverseWithPrimal, f, Active, Duplicated)
+    def make_the_change():
+        if change == "rebind":
+            _scaled_sum.scale = 3.0
+        elif change == "in place":
+            _scaled_sum.weights[0] = -4.0
+        else:
+            _scaled_sum.note = "unused"
     try:
-        for k in range(5):
-            if k == 3:
-                if change == "rebind":
-                    _scaled_sum.scale = 3.0
-                elif change == "in place":
-                    _scaled_sum.weights[0] = -4.0
-                else:
-                    _scaled_sum.note = "unused"
-            _against_eager(g, ReverseWithPrimal, f, Active,
-                           [Duplicated(np.arange(3.0) + k, np.zeros(3))])
+        g = _five_calls_changed_before_the_fourth(f, make_the_change)
         if change == "new attribute":   # (the attributes' names are watched too)
             assert g.stats.traces == 2, g.stats
     finally:
