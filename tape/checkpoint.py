@@ -45,8 +45,18 @@ differentiated values read in the first run are digested too (O(1) memory each, 
 reference: no temporary is kept alive), and the recomputation raises when it reads one of those
 same array objects, or the same place in their memory through a fresh view (``c[::-1]``
 inside f), with other contents: a write that leaves the results the same but not their
-derivative (a closed-over weight vector permuted under a sum) is caught that way. Not caught
-there: CuPy arrays; the results' digest covers those.
+derivative (a closed-over weight vector permuted under a sum) is caught that way. The
+temporaries among them (``c * 1.0`` of a closed-over ``c``) are new objects in the
+recomputation; their digests are kept by shape, dtype and place (up to 16 of a kind), and a
+temporary that an operation on the inputs reads must be one of them. The Python parameters of
+every operation on the inputs (an index ``b[i]``: a lambda made in a loop reads ``i`` late)
+are kept too, and an operation with others raises. Not caught there: CuPy arrays; the
+results' digest covers those (its finite values apart from where infinities and NaNs are).
+
+A result that is an input returned as it is stays that input's tracer; one that is a view of an
+input (``u[1:]``) becomes a new value, so a later write into either is refused (NumPy would
+show it through both). The arguments are kept as their leaves and structure: a list the caller
+appends to after the call (``features.append(layer(features))``) is rebuilt as it was.
 """
 from __future__ import annotations
 
@@ -57,11 +67,12 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .backend import array_module
+from .checkpoint_digests import (Temporaries, operation_key, owner_of, plain_reads, read_digest,
+                                 result_digest, retire, same_digest)
 from .core import _TRACE_STACK, Primitive, ReverseTrace, Tracer, config_for, primal
 from .errors import HecateError
 from .pytree import flatten, unflatten
-from .residuals import operands
+from .rule_calls import AliasedWrite
 
 __all__ = ["checkpoint", "CheckpointError"]
 
@@ -119,43 +130,92 @@ class _Saved(NamedTuple):
     f: Callable
     name: str
     level: Any         # the trace that recorded the call
-    args: tuple
-    kwargs: dict
+    arguments: tuple   # (leaves, structure) of (args, kwargs): the caller may change a list
     inputs: list       # [(tracer object, value it held, slot it held)]
     treedef: Any       # structure of f's result
     positions: list    # which result leaves are record outputs
-    digests: list      # `_digest` of each of those outputs, checked by the recomputation
-    reads: dict        # id -> (weak reference, {`_read_digest`}) of the plain arrays f read
+    digests: list      # `result_digest` of each of those outputs, checked by the recomputation
+    reads: dict        # id -> (weak reference, {`read_digest`}) of the plain arrays f read
+    temporaries: dict  # (shape, dtype, place) -> {weighted sums} of those that died (`retire`)
+    operations: set    # `operation_key` of each operation on the noted inputs
 
 
 def _record(prim, f, trace, args, kwargs):
     seen: dict = {}
     reads: dict = {}
-    with _overridden(trace, process=_transparent_process(trace, seen, prim.name, reads),
+    operations: set = set()
+    # The arguments' leaves, kept now: a list argument the caller appends to after the call
+    # (features.append(layer(features))) is rebuilt as it was for the recomputation.
+    arguments = (flatten((args, kwargs)) if any(_mutable(a) for a in (*args, *kwargs.values()))
+                 else ((args, kwargs), None))
+    temporaries: dict = {}
+    with _overridden(trace, process=_transparent_process(trace, seen, prim.name, reads,
+                                                         operations, temporaries),
                      constant=_enclosing_constant(trace)):
         out = f(*args, **kwargs)
+    for key, entry in list(reads.items()):
+        if entry[0]() is None:
+            retire(temporaries, entry)
+            del reads[key]
     leaves, treedef = flatten(out)
-    for leaf in leaves:   # an input returned as it is is an input too
-        if isinstance(leaf, Tracer) and leaf.level is trace:
-            _note(seen, leaf)
     if not seen:
         return out        # f read nothing differentiated at this level
+    # A traced value returned as it is (an input passed through) stays that very tracer, as
+    # without the checkpoint: a later write into it is seen by both names.
     values = [leaf.value if isinstance(leaf, Tracer) and leaf.level is trace else leaf
               for leaf in leaves]
-    positions = [i for i, v in enumerate(values) if _is_float(v)]
+    positions = [i for i, (leaf, v) in enumerate(zip(leaves, values))
+                 if _is_float(v) and not (isinstance(leaf, Tracer) and leaf.level is trace)]
     if not positions:
-        return unflatten(treedef, values)
+        return unflatten(treedef, [leaf if isinstance(leaf, Tracer) and leaf.level is trace
+                                   else v for leaf, v in zip(leaves, values)])
     inputs = list(seen.values())
-    saved = _Saved(f, prim.name, trace, args, kwargs, inputs, treedef, positions,
-                   [_digest(values[i]) for i in positions], reads)
+    saved = _Saved(f, prim.name, trace, arguments, inputs, treedef, positions,
+                   [result_digest(values[i]) for i in positions], reads, temporaries, operations)
     first = trace.n_slots
     trace.n_slots = first + len(positions)
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
                           tuple(slot for _, _, slot in inputs),
                           tuple(range(first, first + len(positions)))))
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Tracer) and leaf.level is trace:
+            values[i] = leaf
     for k, i in enumerate(positions):
         values[i] = trace.tracer_class(values[i], trace, first + k)
+        _guard_shared_memory(values[i], inputs, prim.name)
     return unflatten(treedef, values)
+
+
+def _guard_shared_memory(result, inputs, name):
+    """A result that is a view of an input's value (``u[1:]``, ``u.reshape(...)``) is a new
+    value on the tape, not a view of the input: a later write into either would show through
+    the other in NumPy but not in its derivative. Such writes are refused, naming the fix."""
+    value = result.value
+    if not isinstance(value, np.ndarray):
+        return
+    for obj, held, _ in inputs:
+        if not (isinstance(held, np.ndarray) and np.may_share_memory(value, held)):
+            continue
+        message = (f"a result of `{name}` is a view of one of its inputs (it returns u[1:], "
+                   "u.T, u.reshape(...) of an argument or closure), and the function writes "
+                   "into {written} afterwards; through a checkpoint the two are separate "
+                   "values, so the write would not show through the other as it does in "
+                   "NumPy. Return a copy from the checkpointed function (u[1:].copy())")
+        result.write_guard = AliasedWrite(message.format(written="that result"),
+                                           error=CheckpointError)
+        obj.write_guard = AliasedWrite(message.format(written="that input"),
+                                        weakref.ref(result), getattr(obj, "write_guard", None),
+                                        error=CheckpointError)
+        return
+
+
+def _mutable(x) -> bool:
+    """Whether an argument holds a container its caller may change after the call (a list, a
+    dict, a set, a user's pytree node), below one level of tuples."""
+    if type(x) is tuple:
+        return any(_mutable(v) for v in x)
+    return not (isinstance(x, (np.ndarray, Tracer, int, float, complex, str, bytes, np.generic))
+                or x is None)
 
 
 def _enclosing_constant(trace):
@@ -174,16 +234,20 @@ def _enclosing_constant(trace):
     return lambda value: value
 
 
-def _transparent_process(trace, seen, name, reads):
+def _transparent_process(trace, seen, name, reads, operations, temporaries):
     """`trace.process` while a checkpointed call runs: unwrap, note, compute, record nothing
-    (but the digest of each plain array an operation reads, into `reads`)."""
+    (but the digest of each plain array an operation reads, into `reads`, and the operation's
+    `operation_key`, into `operations`)."""
     def process(prim, args, params):
-        for x in _plain_reads(args, params):
-            owner = _owner(x)
+        operations.add(operation_key(prim, args, params))
+        for x in plain_reads(args, params):
+            owner = owner_of(x)
             entry = reads.get(id(owner))
             if entry is None or entry[0]() is not owner:   # (an id of a dead array, reused)
+                if entry is not None:
+                    retire(temporaries, entry)
                 reads[id(owner)] = entry = (weakref.ref(owner), set())
-            entry[1].add(_read_digest(x))
+            entry[1].add(read_digest(x))
         vals = list(args)
         mine = False
         for i, a in enumerate(args):
@@ -216,56 +280,34 @@ def _transparent_process(trace, seen, name, reads):
     return process
 
 
-def _plain_reads(args, params) -> list:
-    """The plain NumPy arrays among an operation's operands and parameters (`operands`: one
-    level of tuples and lists opened, an index ``x[i, j]``)."""
-    return [x for x in operands(args, params)
-            if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" and x.size]
-
-
-@functools.lru_cache(maxsize=16)
-def _weights(n: int) -> np.ndarray:
-    return np.cos(np.arange(n) * 0.7071)
-
-
-def _owner(x: np.ndarray) -> np.ndarray:
-    """The array whose memory `x` views (`x` itself when it owns its memory): reads are noted
-    per owner, since f makes a fresh view (``c[::-1]``, ``c.T``) of a closed-over array at
-    every run, and only the owner is the same object in the recomputation."""
-    base = x.base
-    while isinstance(base, np.ndarray):
-        x, base = base, base.base
-    return x
-
-
-def _read_digest(x) -> tuple:
-    """Shape, dtype, where in its owner's memory a view lies, and a weighted sum of a plain
-    array's values (one pass): equal contents give equal digests (the same operations on the
-    same values), and a change, a permutation too, almost surely another."""
-    a = np.asarray(x)
-    place = None
-    if a.base is not None:
-        place = (a.__array_interface__["data"][0] - _owner(a).__array_interface__["data"][0],
-                 a.strides)
-    flat = a.reshape(-1)
-    if flat.dtype.kind == "c":
-        flat = np.concatenate([flat.real, flat.imag])
-    flat = flat.astype(np.float64, copy=False)
-    return (a.shape, a.dtype.str, place, float(flat @ _weights(flat.size)))
-
-
 def _checking_process(process, saved):
     """`process` of the recomputation's trace, refusing an operation that reads a plain array
     the first run read, now with other contents (written since: the results, or only their
-    derivative, would be the new values')."""
+    derivative, would be the new values'), and an operation on the inputs that the first run
+    did not make (`operation_key`: another index; `Temporaries`: a temporary made from a
+    closure with other values). An operation whose kind the first run never made on the
+    inputs is not refused: the first run computes on plain values, so some of the
+    recomputation's traced operations have no counterpart there (``z[:] = x`` into a buffer
+    ``np.zeros_like(x)``, plain in the first run, is a conversion there)."""
+    inputs = {id(obj) for obj, _, _ in saved.inputs}
+    names = {key[0] for key in saved.operations}
+    temporaries = Temporaries(saved)
+
     def checked(prim, args, params):
-        for x in _plain_reads(args, params):
-            owner = _owner(x)
+        on_inputs = any(id(a) in inputs for a in args)
+        if on_inputs and prim.name in names and \
+                operation_key(prim, args, params) not in saved.operations:
+            raise CheckpointError(_CHANGED.format(name=saved.name))
+        for x in plain_reads(args, params):
+            owner = owner_of(x)
             entry = saved.reads.get(id(owner))
-            if entry is None or entry[0]() is not owner:
+            digest = read_digest(x)
+            if digest[3] != digest[3]:   # NaN: not comparable
                 continue
-            digest = _read_digest(x)
-            if digest not in entry[1] and digest[3] == digest[3]:   # (NaN: not comparable)
+            if entry is None or entry[0]() is not owner:
+                if on_inputs and not temporaries.known(x, digest):
+                    raise CheckpointError(_CHANGED.format(name=saved.name))
+            elif digest not in entry[1]:
                 raise CheckpointError(_CHANGED.format(name=saved.name))
         return process(prim, args, params)
     return checked
@@ -320,7 +362,9 @@ def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
             guard = (_overridden(level, process=_unexpected_input(saved.name))
                      if level.alive else contextlib.nullcontext())
             with guard:
-                out = saved.f(*saved.args, **saved.kwargs)
+                leaves, structure = saved.arguments
+                args, kwargs = leaves if structure is None else unflatten(structure, leaves)
+                out = saved.f(*args, **kwargs)
             seeds = _seeds(saved, out, g, inner)
         finally:
             for obj, state in zip(objects, states):
@@ -366,7 +410,7 @@ def _seeds(saved, out, g, inner):
             f"({treedef!r} instead of {saved.treedef!r}); a checkpointed function must be "
             "deterministic")
     for pos, digest in zip(saved.positions, saved.digests):
-        if not _same_digest(digest, _digest(primal(leaves[pos]))):
+        if not same_digest(digest, result_digest(primal(leaves[pos]))):
             raise CheckpointError(_CHANGED.format(name=saved.name))
     seeds: dict = {}
     for pos, gi in zip(saved.positions, g):
@@ -383,26 +427,3 @@ _CHANGED = ("`{name}` computed other values when recomputed for the reverse pass
             "Const argument, the xs of a scan) was written after the call, or it is not "
             "deterministic. Leave such arrays unchanged until the gradient is computed, or "
             "give the function a copy (c.copy())")
-
-
-def _digest(value) -> tuple:
-    """(shape, two weighted sums, sum of magnitudes, tolerance) of a float result: O(1) memory
-    per output, unlike a copy. The weights tell a permutation from the original."""
-    v = primal(value)
-    xp = array_module(v)
-    flat = xp.asarray(v).ravel()
-    parts = (flat.real, flat.imag) if xp.iscomplexobj(flat) else (flat,)
-    weights = _weights(flat.size) if xp is np else xp.cos(xp.arange(flat.size) * 0.7071)
-    sums = tuple(float(xp.sum(p)) for p in parts) + tuple(float(p @ weights) for p in parts)
-    scale = float(sum(xp.sum(xp.abs(p)) for p in parts))
-    # Rules may compute the primal in another order than the plain call did: a few roundings.
-    tol = 64 * float(xp.finfo(flat.dtype).eps) * scale if flat.size else 0.0
-    return (tuple(v.shape) if hasattr(v, "shape") else (), sums, tol)
-
-
-def _same_digest(before: tuple, after: tuple) -> bool:
-    (shape, sums, tol), (shape2, sums2, _) = before, after
-    if shape != shape2 or len(sums) != len(sums2):
-        return False
-    # NaN results are compared as NaN: a NaN in both is no change.
-    return all(a == b or abs(a - b) <= tol or (a != a and b != b) for a, b in zip(sums, sums2))

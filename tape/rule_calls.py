@@ -98,26 +98,26 @@ class UserRule(Primitive):
                 "engine treats a rule's result as a new value, so the derivative and the "
                 "primal would silently disagree with the plain function. Return a copy from "
                 "the rule (x.copy()), or copy before writing (y = rule(x).copy())")
-            result.write_guard = _AliasedWrite(message.format(written="that result"))
+            result.write_guard = AliasedWrite(message.format(written="that result"))
             if isinstance(a, Tracer) and a.level is result.level:
-                a.write_guard = _AliasedWrite(message.format(written="that argument"),
+                a.write_guard = AliasedWrite(message.format(written="that argument"),
                                               weakref.ref(result),
                                               getattr(a, "write_guard", None))
             return
 
 
-class _AliasedWrite:
-    """A write guard: refuses the write while `partner` (a weak reference) is alive, and
-    otherwise hands over to the guard it replaced."""
+class AliasedWrite:
+    """A write guard: refuses the write (raising `error`) while `partner` (a weak reference)
+    is alive, and otherwise hands over to the guard it replaced."""
 
-    __slots__ = ("message", "partner", "previous")
+    __slots__ = ("message", "partner", "previous", "error")
 
-    def __init__(self, message: str, partner=None, previous=None):
-        self.message, self.partner, self.previous = message, partner, previous
+    def __init__(self, message: str, partner=None, previous=None, error=RuleError):
+        self.message, self.partner, self.previous, self.error = message, partner, previous, error
 
     def __call__(self, tracer) -> None:
         if self.partner is None or self.partner() is not None:
-            raise RuleError(self.message)
+            raise self.error(self.message)
         if self.previous is None:
             del tracer.write_guard
         else:

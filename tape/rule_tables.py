@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import NonDifferentiableError
+
 UFUNC_RULES: dict = {}
 UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
 FUNCTION_RULES: dict = {}
@@ -32,6 +34,13 @@ def _rule(table: dict, key, what: str):
 def _call_ufunc(ufunc, *args, **kw):
     rule = UFUNC_RULES.get(ufunc)
     if rule is None:
+        if ufunc.types and all(t.replace("->", "").strip("O") == "" for t in ufunc.types):
+            raise NonDifferentiableError(
+                f"np.frompyfunc's ufunc `{ufunc.__name__}` was called on a traced value; it "
+                "calls its Python function on plain elements (object arrays), so the "
+                "derivative would be lost. Call the function on the whole array instead "
+                "(written with NumPy operations it usually works as is), or loop in Python "
+                "and collect the traced results with np.array([...]) or np.stack")
         raise _missing(_ufunc_name(ufunc))
     return rule(*args, **kw)
 

@@ -24,28 +24,14 @@ from tape import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse
                   ReverseWithPrimal)
 from tape.errors import TracerConversionError  # noqa: E402
 
+from numeric_checks import close, fd_gradient  # noqa: E402
 from scientific_programs2 import CHECKPOINTED, PROGRAMS  # noqa: E402
-
-
-def _fd_gradient(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        step = np.zeros_like(x)
-        step[i] = eps * max(1.0, abs(x[i]))
-        g[i] = (float(f(x + step)) - float(f(x - step))) / (2 * step[i])
-    return g
-
-
-def _close(got, want, tol=1e-6):
-    got = np.asarray(got, dtype=float)
-    assert np.all(np.isfinite(got)), got
-    assert np.max(np.abs(got - want)) <= tol * max(1.0, float(np.max(np.abs(want)))), (got, want)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_program_in_every_mode(name):
     f, points = PROGRAMS[name]
-    fds = [_fd_gradient(f, x.copy()) for x in points]
+    fds = [fd_gradient(f, x.copy()) for x in points]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         reverse = tape.compile(ReverseWithPrimal, f, Active, Active)
@@ -53,16 +39,16 @@ def test_program_in_every_mode(name):
         for x, fd in zip(points, fds):
             (grad,), value = tape.gradient(ReverseWithPrimal, f, x.copy())
             np.testing.assert_allclose(value, f(x.copy()), rtol=1e-12, atol=1e-13)
-            _close(grad, fd)
-            _close(tape.gradient(Forward, f, x.copy())[0], fd)
+            close(grad, fd)
+            close(tape.gradient(Forward, f, x.copy())[0], fd)
         for x, fd in list(zip(points, fds)) + [(points[0], fds[0])]:
             (grad,), value = reverse(Active(x.copy()))
             np.testing.assert_allclose(value, f(x.copy()), rtol=1e-12, atol=1e-13)
-            _close(grad, fd)
+            close(grad, fd)
             direction = np.cos(np.arange(x.size) + 0.5)
             tangent, value = forward(Duplicated(x.copy(), direction))
             np.testing.assert_allclose(value, f(x.copy()), rtol=1e-12, atol=1e-13)
-            _close(tangent, fd @ direction)
+            close(tangent, fd @ direction)
 
 
 @pytest.mark.parametrize("name", CHECKPOINTED)
@@ -71,15 +57,15 @@ def test_checkpointed_loop_body(name):
     checkpointed = functools.partial(f, wrap=tape.checkpoint)
     compiled = tape.compile(ReverseWithPrimal, checkpointed, Active, Active)
     for x in points[:2]:
-        fd = _fd_gradient(f, x.copy())
+        fd = fd_gradient(f, x.copy())
         (grad,), value = tape.gradient(ReverseWithPrimal, checkpointed, x.copy())
         np.testing.assert_allclose(value, f(x.copy()), rtol=1e-12, atol=1e-13)
-        _close(grad, fd)
+        close(grad, fd)
         (grad,), value = compiled(Active(x.copy()))
         np.testing.assert_allclose(value, f(x.copy()), rtol=1e-12, atol=1e-13)
-        _close(grad, fd)
+        close(grad, fd)
     v = np.sin(np.arange(points[0].size) + 1.0)
-    _close(tape.hvp(checkpointed, points[0].copy(), v), tape.hvp(f, points[0].copy(), v), 1e-9)
+    close(tape.hvp(checkpointed, points[0].copy(), v), tape.hvp(f, points[0].copy(), v), 1e-9)
 
 
 @pytest.mark.parametrize("name", ["kalman rts smoother", "lennard-jones", "markov stationary",
@@ -89,7 +75,7 @@ def test_hessian_vector_product(name):
     x = points[0]
     v = np.sin(np.arange(x.size) + 1.0)
     grad = lambda z: tape.gradient(Reverse, f, z)[0]   # noqa: E731
-    _close(tape.hvp(f, x.copy(), v), (grad(x + 1e-5 * v) - grad(x - 1e-5 * v)) / 2e-5, 1e-5)
+    close(tape.hvp(f, x.copy(), v), (grad(x + 1e-5 * v) - grad(x - 1e-5 * v)) / 2e-5, 1e-5)
 
 
 def test_bisection_derivative_comes_from_the_arithmetic_not_the_decisions():
@@ -128,7 +114,7 @@ def test_loop_counts_from_const_arguments_under_compile():
                           (np.array([1.0, 0.5]), 10, np.array([0.1, 0.2]))):
         (grad, _, _), value = compiled(Active(p.copy()), Const(n), Const(forcing))
         assert value == pytest.approx(euler(p, n, forcing), rel=1e-13)
-        _close(grad, _fd_gradient(lambda q: euler(q, n, forcing), p))
+        close(grad, fd_gradient(lambda q: euler(q, n, forcing), p))
 
 
 def test_duplicated_grid_written_in_place_under_compile():
@@ -143,8 +129,8 @@ def test_duplicated_grid_written_in_place_under_compile():
         (_, grad_p), value = compiled(Duplicated(u, du), Active(p.copy()))
         assert value == pytest.approx(heat(plain, p), rel=1e-13)
         np.testing.assert_allclose(u, plain, rtol=1e-13)
-        _close(du, _fd_gradient(lambda w: heat(w.copy(), p), u0))
-        _close(grad_p, _fd_gradient(lambda q: heat(u0.copy(), q), p))
+        close(du, fd_gradient(lambda w: heat(w.copy(), p), u0))
+        close(grad_p, fd_gradient(lambda q: heat(u0.copy(), q), p))
 
 
 @pytest.mark.parametrize("method", ["nearest", "lower", "higher", "midpoint"])
@@ -154,7 +140,7 @@ def test_percentile_methods_other_than_linear(method, q):
     f = lambda z: np.percentile(z, q, method=method)   # noqa: E731
     (grad,), value = tape.gradient(ReverseWithPrimal, f, x.copy())
     assert value == f(x)
-    _close(grad, _fd_gradient(f, x))
+    close(grad, fd_gradient(f, x))
 
 
 @pytest.mark.parametrize("make", [
@@ -171,8 +157,8 @@ def test_numpy_polynomial_module_with_traced_coefficients(make):
     c = np.array([0.3, -0.5, 0.8])
     (grad,), value = tape.gradient(ReverseWithPrimal, f, c.copy())
     assert value == pytest.approx(f(c), rel=1e-14)
-    _close(grad, _fd_gradient(f, c))
-    _close(tape.gradient(Forward, f, c.copy())[0], _fd_gradient(f, c))
+    close(grad, fd_gradient(f, c))
+    close(tape.gradient(Forward, f, c.copy())[0], fd_gradient(f, c))
 
 
 @pytest.mark.parametrize("make", [lambda y: sint.CubicSpline(np.arange(4.0), y)(1.5),
@@ -191,6 +177,6 @@ def test_histogram_with_traced_weights():
     data = np.array([0.1, 0.4, 0.35, 0.8, 0.9, 0.55])
     f = lambda w: np.sum(np.histogram(data, bins=3, range=(0, 1), weights=w)[0] ** 2)  # noqa: E731
     w = np.array([0.5, 1.0, -0.3, 2.0, 0.1, 0.7])
-    _close(tape.gradient(Reverse, f, w.copy())[0], _fd_gradient(f, w))
+    close(tape.gradient(Reverse, f, w.copy())[0], fd_gradient(f, w))
 
 
