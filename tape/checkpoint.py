@@ -301,14 +301,14 @@ def _checking_process(process, saved):
         for x in plain_reads(args, params):
             owner = owner_of(x)
             entry = saved.reads.get(id(owner))
-            digest = read_digest(x)
-            if digest[3] != digest[3]:   # NaN: not comparable
-                continue
-            if entry is None or entry[0]() is not owner:
-                if on_inputs and not temporaries.known(x, digest):
+            if entry is not None and entry[0]() is owner:
+                digest = read_digest(x)
+                if digest not in entry[1] and digest[3] == digest[3]:   # (NaN: not comparable)
                     raise CheckpointError(_CHANGED.format(name=saved.name))
-            elif digest not in entry[1]:
-                raise CheckpointError(_CHANGED.format(name=saved.name))
+            elif on_inputs:
+                digest = read_digest(x)
+                if digest[3] == digest[3] and not temporaries.known(x, digest):
+                    raise CheckpointError(_CHANGED.format(name=saved.name))
         return process(prim, args, params)
     return checked
 

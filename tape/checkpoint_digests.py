@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from .backend import array_module
-from .core import primal
+from .core import Tracer, primal
 from .residuals import operands
 
 
@@ -55,16 +55,21 @@ def read_digest(x) -> tuple:
     return (a.shape, a.dtype.str, place, float(flat @ _weights(flat.size)))
 
 
+_OPAQUE = (np.ndarray, Tracer, float)   # left out of an operation's key (speed-up: first)
+
+
 def operation_key(prim, args, params) -> tuple:
     """An operation on the call's inputs by its name and its exact Python parameters (an index
     ``b[i]``: a loop variable that a lambda reads late); arrays, traced values and floats are
     left out ("*"): the first run holds some intermediates as plain arrays that the
     recomputation traces, and the plain arrays it reads are checked by their digests."""
-    return (prim.name, tuple(_exact(a) for a in args),
-            tuple((k, _exact(params[k])) for k in sorted(params)))
+    return (prim.name, tuple(map(_exact, args)),
+            tuple((k, _exact(params[k])) for k in sorted(params)) if params else ())
 
 
 def _exact(v):
+    if isinstance(v, _OPAQUE):
+        return "*"
     t = type(v)
     if t in (int, bool, str, type(None), type(Ellipsis)):
         return v
