@@ -205,7 +205,8 @@ def _trace_arguments(annotated, names, check, make_leaf):
         shadows = arg.shadows if arg.shadows is not None else [None] * len(arg.leaves)
         for i, (x, dx) in enumerate(zip(arg.leaves, shadows)):
             if _is_float(x):
-                refuse_matrix_or_masked(x, arg.path(i), ActivityError)
+                if type(x) is not np.ndarray and isinstance(x, np.ndarray):   # (path: lazily)
+                    refuse_matrix_or_masked(x, arg.path(i), ActivityError)
                 t = make_leaf(x, dx)
                 arg.tracers.append(t)
                 arg.first_slots.append(getattr(t, "slot", True))
