@@ -222,11 +222,20 @@ def _triangles(xp, C: int):
 
 
 def usable(x: ref.Seq) -> bool:
-    """Whether the chunked form applies: a non-empty sequence whose retention is positive and
-    finite (its logarithm exists)."""
-    xp = array_module(x.ret)
-    r = x.ret
-    return x.k.shape[0] > 0 and bool(xp.all(xp.isfinite(r)) and xp.all(r > 0))
+    """Whether the chunked form applies: a non-empty sequence whose retention is finite and at
+    least the dtype's smallest normal number (its logarithm exists, and the gradient, formed as
+    ``d log r / r``, keeps its precision: a subnormal r has lost it)."""
+    return x.k.shape[0] > 0 and normal_gates(array_module(x.ret), (x.ret,))
+
+
+def normal_gates(xp, gates) -> bool:
+    """Every gate finite and at least its dtype's smallest normal number.
+
+    >>> normal_gates(np, (np.array([0.5, 1.0]),)), normal_gates(np, (np.array([1e-310]),))
+    (True, False)
+    """
+    return all(bool(xp.all(xp.isfinite(a)) and xp.all(a >= xp.finfo(a.dtype).tiny))
+               for a in gates)
 
 
 def _log_gradient(pairs, starts):

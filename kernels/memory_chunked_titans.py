@@ -41,16 +41,16 @@ from . import memory_chunked
 from ._common import max_abs, within_range
 from .memory_chunk_precision import growth_limit, transitions_cancel, transitions_grow
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
-                             _triangles, _unblocks, growth, promoted_backward, promoted_forward,
+                             _triangles, _unblocks, growth, normal_gates, promoted_backward,
+                             promoted_forward,
                              sequential_backward, sequential_forward, shift_rows, span_decays)
 
 
 def usable(x: ref.Seq) -> bool:
     """Whether the chunked form applies: a non-empty sequence whose retention and momentum
-    decay are positive and finite."""
-    xp = array_module(x.ret)
-    return x.k.shape[0] > 0 and all(bool(xp.all(xp.isfinite(a)) and xp.all(a > 0))
-                                    for a in (x.ret, x.eta))
+    decay are finite and normal numbers (`memory_chunked.normal_gates`: the gradients are
+    formed as ``d log eta / eta``, which a subnormal eta makes imprecise)."""
+    return x.k.shape[0] > 0 and normal_gates(array_module(x.ret), (x.ret, x.eta))
 
 
 def _decays(lg):
@@ -371,7 +371,8 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     C, d = ch.C, ch.K.shape[-1]
     dY = xp.zeros_like(ch.Q) if dy is None else _blocks(dy, s, C)
     ends, dU, G = ch.carry_back(G, dY)
-    ends_range = xp.stack([xp.max(ends), xp.min(ends)])
+    ends_range = (xp.stack([xp.max(ends), xp.min(ends)]) if ends.size else
+                  xp.zeros(2, ends.dtype))   # (an empty batch)
     M0, S0 = starts[..., :d], starts[..., d:]
     dgr_end = xp.einsum("bnij,bnij->bn", ends[..., :d], M0)
     dc_end = xp.einsum("bnij,bnij->bn", ends[..., :d], S0)

@@ -43,7 +43,8 @@ from ._common import input_growth, max_abs, within_range
 from . import memory_chunk_precision, memory_chunked_titans
 from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
                                      transitions_grow)
-from .memory_chunked import NumpyOps, _log_gradient, _tr, _triangles, shift_rows, span_decays
+from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, normal_gates, shift_rows,
+                             span_decays)
 from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
@@ -65,17 +66,16 @@ class Blocks(NamedTuple):
 
 
 def usable(b: Blocks) -> bool:
-    """Whether the chunked form applies: the retention (and Titans' momentum gate) positive
-    and finite, so that its logarithm exists.
+    """Whether the chunked form applies: the retention (and Titans' momentum gate) finite and
+    normal numbers (`memory_chunked.normal_gates`), so that its logarithm exists and the
+    gradients formed through it keep their precision.
 
     >>> def gates(ret):
     ...     return Blocks(None, None, None, ret, None, None)
     >>> usable(gates(np.ones((1, 1, 2)))), usable(gates(np.zeros((1, 1, 2))))
     (True, False)
     """
-    xp = array_module(b.ret)
-    return all(bool(xp.all(xp.isfinite(a)) and xp.all(a > 0))
-               for a in (b.ret, b.eta) if a is not None)
+    return normal_gates(array_module(b.ret), [a for a in (b.ret, b.eta) if a is not None])
 
 
 def growth(b: Blocks, init: tuple) -> float:

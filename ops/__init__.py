@@ -11,3 +11,4 @@ from . import (averages, composites, contractions, creation, elementwise,  # noq
 from .nn import (cross_entropy, gelu, layer_norm, log_softmax, logsumexp, rms_norm,  # noqa: F401
                  sigmoid, silu, softmax, softplus)
 from . import lists  # noqa: E402,F401  (lists of traced values; last: it wraps the rules above)
+from . import numpy_patch  # noqa: E402,F401  (installs lists' wrappers while tracing)

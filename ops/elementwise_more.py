@@ -400,9 +400,9 @@ def _to_complex_where(x, outside):
 
 def _scimath_complex(x):
     """The complex type NumPy's scimath gives a real `x`: complex64 for single precision and
-    the small integers, complex128 otherwise."""
-    single = np.result_type(x).type in (np.float32, np.float16, np.int8, np.int16, np.uint8,
-                                        np.uint16)
+    the small integers, complex128 otherwise (half precision included: scimath's list of
+    single types leaves float16 out)."""
+    single = np.result_type(x).type in (np.float32, np.int8, np.int16, np.uint8, np.uint16)
     return np.complex64 if single else np.complex128
 
 
@@ -430,6 +430,10 @@ def _emath_inverse_sine(x, cosine: bool):
     x = as_array(x)
     if np.iscomplexobj(x) or not bool(np.any(_beyond_one(x))):
         return fn(x)
+    complex_type = _scimath_complex(x)
+    work = np.float32 if complex_type is np.complex64 else np.float64
+    if x.dtype != work:   # computed in the precision of the complex result, as NumPy's
+        x = x.astype(work)
     inside = np.abs(x) <= 1
     real = fn(np.where(inside, x, 0.0))
     beyond = np.arccosh(np.where(inside, 2.0, np.abs(x)))
@@ -437,7 +441,7 @@ def _emath_inverse_sine(x, cosine: bool):
         outer = np.where(x < 0, np.pi, 0.0) - 1j * beyond
     else:
         outer = np.where(x < 0, -np.pi / 2, np.pi / 2) + 1j * beyond
-    return np.where(inside, real + 0j, outer).astype(_scimath_complex(x), copy=False)
+    return np.where(inside, real + 0j, outer).astype(complex_type, copy=False)
 
 
 register_function(np.emath.arcsin, lambda x: _emath_inverse_sine(x, cosine=False))

@@ -342,7 +342,11 @@ def pad(array, pad_width, mode="constant", **kwargs):
         if np.ndim(cval) != 0:
             raise NotImplementedError("np.pad with a traced non-scalar constant_values")
         border = xp.pad(xp.zeros(shape, dtype=bool), widths, constant_values=True)
-        return pad_p(array, pad_width=widths) + cval * border
+        padded = pad_p(array, pad_width=widths)
+        # Selected, not added (an infinite constant times 0 would be NaN inside), in the
+        # array's dtype, as NumPy casts the constant.
+        dtype = peek(padded).dtype
+        return np.where(border, cval if cval.dtype == dtype else cval.astype(dtype), padded)
     if mode in _GATHER_MODES and kwargs.get("reflect_type", "even") == "even":
         out = array
         for axis, (before, after) in enumerate(widths):

@@ -12,7 +12,7 @@ install them when the first trace opens and put NumPy's objects back when the la
 errors included). A wrapper calls NumPy's own function first; only when that raises
 TracerConversionError does it turn the list and tuple arguments holding traced values into
 traced arrays (np.array's semantics: a nested stack) and call again, now dispatching to the
-rule. Calls made by NumPy's own Python code are not converted, so that NumPy never runs on
+rule (`ops.numpy_patch` puts the wrappers in place). Calls made by NumPy's own Python code are not converted, so that NumPy never runs on
 traced values half-way (np.meshgrid calls np.asanyarray): the refusal reaches the outer
 wrapper, which converts before NumPy's code runs. With no trace open the attributes are
 NumPy's own objects, so code outside differentiation sees NumPy exactly.
@@ -24,15 +24,12 @@ type queries (np.shape, np.ndim, ... of a list), left unwrapped as a speed-up.
 """
 from __future__ import annotations
 
-import functools
-import operator
 import sys
 
 import numpy as np
 
-from tape.core import ON_FIRST_TRACE, ON_LAST_TRACE, Tracer, peek, primal
+from tape.core import Tracer, peek, primal
 from tape.errors import NonDifferentiableError, TracerConversionError
-from tape import tracer
 from tape.tracer import FUNCTION_RULES
 
 from .creation import astype, filled, full_like, has_tracer
@@ -260,7 +257,51 @@ def _full_like_wrapper(fn, fallback=None):
     return wrapped
 
 
-_WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper}
+def _pad_wrapper(fn, fallback):
+    # np.pad(plain, ..., constant_values=traced) is not dispatched (only `array` is): the
+    # rule takes it, as it takes a traced array.
+    wrapped_fn = _wrapper(fn, fallback)
+
+    def wrapped(array, pad_width, mode="constant", **kwargs):
+        if not has_tracer(array) and has_tracer(kwargs.get("constant_values")):
+            return FUNCTION_RULES[fn](array, pad_width, mode, **kwargs)
+        return wrapped_fn(array, pad_width, mode, **kwargs)
+    return wrapped
+
+
+# np.polynomial's polyval, chebval, ... give the coefficients one axis per axis of x only when
+# `isinstance(x, np.ndarray)`, which a traced x is not (tensor=True, the default): the
+# coefficient array they make first with np.array gets those axes here, found by the caller's
+# code object, so that a function bound to another name (`from ... import polyval`) is right too.
+_POLYNOMIAL_VALS = frozenset(getattr(getattr(np.polynomial, m), f"{p}val").__code__ for m, p in (
+    ("polynomial", "poly"), ("chebyshev", "cheb"), ("legendre", "leg"), ("hermite", "herm"),
+    ("hermite_e", "herme"), ("laguerre", "lag")))
+
+
+def _array_wrapper(fn, fallback):
+    # `_wrapper`'s np.array, which also gives a polynomial val function's coefficients their
+    # axes (above); written out, since `_from_numpy` reads the caller's frame.
+    def wrapped(*args, **kwargs):
+        frame = sys._getframe(1)
+        converted = False
+        try:
+            out = fn(*args, **kwargs)
+        except TracerConversionError:
+            if _from_numpy(frame) or not (has_tracer(args) or has_tracer(list(kwargs.values()))):
+                raise
+            converted = True
+        if converted:   # outside the except clause: the fallback's error is not chained
+            out = fallback(fn, args, kwargs)
+        if frame.f_code in _POLYNOMIAL_VALS:
+            x, tensor = frame.f_locals.get("x"), frame.f_locals.get("tensor")
+            if tensor and isinstance(x, Tracer) and x.ndim and np.ndim(out) > 1:
+                out = reshape(out, tuple(np.shape(out)) + (1,) * x.ndim)
+        return out
+    return wrapped
+
+
+_WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper, np.pad: _pad_wrapper,
+                   np.array: _array_wrapper}
 
 
 # -- np.r_ and np.c_ ----------------------------------------------------------------------------
@@ -358,150 +399,3 @@ def _cast_to(piece, dtype, ndmin):
     if isinstance(piece, Tracer):
         return _with_ndmin(piece if piece.dtype == dtype else astype(piece, dtype=dtype), ndmin)
     return _np_array(piece, copy=None, ndmin=ndmin, dtype=dtype)
-
-
-# -- installing and removing the wrappers --------------------------------------------------------
-_WRAPPERS: dict = {}   # NumPy's object -> its wrapper, made once so that identities are stable
-
-
-def _wrapper_of(value):
-    wrapper = _WRAPPERS.get(value)
-    if wrapper is None:
-        if value is np.r_ or value is np.c_:
-            wrapper = _Concatenator(value)
-        else:
-            make = _WRAPPER_MAKERS.get(value, _wrapper)
-            wrapper = functools.update_wrapper(
-                make(value, _FALLBACKS.get(value, _convert_lists)), value)
-            _WRAPPED.add(wrapper)
-        _WRAPPERS[value] = wrapper
-    return wrapper
-
-
-_WRAPPED: set = set()   # the wrappers made, so that a wrapper is never wrapped again
-
-
-# Shape and type queries are left unwrapped, as a speed-up: the rules and the tracer's
-# attributes call them all the time (np.shape of a primal), and a list is rarely asked.
-_QUERIES = {np.shape, np.ndim, np.size, np.result_type, np.may_share_memory, np.iscomplexobj,
-            np.isrealobj}
-
-
-def _wanted(value) -> bool:
-    if value is np.r_ or value is np.c_:
-        return True
-    if isinstance(value, np.ufunc) or not callable(value) or value in _QUERIES:
-        return False
-    try:
-        return (value not in _WRAPPED and value in FUNCTION_RULES or value in _FALLBACKS
-                or value in _WRAPPER_MAKERS)
-    except TypeError:   # unhashable
-        return False
-
-
-class _Patch:
-    """The attributes of one module that are replaced while tracing. `skipped` lists those
-    left alone because someone had replaced NumPy's object (monkeypatch): when NumPy's
-    object is back, the plan is remade."""
-
-    def __init__(self, namespace: dict, names: list, skipped: list):
-        self.namespace = namespace
-        self.skipped = tuple(skipped)
-        self.originals = tuple(namespace[n] for n in names)
-        self.wrappers = tuple(_wrapper_of(v) for v in self.originals)
-        self.wrapped = dict(zip(names, self.wrappers))
-        self.restored = dict(zip(names, self.originals))
-        # The tracer's methods look their rule up by the module attribute at call time
-        # (x.sum() finds np.sum), so those wrappers are keys to the same rules too. They stay
-        # (unreachable outside tracing): adding and removing them at every trace cost more.
-        looked_up = _looked_up() if namespace is vars(np) else set()
-        self.ruled = tuple(o for n, o in zip(names, self.originals)
-                           if n in looked_up and o in FUNCTION_RULES)
-        self.aliases = tuple(_wrapper_of(o) for o in self.ruled)
-        self.rules = None   # the rules last given to the aliases
-        # Speed-up: one C call reads all the current values, to compare them at once.
-        getter = operator.itemgetter(*names)
-        self.current = getter if len(names) > 1 else (lambda d: (getter(d),))
-
-    def now(self):
-        try:
-            return self.current(self.namespace)
-        except KeyError:   # an attribute was deleted
-            return None
-
-    def stale(self) -> bool:
-        return self.now() != self.originals or any(
-            self.namespace.get(name) is value for name, value in self.skipped)
-
-
-def _looked_up() -> set:
-    """The names that tape.tracer's code reads (np.sum in ``x.sum()``), found in its code
-    objects, so that a method added there is covered without a list to keep."""
-    names, todo = set(), []
-    for value in vars(tracer).values():
-        todo.extend(vars(value).values() if isinstance(value, type) else [value])
-    while todo:
-        item = todo.pop()
-        if isinstance(item, property):
-            todo.extend((item.fget, item.fset))
-        elif isinstance(item, (staticmethod, classmethod)):
-            todo.append(item.__func__)
-        elif hasattr(item, "__code__"):
-            todo.append(item.__code__)
-        elif isinstance(item, type(_looked_up.__code__)):
-            names.update(item.co_names)
-            todo.extend(c for c in item.co_consts if isinstance(c, type(item)))
-    return names
-
-
-_MODULES = tuple(m for m in (np, np.linalg, getattr(np, "fft", None)) if m is not None)
-# NumPy's own objects, taken before any trace (and any wrapper) existed.
-_NUMPY_OBJECTS = {id(vars(m)): dict(vars(m)) for m in _MODULES}
-
-
-def _plan() -> list:
-    patches = []
-    for module in _MODULES:
-        namespace = vars(module)
-        names = [n for n, v in list(namespace.items()) if not n.startswith("__") and _wanted(v)]
-        skipped = [(n, v) for n, v in _NUMPY_OBJECTS[id(namespace)].items()
-                   if n not in names and not n.startswith("__") and namespace.get(n) is not v
-                   and _wanted(v)]
-        if names:
-            patches.append(_Patch(namespace, names, skipped))
-    return patches
-
-
-_STATE = {"plan": [], "rules": -1}
-
-
-def install() -> None:
-    """Replace the numpy attributes by their wrappers (the first trace has opened). The plan
-    is remade when rules were registered since, or when an attribute is no longer NumPy's
-    (someone replaced it: theirs is left alone)."""
-    plan = _STATE["plan"]
-    if _STATE["rules"] != len(FUNCTION_RULES) or any(p.stale() for p in plan):
-        plan = _STATE["plan"] = _plan()
-    for patch in plan:
-        patch.namespace.update(patch.wrapped)
-        rules = tuple(map(FUNCTION_RULES.get, patch.ruled))
-        if rules != patch.rules:   # a rule was registered anew (or this is a new plan)
-            FUNCTION_RULES.update(zip(patch.aliases, rules))
-            patch.rules = rules
-    _STATE["rules"] = len(FUNCTION_RULES)
-
-
-def uninstall() -> None:
-    """Put NumPy's own objects back (the last trace has closed), except where someone else
-    replaced a wrapper meanwhile."""
-    for patch in _STATE["plan"]:
-        if patch.now() == patch.wrappers:
-            patch.namespace.update(patch.restored)
-            continue
-        for name, wrapper in patch.wrapped.items():
-            if patch.namespace.get(name) is wrapper:
-                patch.namespace[name] = patch.restored[name]
-
-
-ON_FIRST_TRACE.append(install)
-ON_LAST_TRACE.append(uninstall)

@@ -168,7 +168,16 @@ def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
         return np.sum(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
     result = sum_(a, axis=normalize_axis(axis, len(shape_of(a))), dtype=dtype,
                   keepdims=bool(keepdims))
-    return result + initial if _given(initial) else result
+    return result + _in_dtype_of(result, initial) if _given(initial) else result
+
+
+def _in_dtype_of(result, initial):
+    """`initial=` as NumPy applies it: cast to the reduction's dtype (np.sum of float32 with
+    initial=np.float64(1) stays float32)."""
+    dtype = peek(result).dtype
+    if hasattr(initial, "astype") and not isinstance(initial, np.generic):
+        return initial if initial.dtype == dtype else initial.astype(dtype)
+    return dtype.type(initial)
 
 
 # -- cumulative sums: linear, the transpose is the cumulative sum taken from the other end -------
@@ -392,7 +401,7 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wher
         return np.prod(primal(a), axis=axis, dtype=dtype, keepdims=keepdims, **extra)
     a = _cast(a, dtype)
     result = prod_(a, axis=normalize_axis(axis, len(shape_of(a))), keepdims=bool(keepdims))
-    return result * initial if _given(initial) else result
+    return result * _in_dtype_of(result, initial) if _given(initial) else result
 
 
 # -- NaN-ignoring reductions -----------------------------------------------------------------------

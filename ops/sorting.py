@@ -193,9 +193,12 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     if dtype.kind == "c" and not median:   # NumPy's median takes complex input, quantile not
         raise TypeError("a must be an array of real numbers")
     weak_dtype = dtype if weak and dtype.kind == "f" else None
-    if not isinstance(q, Tracer):   # positions are real, for complex input too
-        real = np.empty(0, dtype).real.dtype
-        q = xp.asarray(q, dtype=np.result_type(real, np.float64))
+    target = _result_dtype(dtype, q, method, median, weak)
+    if not isinstance(q, Tracer):   # positions are real, for complex input too; a float q
+        real = np.empty(0, dtype).real.dtype   # keeps its precision, as in NumPy
+        given = np.asarray(q)
+        q = xp.asarray(q, dtype=given.dtype if given.dtype.kind == "f" and not weak
+                       else np.result_type(real, np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
     if ignore_nan:
         count = n - nan_count            # valid entries per slice, shape `rest`
@@ -219,7 +222,7 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
             frac = np.reshape(frac, q_shape + (1,) * len(rest))
         below, above = s[lo], s[hi]
     if median or method != "linear":
-        out = _selected(method, below, above, primal(frac), lo)
+        out = _selected(method, below, above, primal(frac), lo, target)
     else:
         out = _lerp(below, above, frac, weak_dtype)
     undefined = (nan_count == n) if ignore_nan else (nan_count > 0)
@@ -230,10 +233,25 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     if keepdims:
         out = np.reshape(out, q_shape + tuple(1 if i in axes else shape[i]
                                               for i in range(len(shape))))
-    return out
+    return out if peek(out).dtype == target else out.astype(target)
 
 
-def _selected(method, below, above, frac, lo):
+def _result_dtype(dtype, q, method, median, weak) -> np.dtype:
+    """The dtype NumPy's own call gives (it follows the input, q's dtype and the method:
+    midpoint of float32 with a float64 q is float64, linear of float32 with a float32 q is
+    float32), read from NumPy on a two-entry stand-in."""
+    stand_in = np.zeros(2, dtype)
+    if median:
+        return np.median(stand_in).dtype
+    q = primal(q)
+    if weak:   # q was a Python number (percentile's q / 100 included): promoted weakly
+        q = min(max(float(q), 0.0), 1.0)
+    else:
+        q = np.clip(np.asarray(q).reshape(-1)[:1], 0, 1)
+    return np.quantile(stand_in, q, method=method).dtype
+
+
+def _selected(method, below, above, frac, lo, dtype=None):
     """The discontinuous methods: an entry (or the mean of two) chosen by the position's
     fraction `frac` between the sorted entries `below` and `above`, as NumPy chooses them;
     their derivative in q is zero and in `a` that of the chosen entries."""
@@ -244,7 +262,10 @@ def _selected(method, below, above, frac, lo):
     if method == "nearest":   # a tie goes to the even index, as NumPy's `around`
         lo = np.reshape(np.asarray(lo), np.shape(frac)) if np.ndim(lo) else lo
         return np.where((frac > 0.5) | ((frac == 0.5) & (lo % 2 == 1)), above, below)
-    return np.where(frac == 0, below, (below + above) / 2)   # midpoint, and the median
+    if method == "midpoint":   # NumPy's lerp at t = 1/2 with t in the result's dtype
+        half = np.asarray(0.5, dtype=dtype)
+        return np.where(frac == 0, below, above - (above - below) * half)
+    return np.where(frac == 0, below, (below + above) / 2)   # the median
 
 
 _METHODS = ("linear", "lower", "higher", "nearest", "midpoint")

@@ -61,6 +61,7 @@ def _watch(f, classes=()) -> tuple:
         if module.partition(".")[0] in _LIBRARIES:
             return
         names = _names(code)
+        attributes_read = names | _names(code, strings=True)   # of a module: getattr(m, "X")
         for i, cell in enumerate(getattr(fn, "__closure__", None) or ()):
             try:
                 value = cell.cell_contents
@@ -70,7 +71,7 @@ def _watch(f, classes=()) -> tuple:
                             (lambda c=cell: c.cell_contents), value))
             state.cell(cell, value)
             if isinstance(value, types.ModuleType):   # `import config` inside a factory
-                visit_module(code.co_freevars[i], value, names, depth)
+                visit_module(code.co_freevars[i], value, attributes_read, depth)
             else:
                 visit_value(value, depth)
         g = getattr(fn, "__globals__", {})
@@ -78,7 +79,7 @@ def _watch(f, classes=()) -> tuple:
             if name in g:
                 value = g[name]
                 if isinstance(value, types.ModuleType):
-                    visit_module(name, value, names, depth)
+                    visit_module(name, value, attributes_read, depth)
                     continue
                 watched.append((f"global `{name}`", (lambda g=g, n=name: g.get(n)), value))
                 state.item(g, name)
@@ -133,7 +134,22 @@ def _watch(f, classes=()) -> tuple:
                 visit_class(value, depth)
             return
         seen.add(id(value))
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (types.MappingProxyType, *_DICT_VIEWS)):
+            # a read-only view of a dict (`MappingProxyType(d)`, `d.values()`): its items now
+            current = ((lambda v=value: dict(v)) if isinstance(value, types.MappingProxyType)
+                       else (lambda v=value: dict(v.mapping)))
+            watched.append(("a dict it reads through a view",
+                            (lambda c=current: _shallow(c())), _shallow(current())))
+            for item in current().values():
+                visit_value(item, depth + 1)
+        elif isinstance(value, np.ndarray) and value.dtype == object:
+            # ragged weights, an array of dicts: its items by identity, each watched itself
+            watched.append(("an object array it reads",
+                            (lambda v=value: (v.shape,) + _shallow(v.ravel().tolist())),
+                            (value.shape,) + _shallow(value.ravel().tolist())))
+            for item in value.ravel().tolist():
+                visit_value(item, depth + 1)
+        elif isinstance(value, np.ndarray):
             copy = value.copy()
             watched.append(("an array it reads", (lambda v=value: v), copy))
             state.array(value, copy)
@@ -167,6 +183,12 @@ def _watch(f, classes=()) -> tuple:
     def visit_object(value, depth):
         cls = type(value)
         library = cls.__module__.partition(".")[0] in _LIBRARIES
+        if not library:   # `obj.__class__ = Other`; an attribute set later hides a class's
+            watched.append((f"the class of a `{cls.__name__}` it reads",
+                            (lambda o=value: type(o)), cls))
+            if hasattr(value, "__dict__"):
+                watched.append((f"the attribute names of a `{cls.__name__}` it reads",
+                                (lambda o=value: frozenset(vars(o))), frozenset(vars(value))))
         for name in _attribute_names(value):   # attributes rebound between calls
             item = getattr(value, name, _GONE)
             watched.append((f"attribute `{name}`",
@@ -186,12 +208,22 @@ def _watch(f, classes=()) -> tuple:
                     or klass.__bases__ == (tuple,) and "_fields" in vars(klass)):
                 continue   # (a namedtuple's generated class holds nothing of the user's)
             seen.add(id(klass))
+            # An attribute added to a subclass hides its base's; a method, a staticmethod or
+            # a callable (`act = np.tanh`) rebound on the class: compared by identity.
+            watched.append((f"the attribute names of class `{klass.__name__}`",
+                            (lambda k=klass: frozenset(vars(k))), frozenset(vars(klass))))
             for name, item in vars(klass).items():
+                if name in _CLASS_BOOKKEEPING:
+                    continue
                 method = _method_function(item)
                 if method is not None:   # the globals and closures a method reads
                     visit_function(method, depth + 1)
+                if method is not None or callable(item) or hasattr(item, "__get__"):
+                    watched.append((f"class attribute `{klass.__name__}.{name}`",
+                                    (lambda k=klass, n=name: vars(k).get(n, _GONE)), item))
+                    state.attribute(klass, name)
                     continue
-                if name.startswith("__") or callable(item) or hasattr(item, "__get__"):
+                if name.startswith("__"):
                     continue
                 watched.append((f"class attribute `{klass.__name__}.{name}`",
                                 (lambda k=klass, n=name: vars(k).get(n, _GONE)), _seen(item)))
@@ -259,6 +291,7 @@ _MAX_DEPTH = 8
 `self.encoder.blocks[i].attn.query.weight` is six steps from `self`), and the functions and
 methods it calls."""
 _CONTAINERS = (list, tuple, dict, collections.deque)
+_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 """Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
 _LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy", "reprlib",
                         "dataclasses", "typing", "enum", "abc",
@@ -277,6 +310,11 @@ def _attribute_names(obj) -> list:
                   if n not in ("__dict__", "__weakref__") and n not in names]
     return names
 _GONE = object()
+# A class's own entries that are not the user's attributes (and change by themselves: an ABC's
+# caches), left out of the identity checks of `visit_class`.
+_CLASS_BOOKKEEPING = frozenset(("__dict__", "__weakref__", "__doc__", "__module__",
+                                "__qualname__", "__slots__", "_abc_impl", "__annotations__",
+                                "__parameters__", "__orig_bases__"))
 
 
 def _is_library_module(value) -> bool:
@@ -302,11 +340,16 @@ def set_generator_state(g, state) -> None:
         g.set_state(state)
 
 
-def _names(code):
-    names = set(code.co_names)
+def _names(code, strings: bool = False):
+    """The names a code object reads, its own and its nested functions'; with `strings`, its
+    string constants that are identifiers instead (``getattr(config, "SCALE")``: looked up
+    among a module's attributes only)."""
+    names = set() if strings else set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _names(c)
+            names |= _names(c, strings)
+        elif strings and isinstance(c, str) and c.isidentifier():
+            names.add(c)
     return names
 
 

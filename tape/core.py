@@ -30,7 +30,7 @@ _TRACE_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("hecate_tra
 STRONG_ZERO: contextvars.ContextVar[bool] = contextvars.ContextVar("hecate_strong_zero",
                                                                    default=False)
 # Callbacks run when the first trace of the process opens (in any thread) and when the last one
-# closes, for what must be in place only while something is traced (ops/lists.py installs its
+# closes, for what must be in place only while something is traced (ops/numpy_patch.py installs
 # NumPy wrappers this way). They run under a lock, so they never interleave.
 ON_FIRST_TRACE: list[Callable[[], None]] = []
 ON_LAST_TRACE: list[Callable[[], None]] = []

@@ -57,7 +57,13 @@ def _ufunc_name(ufunc) -> str:
 def _call_function(func, *args, **kw):
     rule = FUNCTION_RULES.get(func)
     if rule is None:
-        raise _missing(f"numpy.{getattr(func, '__name__', func)}")
+        module = getattr(func, "__module__", None) or "numpy"
+        implementation = getattr(func, "_implementation", None)
+        if module.startswith("numpy.polynomial.") and implementation is not None:
+            # np.polynomial's functions are compositions of array operations: traced through
+            # (polyval2d dispatches on its arguments; chebval2d, a plain function, does not)
+            return implementation(*args, **kw)
+        raise _missing(f"{module}.{getattr(func, '__name__', func)}")
     return rule(*args, **kw)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-import ops.lists as lists
+import ops.numpy_patch as numpy_patch
 from tape import (Active, Duplicated, Forward, NonDifferentiableError, Reverse, autodiff,
                   gradient, primal)
 from tape.errors import TracerConversionError
@@ -305,7 +305,7 @@ def test_numpy_attributes_are_numpys_outside_tracing_and_wrapped_inside():
     # The wrappers stay keys to their rules; NumPy never reaches them outside tracing.
     for key, rule in FUNCTION_RULES.items():
         original = getattr(key, "__wrapped__", None)
-        if lists._WRAPPERS.get(original) is key:
+        if numpy_patch._WRAPPERS.get(original) is key:
             assert FUNCTION_RULES[original] is rule
 
 
@@ -386,14 +386,14 @@ def test_wrapped_constructors_return_numpys_result(items, dtype, copy, ndmin):
     for name, kwargs in [("array", dict(dtype=dtype, copy=copy, ndmin=ndmin)),
                          ("asarray", dict(dtype=dtype, copy=copy)),
                          ("ascontiguousarray", dict(dtype=dtype))]:
-        wrapper = lists._wrapper_of(getattr(np, name))
+        wrapper = numpy_patch._wrapper_of(getattr(np, name))
         expected = getattr(np, name)(items, **kwargs)
         got = wrapper(items, **kwargs)
         assert type(got) is type(expected) and got.dtype == expected.dtype
         np.testing.assert_array_equal(got, expected)
     a = np.asarray(items, dtype=dtype)
-    wrapped_array = lists._wrapper_of(np.array)
-    assert lists._wrapper_of(np.asarray)(a) is a
+    wrapped_array = numpy_patch._wrapper_of(np.array)
+    assert numpy_patch._wrapper_of(np.asarray)(a) is a
     assert wrapped_array(a, copy=False) is a and wrapped_array(a) is not a
-    mean = lists._wrapper_of(np.mean)
+    mean = numpy_patch._wrapper_of(np.mean)
     np.testing.assert_array_equal(mean(items), np.mean(items))
