@@ -14,6 +14,8 @@ import math
 import numpy as np
 import scipy.special as sc
 
+from tape.core import primal
+
 from .scipy_special_rules import special_ufunc
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -43,8 +45,22 @@ def _d_log_ndtr(x, ans):
 
 erf = special_ufunc(sc.erf, lambda x, ans: _TWO_OVER_SQRT_PI * _gauss(x), complex_ok=True)
 erfc = special_ufunc(sc.erfc, lambda x, ans: -_TWO_OVER_SQRT_PI * _gauss(x), complex_ok=True)
-erfcx = special_ufunc(sc.erfcx, lambda x, ans: 2.0 * x * ans - _TWO_OVER_SQRT_PI,
-                      uses_ans=True, complex_ok=True)
+def _erfcx_slope(x, ans):
+    """2 x erfcx(x) - 2/sqrt(pi), which cancels for large real x: beyond x = 50 the asymptotic
+    series -(t/sqrt(pi)) (1 - 3t/2 + 15t^2/4 - 105t^3/8 + 945t^4/16), t = 1/x^2 (its next
+    term is below 2e-15 of the sum there)."""
+    direct = 2.0 * x * ans - _TWO_OVER_SQRT_PI
+    value = np.asarray(primal(x))
+    if np.iscomplexobj(value) or not bool(np.any(value > 50.0)):
+        return direct
+    far = value > 50.0
+    t = 1.0 / np.where(far, x, 50.0) ** 2
+    series = -(t / math.sqrt(math.pi)) * (1.0 + t * (-1.5 + t * (3.75 + t * (-13.125
+                                                                             + t * 59.0625))))
+    return np.where(far, series, direct)
+
+
+erfcx = special_ufunc(sc.erfcx, _erfcx_slope, uses_ans=True, complex_ok=True)
 erfinv = special_ufunc(sc.erfinv, lambda y, ans: _HALF_SQRT_PI * np.exp(ans * ans),
                        uses_ans=True)
 erfcinv = special_ufunc(sc.erfcinv, lambda y, ans: -_HALF_SQRT_PI * np.exp(ans * ans),

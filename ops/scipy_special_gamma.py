@@ -22,6 +22,7 @@ import scipy.special as sc
 from scipy.special import _ufuncs
 
 from tape.backend import array_module
+from tape.core import primal
 
 from .scipy_special_rules import elementwise_rule, integer_argument, no_closed_form, special_ufunc
 
@@ -80,12 +81,30 @@ loggamma = special_ufunc(sc.loggamma, _d_loggamma)
 
 
 # -- beta -------------------------------------------------------------------------------------
+def _psi_difference(a, b):
+    """psi(a) - psi(a + b), the slope of betaln in a. Where a and a + b are both at least 1e3
+    the two digammas (about log a) cancel to about b / a: there the difference of their
+    asymptotic series, written so that nothing cancels: -log1p(b/a) - b / (2a(a+b))
+    - b(2a+b) / (12 a^2 (a+b)^2) + 1/(120 a^4) - 1/(120 (a+b)^4) (the next term is below
+    1e-19 of the sum)."""
+    direct = sc.psi(a) - sc.psi(a + b)
+    va, vb = np.asarray(primal(a), dtype=float), np.asarray(primal(b), dtype=float)
+    far = (va >= 1e3) & (va + vb >= 1e3)
+    if not bool(np.any(far)):
+        return direct
+    a_, b_ = np.where(far, a, 1e3), np.where(far, b, 0.0)
+    c = a_ + b_
+    series = (-np.log1p(b_ / a_) - b_ / (2.0 * a_ * c) - b_ * (a_ + c) / (12.0 * a_ * a_ * c * c)
+              + (1.0 / a_ ** 4 - 1.0 / c ** 4) / 120.0)
+    return np.where(far, series, direct)
+
+
 beta = special_ufunc(sc.beta,
-                     lambda a, b, ans: ans * (sc.psi(a) - sc.psi(a + b)),
-                     lambda a, b, ans: ans * (sc.psi(b) - sc.psi(a + b)), uses_ans=True)
+                     lambda a, b, ans: ans * _psi_difference(a, b),
+                     lambda a, b, ans: ans * _psi_difference(b, a), uses_ans=True)
 betaln = special_ufunc(sc.betaln,
-                       lambda a, b, ans: sc.psi(a) - sc.psi(a + b),
-                       lambda a, b, ans: sc.psi(b) - sc.psi(a + b))
+                       lambda a, b, ans: _psi_difference(a, b),
+                       lambda a, b, ans: _psi_difference(b, a))
 
 
 # -- regularised incomplete gamma and beta: differentiable in x --------------------------------

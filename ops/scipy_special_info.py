@@ -37,7 +37,8 @@ def _in_domain(partial):
 # np.multiply / np.add rather than * and +: for Python floats the product is a NumPy float, so
 # that at p = 0 or 1 the derivative is inf (as the limit) rather than a ZeroDivisionError.
 logit = special_ufunc(sc.logit, lambda p, ans: 1.0 / np.multiply(p, 1.0 - p))
-expit = special_ufunc(sc.expit, lambda x, ans: ans * (1.0 - ans), uses_ans=True)
+# expit(x) expit(-x), not ans (1 - ans): 1 - ans keeps no digits in the right tail
+expit = special_ufunc(sc.expit, lambda x, ans: ans * sc.expit(-x), uses_ans=True)
 log_expit = special_ufunc(sc.log_expit, lambda x, ans: sc.expit(-x))
 
 xlogy = special_ufunc(sc.xlogy, lambda x, y, ans: np.log(y),

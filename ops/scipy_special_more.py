@@ -14,6 +14,8 @@ import math
 import numpy as np
 import scipy.special as sc
 
+from tape.core import primal
+
 from .scipy_special_rules import no_closed_form, special_ufunc
 
 _SHAPE = "has no closed form (it needs a series or quadrature)"
@@ -42,8 +44,20 @@ betaincinv = special_ufunc(sc.betaincinv, no_closed_form("a", _SHAPE),
 
 erfi = special_ufunc(sc.erfi, lambda x, ans: _TWO_OVER_SQRT_PI * np.exp(x * x),
                      complex_ok=True)
-dawsn = special_ufunc(sc.dawsn, lambda x, ans: 1.0 - 2.0 * x * ans, uses_ans=True,
-                      complex_ok=True)
+def _dawsn_slope(x, ans):
+    """1 - 2 x dawsn(x), which cancels for large real |x|: beyond |x| = 50 the asymptotic
+    series -(t/2) (1 + 3t/2 + 15t^2/4 + 105t^3/8 + 945t^4/16), t = 1/x^2."""
+    direct = 1.0 - 2.0 * x * ans
+    value = np.asarray(primal(x))
+    if np.iscomplexobj(value) or not bool(np.any(np.abs(value) > 50.0)):
+        return direct
+    far = np.abs(value) > 50.0
+    t = 1.0 / np.where(far, x, 50.0) ** 2
+    series = -(0.5 * t) * (1.0 + t * (1.5 + t * (3.75 + t * (13.125 + t * 59.0625))))
+    return np.where(far, series, direct)
+
+
+dawsn = special_ufunc(sc.dawsn, _dawsn_slope, uses_ans=True, complex_ok=True)
 exp1 = special_ufunc(sc.exp1, lambda x, ans: -np.exp(-x) / x)
 expi = special_ufunc(sc.expi, lambda x, ans: np.exp(x) / x)
 ndtri_exp = special_ufunc(sc.ndtri_exp, lambda y, ans: _SQRT_2PI * np.exp(y + 0.5 * (ans * ans)),

@@ -238,6 +238,13 @@ def _reverse_argument(ann, name):
             raise ActivityError(
                 f"{name} is Duplicated but is an immutable scalar ({type(ann.val).__name__}); "
                 "its shadow could not be updated. Mark it Active to get its derivative returned")
+        shadows = ann.dval if isinstance(ann, BatchDuplicated) else (ann.dval,)
+        if not arg.paths[0] and not all(_is_mutable_leaf(d) for d in shadows):
+            raise ActivityError(
+                f"{name} is {type(ann).__name__} with a shadow that is an immutable number "
+                f"({', '.join(type(d).__name__ for d in shadows)}), which the derivative cannot "
+                "be added into; pass "
+                "an array shaped like it (np.zeros_like(x), make_zero(x))")
     return arg
 
 

@@ -82,7 +82,7 @@ def gradient(mode: Mode, f: Callable, *args: Any):
         if isinstance(a, Const):
             derivs.append(None)
             continue
-        d, val = forward_jacobian(f, args, i, None, check, point)
+        d, val = forward_jacobian(f, args, i, None, check, point, mode)
         derivs.append(d)
     if mode.with_primal:
         if all(d is None for d in derivs):
@@ -134,6 +134,7 @@ def make_zero_(shadow: Any) -> Any:
     leaves, paths, _ = flatten_with_paths(shadow)
     for leaf, path in zip(leaves, paths):
         if _is_array(leaf):
+            _check_writable(leaf, format_path(path, "shadow"))
             leaf[...] = 0
         elif _is_number(leaf) and leaf != 0:
             if not path:
@@ -192,7 +193,7 @@ def jacobian(mode: Mode, f: Callable, *args: Any, chunk: int | None = None) -> t
         if isinstance(a, Const):
             derivs.append(None)
             continue
-        J = jacobian_of(f, args, i, chunk, check, point)
+        J = jacobian_of(f, args, i, chunk, check, point, mode)
         derivs.append(J[0] if mode.kind == "forward" else J)
     if not mode.with_primal:
         return tuple(derivs)
@@ -261,6 +262,8 @@ def _write_into(dst, value, name):
     integer leaves of `dst`, where the result has None, are left as they are."""
     if _is_array(dst):
         _check_shape(dst, value, name)
+        _check_dtype(dst, value, name)
+        _check_writable(dst, name)
         dst[...] = value
         return dst
     leaves, paths, _ = flatten_with_paths(dst)
@@ -276,8 +279,10 @@ def _write_into(dst, value, name):
             continue
         val = by_path[key]
         written.add(key)
+        _check_dtype(leaf, val, format_path(path, name))
         if _is_array(leaf):
             _check_shape(leaf, val, format_path(path, name))
+            _check_writable(leaf, format_path(path, name))
             leaf[...] = val
         elif not path:
             raise ActivityError(f"`{name}` is a {type(dst).__name__}, which cannot be written "
@@ -293,6 +298,24 @@ def _write_into(dst, value, name):
 
 def _keys(path):
     return tuple(entry.key for entry in path)
+
+
+def _check_writable(dst, where):
+    flags = getattr(dst, "flags", None)
+    if flags is not None and not flags.writeable:
+        raise ActivityError(f"{where} is a read-only array (flags.writeable is False), so the "
+                            "result cannot be written into it; pass a writable array "
+                            "(np.zeros_like(x), or x.copy())")
+
+
+def _check_dtype(dst, value, where):
+    """A destination that would cut the result (an int array for a float result, a real one
+    for a complex result) is refused, as `gradient_` refuses such a shadow."""
+    have, want = np.result_type(dst), np.result_type(value)
+    if not np.can_cast(want, have, casting="same_kind"):
+        raise ActivityError(f"{where} has dtype {have} but the result there is {want}; writing "
+                            f"it would cut the values. Pass a {want} destination (make_zero(x) "
+                            "of a float x, or np.zeros_like(x, dtype=float))")
 
 
 def _check_shape(dst, value, where):

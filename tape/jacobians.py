@@ -27,6 +27,20 @@ from .pytree import flatten, is_leaf, unflatten
 from .split import autodiff_thunk
 
 
+def with_flags(mode, flags):
+    """`mode` with the modifiers of `flags` (strong zero, runtime activity, NaN check), so that
+    a helper's inner passes follow the mode the user gave it.
+
+    >>> from tape import set_strong_zero, Reverse
+    >>> with_flags(ReverseSplitWithPrimal, set_strong_zero(Reverse)).strong_zero
+    True
+    """
+    if flags is None:
+        return mode
+    return mode.replace(strong_zero=flags.strong_zero, runtime_activity=flags.runtime_activity,
+                        nan_check=flags.nan_check)
+
+
 def onehot(x: Any) -> tuple:
     """One shadow per scalar entry of `x` (all its float leaves), each with a single 1.
 
@@ -48,8 +62,10 @@ def _units(x, value):
     for k, leaf in enumerate(leaves):
         for j in range(int(np.size(leaf)) if _is_float(leaf) else 0):
             zl, _ = flatten(make_zero(x))
-            if isinstance(zl[k], (float, complex)) or np.ndim(zl[k]) == 0:
-                zl[k] = type(zl[k])(value) if isinstance(zl[k], (float, complex)) else zl[k] + value
+            if isinstance(zl[k], (float, complex)):
+                zl[k] = type(zl[k])(value)
+            elif isinstance(zl[k], np.generic):   # a NumPy scalar stays one (a 0-d array too)
+                zl[k] = zl[k] + value
             else:
                 # Index by position, not through reshape(-1): that is a copy for an array that
                 # is not C-contiguous (a transpose, Fortran order), and the 1 would be lost.
@@ -190,7 +206,8 @@ def is_tree(x) -> bool:
 # Forward mode: one batched pass per chunk of input directions
 
 
-def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=None):
+def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=None,
+                    flags=None):
     """(columns, primal): the tangent of `f` along each direction (by default
     `_directions(args[i])`). `point` (a SamePoint over the arguments) restores them between
     passes."""
@@ -204,14 +221,14 @@ def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=N
         call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
         point.before_call()
         try:
-            tangents, primal = autodiff(ForwardWithPrimal, f, *call)
+            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, *call)
         except ConstWriteError:
             # `f` writes a value computed from argument i into another argument (`q[0] =
             # p[0]`): that one carries zero tangents instead of being held Const
             call = [c if k == i else _zero_tangents(c.val, len(rows))
                     for k, c in enumerate(call)]
             point.before_call()
-            tangents, primal = autodiff(ForwardWithPrimal, f, *call)
+            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, *call)
         if check is not None and not columns:
             check(primal)
         columns.extend(tangents)
@@ -232,11 +249,11 @@ def _zero_tangents(value, width: int):
     return BatchDuplicated(value, tuple(make_zero(value) for _ in range(width)))
 
 
-def forward_jacobian(f, args, i, chunk=None, check=None, point=None):
+def forward_jacobian(f, args, i, chunk=None, check=None, point=None, flags=None):
     """The Jacobian of `f` with respect to argument i by forward columns, and the primal."""
     x = args[i]
     if not is_tree(x):
-        columns, primal = forward_columns(f, args, i, chunk, check, point)
+        columns, primal = forward_columns(f, args, i, chunk, check, point, flags=flags)
         return _blocks(columns, primal, [x])[0], primal
     # The tree itself is seeded (reverse mode needs the list of its float leaves), so that the
     # engine's errors name a leaf by its path in the argument (`p['w']`, not `args[0][1]`).
@@ -248,7 +265,8 @@ def forward_jacobian(f, args, i, chunk=None, check=None, point=None):
             zeros = flatten(make_zero(x))[0]
             zeros[k] = hot
             directions.append(unflatten(td, zeros))
-    columns, primal = forward_columns(f, args, i, chunk, check, point, tuple(directions))
+    columns, primal = forward_columns(f, args, i, chunk, check, point, tuple(directions),
+                                      flags)
     full = [None] * len(leaves)
     for k, block in zip(slots, _blocks(columns, primal, [leaves[k] for k in slots])):
         full[k] = block
@@ -291,41 +309,41 @@ def _like_leaf(J, leaf):
 # Reverse mode: one recorded forward pass, reversed once per chunk of output rows
 
 
-def reverse_jacobian(f, args, i, chunk=None, check=None, point=None):
+def reverse_jacobian(f, args, i, chunk=None, check=None, point=None, flags=None):
     """The Jacobian of `f` with respect to argument i by reverse rows (batch mode)."""
     point = SamePoint(args) if point is None else point
     if is_tree(args[i]):
         g, call, rebuild = on_float_leaves(f, args, i)
-        return rebuild(_reverse_jacobian(g, call, i, chunk, check, point))
-    return _reverse_jacobian(f, args, i, chunk, check, point)
+        return rebuild(_reverse_jacobian(g, call, i, chunk, check, point, flags))
+    return _reverse_jacobian(f, args, i, chunk, check, point, flags)
 
 
-def _reverse_jacobian(f, args, i, chunk, check, point):
+def _reverse_jacobian(f, args, i, chunk, check, point, flags=None):
     """`reverse_jacobian` of an array, a scalar or a list of float leaves (one block each).
     `f` runs twice: once for the result's shape (the seeds), once recorded."""
     x = args[i]
     call = [Const(a.val if isinstance(a, Const) else a) for a in args]
     try:
-        return _reverse_rows(f, call, i, x, chunk, check, point)
+        return _reverse_rows(f, call, i, x, chunk, check, point, flags)
     except ConstWriteError as e:
         raise ConstWriteError(f"jacobian(Reverse) differentiates argument {i} and holds the "
                               f"others constant, but {e}; or use jacobian(Forward), or "
                               f"autodiff with Duplicated arguments") from e
 
 
-def _reverse_rows(f, call, i, x, chunk, check, point):
+def _reverse_rows(f, call, i, x, chunk, check, point, flags=None):
     point.before_call()
     primal = f(*[c.val for c in call])
     if check is not None:
         check(primal)
     seeds = onehot(primal) if _is_float(primal) else ()
     if not _is_mutable_leaf(x) and not isinstance(x, list):
-        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point)
+        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point, flags)
     blocks = _chunks(len(seeds), chunk)
     width = len(blocks[0]) if blocks else 1
     shadows = tuple(make_zero(x) for _ in range(width))
     call[i] = BatchDuplicated(x, shadows)
-    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active, *[type(c) for c in call])
     point.before_call()
     tape, _, _ = fwd(*call)
     zero_seed = make_zero(primal)
@@ -350,10 +368,10 @@ def _stack_rows(rows, primal, leaf):
     return _like_leaf(J, leaf)
 
 
-def _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point):
+def _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point, flags=None):
     """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
     call[i] = Active(x)
-    fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, f, Active, *[type(c) for c in call])
+    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active, *[type(c) for c in call])
     point.before_call()
     tape, _, _ = fwd(*call)
     rows = [rev(*call, seed, tape)[0][i] for seed in seeds]

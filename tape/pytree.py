@@ -225,6 +225,11 @@ def get_at(tree, path: Sequence[PathEntry]):
 
 def set_at(tree, path: Sequence[PathEntry], value, root: str = "argument") -> None:
     """Replace the leaf at `path` (used to accumulate float leaves of mutable containers)."""
+    if not path:
+        raise PytreeError(
+            f"cannot accumulate into {root}: it is a {type(tree).__name__}, an immutable "
+            "number. Pass an array the derivative can be added into (np.zeros_like(x), or "
+            "make_zero(x))")
     parent = get_at(tree, path[:-1])
     last = path[-1]
     if last.kind == "index" or isinstance(parent, tuple):

@@ -94,9 +94,9 @@ def solve_triangular(a: Array, b: Array, trans: int | str = 0, lower: bool = Fal
 # -- solve_banded: the matrix A[i, j] = ab[u + i - j, j] inside the band ------------------------
 def _band_index(n: int, rows: int, shift: int):
     """Index arrays (rows, n): the column index j + k - shift for row k, and where it is in
-    range (as a 0/1 mask)."""
+    range (as a boolean mask)."""
     idx = np.arange(rows)[:, None] + np.arange(n)[None, :] - shift
-    valid = ((idx >= 0) & (idx < n)).astype(np.float64)
+    valid = (idx >= 0) & (idx < n)   # a bool mask: a product keeps the other's dtype
     return np.clip(idx, 0, n - 1), valid
 
 
@@ -106,7 +106,7 @@ def _band_matvec(ab, x, lu):
     lower, upper = lu
     rows, n = shape_of(ab)
     j = np.arange(n)[None, :] - np.arange(rows)[:, None] + upper     # j for (k, i)
-    valid = ((j >= 0) & (j < n)).astype(np.float64)
+    valid = (j >= 0) & (j < n)
     j = np.clip(j, 0, n - 1)
     k = np.broadcast_to(np.arange(rows)[:, None], j.shape)
     coeff = ab[k, j] * valid                                          # A[i, j(k, i)]

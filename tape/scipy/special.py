@@ -126,7 +126,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     sign = np.sign(primal(s))
     if not return_sign:
         # NaN where the sum is negative, as a factor so that the derivative is NaN there too.
-        out = out * np.where(sign < 0, np.nan, 1.0)
+        out = out * np.where(sign < 0, np.nan, 1.0).astype(np.result_type(primal(out)))
     if not keepdims:
         out, sign = _drop(out, axes), _drop(sign, axes)
     return (out, sign) if return_sign else out

@@ -13,6 +13,7 @@ array([-0.69314718,        -inf])
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -133,11 +134,44 @@ def squeeze_output(out: Any) -> Any:
     return np.squeeze(out) if 1 in np.shape(out) else out
 
 
+def at_least_double(v: Any) -> Any:
+    """A float16/float32 (complex64) array, scalar or traced value in float64 (complex128), as
+    SciPy's distributions promote their arguments (``promote_types(dtype, float64)``) and
+    compute; anything else as it is.
+
+    >>> at_least_double(np.float32(0.5)).dtype, at_least_double(2)
+    (dtype('float64'), 2)
+    """
+    dtype = getattr(v, "dtype", None)
+    if dtype is None or not isinstance(v, (np.ndarray, np.generic, Tracer)):
+        return v
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "fc" or dtype.itemsize >= (8 if dtype.kind == "f" else 16):
+        return v
+    wide = np.float64 if dtype.kind == "f" else np.complex128
+    return v.astype(wide) if isinstance(v, (np.ndarray, Tracer)) else wide(v)
+
+
+def _promoting(method):
+    @functools.wraps(method)
+    def promoted(self, *args: Any, **kwargs: Any) -> Any:
+        return method(self, *map(at_least_double, args),
+                      **{k: at_least_double(v) for k, v in kwargs.items()})
+    return promoted
+
+
 class _Distribution:
     """A distribution: a namespace of methods with SciPy's names. Calling it with parameters
-    freezes them, as scipy.stats does: ``norm(loc, scale).logpdf(x)``."""
+    freezes them, as scipy.stats does: ``norm(loc, scale).logpdf(x)``. Every method computes
+    in at least double precision (`at_least_double`), as SciPy's do."""
 
     name = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, member in list(vars(cls).items()):
+            if not name.startswith("_") and callable(member):
+                setattr(cls, name, _promoting(member))
 
     def __repr__(self) -> str:
         return f"<tape.scipy.stats.{self.name}>"
