@@ -154,7 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lead += 1
     if argv[lead:lead + 1] == ["bench"]:   # the harness parses its own options
         rest = argv[lead + 1:]
-        return _run_guarded("bench", bool(lead) or "--debug" in rest, lambda: bench(rest))
+        try:
+            return _run_guarded("bench", bool(lead) or "--debug" in rest, lambda: bench(rest))
+        except SystemExit as e:   # a bad option (already reported, one line), or --help
+            return e.code if isinstance(e.code, int) else 2
     parser = Parser(prog="hecate", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -169,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help=DEBUG_HELP)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:   # reported by the subcommand's parser, so the line names the command
+            sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         check(sub.choices[args.command], args)
     except SystemExit as e:   # a bad flag (already reported, one line), or --help
         return e.code if isinstance(e.code, int) else 2

@@ -303,7 +303,10 @@ def _pick(last: np.ndarray, temperature: float, rng: np.random.Generator) -> int
     ``softmax(last / temperature)`` (the rule of `models.model.generate`)."""
     if temperature <= 0:
         return int(np.argmax(last))
-    z = last / temperature
+    with np.errstate(over="ignore"):
+        z = last / temperature
+    if not np.isfinite(z).all():   # a temperature so small the logits overflow: the limit,
+        return int(np.argmax(last))   # greedy (exp(inf - inf) would be NaN probabilities)
     prob = np.exp(z - z.max())
     return int(rng.choice(len(prob), p=prob / prob.sum()))
 

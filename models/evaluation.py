@@ -83,7 +83,8 @@ def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature:
     """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced).
     Incremental decoding (`models.decode.generate`): each byte sees the whole history, at a
     cost per byte that does not grow with the length. `params` already live on `xp`."""
-    raw = prompt.encode() or b"\n"
+    # surrogateescape: the bytes of a command-line argument that is not UTF-8, as they were
+    raw = prompt.encode("utf-8", "surrogateescape") or b"\n"
     out = decode.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
                           temperature=temperature, seed=seed)
     return bytes(int(t) for t in out).decode("utf-8", errors="replace")

@@ -351,7 +351,13 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
         nan = float("nan")
         return TrainResult(run_dir, step, losses, nan, nan, baseline, None, seconds)
     if ev is None or (history and history[-1]["val_loss"] is None):
-        ev = evaluate(params, cfg, data, xp, tcfg.eval_batches)
+        # (a resumed run that was already finished: the final evaluation's batches, so that it
+        # reports what the run reported when it finished)
+        ev = evaluate(params, cfg, data, xp,
+                      tcfg.final_eval_batches if step >= tcfg.steps else tcfg.eval_batches)
+    if not math.isfinite(ev["val_loss"]):   # the last update made a parameter inf or NaN
+        raise RunError(f"non-finite validation loss ({ev['val_loss']}) after step {step}: the "
+                       "parameters diverged; lower --lr (the checkpoint holds them as they are)")
     text = ""
     if tcfg.sample_bytes and isinstance(data, TextData) and step >= tcfg.steps:
         text = sample_text(params, cfg, "def ", tcfg.sample_bytes, seed=tcfg.seed, xp=xp)

@@ -209,9 +209,17 @@ def check_train(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if train_flags.get("task") == "recall":
         model, train, origin = {**model, **RECALL_MODEL}, {**train, **RECALL_TRAIN}, \
             "--task recall default"
+    data = getattr(args, "data", None)
+    if data is not None and not str(data).strip():
+        parser.error("--data is empty: give the path of a text file to train on, or leave "
+                     "the flag out for the built-in corpus")
+    if data is not None and train_flags.get("task") == "recall":
+        parser.error("--data is a text file, but --task recall generates its own sequences; "
+                     "leave out --data, or --task (the text task reads the file)")
     if getattr(args, "resume", False):
         saved = _saved_run(args.run_dir)
-        if saved is None or not isinstance(saved.get("model"), dict):
+        if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict) or \
+                not isinstance(saved.get("train", {}), dict):
             return     # the resume reports the missing or unreadable run itself
         model = {**model, **PREDATING}     # fields the run's config predates: older model
         model, train, origin = {**model, **saved["model"]}, {**train, **saved.get("train", {})}, \
@@ -223,6 +231,9 @@ def check_train(parser: argparse.ArgumentParser, args: argparse.Namespace,
         given = name in model_flags or name in train_flags
         return f"{_flag(name)} {value}" if given else f"{_flag(name)} ({origin}: {value})"
 
+    for name in ("seq_len", "window"):
+        if isinstance(model.get(name), bool) or not isinstance(model.get(name), int):
+            parser.error(f"{shown(name)} is not a whole number; fix {origin} or give the flag")
     if model["seq_len"] < model["window"]:
         parser.error(f"{shown('seq_len')} must be >= {shown('window')}: attention looks back "
                      f"over at most one chunk; raise --seq-len or lower --window")

@@ -426,6 +426,11 @@ def main(argv=None) -> int:
     repository's ``benchmarks/harness.py``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    try:   # before the child starts, so that a bad --out is one line, not the child's traceback
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"hecate bench: error: --out {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if (args.threads or args.allocator == "keep") and os.environ.get(_CHILD) != "1":
         return _restart(argv, args.threads, args.allocator == "keep")
     if args.allocator == "primed":
@@ -436,7 +441,7 @@ def main(argv=None) -> int:
     names = None if not args.tools else {"hecate", *args.tools.split(",")}
     unknown = (names or set()) - {t.name for t in suite.TOOLS}
     if unknown:
-        print(f"hecate bench: unknown tool(s) {', '.join(sorted(unknown))}; choose from "
+        print(f"hecate bench: error: unknown tool(s) {', '.join(sorted(unknown))}; choose from "
               f"{', '.join(t.name for t in suite.TOOLS)}", file=sys.stderr)
         return 2
     out = Path(args.out)

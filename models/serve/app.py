@@ -153,6 +153,9 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
             except UnicodeDecodeError:
                 raise RequestError("the request body is not UTF-8 text", None,
                                    "invalid_json") from None
+            except RecursionError:
+                raise RequestError("the request body nests its JSON too deeply to read", None,
+                                   "invalid_json") from None
             req = protocol.parse_completion(body, limits)
         except RequestError as e:
             return JSONResponse(e.body(), status_code=e.status)

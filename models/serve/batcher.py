@@ -201,7 +201,12 @@ class Batcher:
                 self._counts["prompt_tokens"] += 1
             if not job.wants_token():
                 continue
-            token = pick_token(logits[i], job.temperature, job.top_p, job.rng)
+            try:
+                token = pick_token(logits[i], job.temperature, job.top_p, job.rng)
+            except Exception as e:   # one job's own settings: it ends, the others go on
+                self._end(job, "error", f"decoding failed: {type(e).__name__}: {e}")
+                leaving.add(i)
+                continue
             self._counts["completion_tokens"] += 1
             if job.accept(token):
                 self._counts[job.finish_reason] += 1

@@ -39,7 +39,10 @@ def pick_token(logits: np.ndarray, temperature: float, top_p: float,
     docstring); `rng` is advanced by one draw unless the pick is greedy."""
     if temperature <= 0:
         return int(np.argmax(logits))
-    z = logits / temperature
+    with np.errstate(over="ignore"):
+        z = logits / temperature
+    if not np.isfinite(z).all():   # a temperature so small the logits overflow: the limit,
+        return int(np.argmax(logits))   # greedy (exp(inf - inf) would be NaN probabilities)
     prob = np.exp(z - z.max())
     if top_p >= 1.0:   # exactly models.decode._pick's arithmetic, draw for draw
         return int(rng.choice(len(prob), p=prob / prob.sum()))

@@ -2,7 +2,7 @@
 edge flag values, odd data files and run directories, extreme sampling settings, malformed HTTP
 requests. The standard: a user mistake is one ``hecate <command>: error: ...`` line on stderr
 and exit status 2 (no traceback), nothing silently wrong, HTTP errors are JSON with the right
-status. Strict xfails are open findings; everything runs in this process on a tiny model."""
+status. Its findings are fixed; everything runs in this process on a tiny model."""
 import json
 import threading
 from pathlib import Path
@@ -63,9 +63,6 @@ def test_model_flag_mistakes_are_one_line(tmp_path, capsys, corpus, flags, words
     assert not run.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="an option of another subcommand is reported by the "
-                   "top-level parser as 'hecate: error: unrecognized arguments', without the "
-                   "command's name (argparse's parse_args on the main parser, models/cli.py)")
 @pytest.mark.parametrize("argv", [
     ["train", "--prompt", "x"],
     ["sample", "--run", "RUN", "--top-k", "5"],
@@ -76,27 +73,18 @@ def test_flag_of_another_command_names_the_command(capsys, run_dir, argv):
     assert "unrecognized arguments" in line
 
 
-@pytest.mark.xfail(strict=True, reason="--data '' is taken as 'no --data': the run silently "
-                   "trains on the default stdlib corpus (models/data.py make_data tests the "
-                   "path for truth)")
 def test_empty_data_path_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     refused(capsys, ["train", "--run-dir", tmp_path / "run", "--data", "", *TINY,
                      "--steps", "1"], "train")
 
 
-@pytest.mark.xfail(strict=True, reason="--task recall ignores --data FILE without a word "
-                   "(the synthetic task is trained; config.json still records the file)")
 def test_data_file_with_recall_task_is_refused(tmp_path, capsys, corpus):
     refused(capsys, ["train", "--run-dir", tmp_path / "run", "--task", "recall", "--data",
                      corpus, "--d-model", "8", "--layers", "1", "--batch-size", "2",
                      "--steps", "1", "--no-progress"], "train")
 
 
-@pytest.mark.xfail(strict=True, reason="a learning rate that makes the last update non-finite "
-                   "is not caught: the NaN parameters are checkpointed and the final sample "
-                   "crashes (ValueError: Probabilities contain NaN, exit 1, 'unexpected'); "
-                   "models/train.py checks the loss before opt.step only")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_non_finite_parameters_after_the_last_step_are_an_error(tmp_path, capsys, corpus):
     run = tmp_path / "run"
@@ -141,10 +129,6 @@ def test_sample_and_eval_refuse_a_broken_config(tmp_path, capsys, run_dir, comma
     assert "config.json" in line and "delete it to rebuild it" in line
 
 
-@pytest.mark.xfail(strict=True, reason="train --resume reads config.json in check_train "
-                   "(models/validation.py _saved_run / check_train) before the guarded "
-                   "handler: a config.json that is valid JSON of the wrong shape raises "
-                   "AttributeError / TypeError out of models.cli.main (a traceback)")
 @pytest.mark.parametrize("edit", ["list", "train-list", "seq-len-text", "window-null"])
 def test_resume_with_a_malformed_config_is_one_line(tmp_path, capsys, run_dir, edit):
     import shutil
@@ -176,10 +160,6 @@ def test_empty_checkpoint_file_is_one_line(tmp_path, capsys, run_dir):
         assert "last.npz is truncated or corrupt" in line
 
 
-@pytest.mark.xfail(strict=True, reason="resuming a finished run (no step left) reports a "
-                   "validation loss over eval_batches (4) instead of the final evaluation's "
-                   "final_eval_batches (16): another number than the run and `hecate eval` "
-                   "printed (models/train.py, the evaluate call after the loop)")
 def test_resuming_a_finished_run_reports_the_same_validation_loss(tmp_path, capsys, run_dir):
     import shutil
     run = tmp_path / "run"
@@ -205,10 +185,6 @@ def test_sample_non_ascii_and_empty_prompt(capsys, run_dir):
     assert out.endswith("\n") and len(out.encode("utf-8", "surrogateescape")) >= 2
 
 
-@pytest.mark.xfail(strict=True, reason="a prompt holding bytes that are not UTF-8 (what "
-                   "Python's argv makes of them: surrogate escapes) crashes with "
-                   "UnicodeEncodeError, exit 1 'unexpected' (models/evaluation.py sample_text "
-                   "encodes the prompt as strict UTF-8)")
 def test_sample_prompt_with_non_utf8_bytes(capsys, run_dir):
     code = main(["sample", "--run", str(run_dir), "--prompt", "\udcff\udcfe", "--length", "3",
                  "--temperature", "0"])
@@ -216,9 +192,6 @@ def test_sample_prompt_with_non_utf8_bytes(capsys, run_dir):
     assert code in (0, 2) and "unexpected" not in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="a tiny positive --temperature (5e-324, accepted as a "
-                   "finite number >= 0) overflows logits / temperature to inf, inf - inf is NaN: "
-                   "ValueError, exit 1 (models/decode.py _pick)")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_sample_subnormal_temperature(capsys, run_dir):
     code = main(["sample", "--run", str(run_dir), "--length", "3", "--temperature", "5e-324"])
@@ -252,15 +225,10 @@ def test_bench_unknown_section_is_one_line(capfd):
     assert lines[0].startswith("hecate bench: error: unknown section(s) nosuch"), lines
 
 
-@pytest.mark.xfail(strict=True, reason="models.cli.main documents that it returns the exit "
-                   "status; for a bad `bench` command line the harness's argparse SystemExit "
-                   "escapes instead (_run_guarded re-raises SystemExit)")
 def test_bench_bad_section_returns_the_status(capsys):
     assert main(["bench", "nosuch"]) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="the unknown-tool message of hecate bench lacks "
-                   "'error:' ('hecate bench: unknown tool(s) ...', models/bench/harness.py)")
 def test_bench_unknown_tool_is_one_error_line(capfd, tmp_path):
     code, lines = bench(capfd, ["bench", "gmm", "--tools", "nosuch", "--out",
                                 str(tmp_path / "out")])
@@ -268,9 +236,6 @@ def test_bench_unknown_tool_is_one_error_line(capfd, tmp_path):
     assert lines[0].startswith("hecate bench: error: "), lines
 
 
-@pytest.mark.xfail(strict=True, reason="hecate bench re-runs itself in a child process "
-                   "(--threads 1 by default) which is not guarded: an --out below a file is a "
-                   "NotADirectoryError traceback (models/bench/harness.py _restart / main)")
 def test_bench_out_below_a_file_is_one_line(tmp_path, capfd):
     blocker = tmp_path / "afile"
     blocker.write_text("")
@@ -342,16 +307,10 @@ def test_lone_surrogate_prompt_echo_and_max_tokens_zero(client):
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}
 
 
-@pytest.mark.xfail(strict=True, reason="a JSON body nested deeper than Python's recursion "
-                   "limit is a 500 'internal error: RecursionError' instead of a 400 "
-                   "(models/serve/app.py catches JSONDecodeError and UnicodeDecodeError only)")
 def test_deeply_nested_body_is_400(client):
     assert_error(post_raw(client, b"[" * 5000 + b"]" * 5000), 400)
 
 
-@pytest.mark.xfail(strict=True, reason="a tiny positive temperature (5e-324) passes the "
-                   "request checks, then makes the decode step fail (NaN probabilities in "
-                   "models/serve/sampling.py pick_token): a 500 'decoding failed'")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_subnormal_temperature_request(client):
     r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 3,
@@ -359,10 +318,6 @@ def test_subnormal_temperature_request(client):
     assert r.status_code in (200, 400), r.text
 
 
-@pytest.mark.xfail(strict=True, reason="one request's failing pick ends every request in the "
-                   "batch with finish_reason 'error' (models/serve/batcher.py _loop ends all "
-                   "rows on an exception in _step): a bad temperature kills other users' "
-                   "completions")
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_one_bad_request_does_not_end_the_others(run_dir):
     from models.serve.batcher import Batcher
@@ -376,6 +331,31 @@ def test_one_bad_request_does_not_end_the_others(run_dir):
     with batcher:
         assert good.done.wait(30) and bad.done.wait(30)
     assert good.finish_reason == "length", good.finish_reason
+
+
+def test_a_job_whose_sampling_fails_ends_alone(run_dir, monkeypatch):
+    """A sampling error of one job (here forced for temperature 0.5) ends that job with an
+    error; the job that shares its steps runs to its length."""
+    import models.serve.batcher as batcher_module
+    from models.serve.batcher import Batcher
+    from models.serve.jobs import Job
+    from models.train import load_run
+    real = batcher_module.pick_token
+
+    def failing(logits, temperature, top_p, rng):
+        if temperature == 0.5:
+            raise FloatingPointError("forced")
+        return real(logits, temperature, top_p, rng)
+    monkeypatch.setattr(batcher_module, "pick_token", failing)
+    cfg, _, params, _, _ = load_run(run_dir)
+    batcher = Batcher(params, cfg, max_batch=4)
+    good, bad = Job(b"abc", 20, 0.0), Job(b"abc", 20, 0.5, seed=0)
+    batcher.submit(good)
+    batcher.submit(bad)
+    with batcher:
+        assert good.done.wait(30) and bad.done.wait(30)
+    assert good.finish_reason == "length", good.finish_reason
+    assert bad.finish_reason == "error", bad.finish_reason
 
 
 def test_concurrent_streams_in_process(client):
