@@ -31,6 +31,8 @@ import tape
 from tape import Active, Const, Duplicated, ReverseWithPrimal, autodiff, primal
 from tape.pytree import flatten, tree_map
 
+import kernels
+
 from . import model
 from .config import ModelConfig
 
@@ -47,23 +49,31 @@ class TrainStep:
         self.cycle = math.lcm(*periods)
         self._shadows = None   # zero seeds for the written state and cross-entropy
         # A function of cfg alone: tape.compile watches what it reads, and this object's
-        # counters change at every call.
-        self._program = tape.compile(ReverseWithPrimal, _written_step(cfg), Active, Duplicated,
-                                     Duplicated, Const, Const, Const) \
-            if compiled else None
+        # counters change at every call. One program per state of `kernels.force_reference`
+        # (the model's dispatch reads it), so that a call under it does not make the other's
+        # traces differ (which would turn compilation off for good).
+        self._programs = {forced: tape.compile(ReverseWithPrimal, _written_step(cfg), Active,
+                                               Duplicated, Duplicated, Const, Const, Const)
+                          for forced in (False, True)} if compiled else None
+
+    @property
+    def _program(self):
+        return None if self._programs is None else \
+            self._programs[kernels.is_reference_forced()]
 
     @property
     def stats(self) -> Any:
-        """`tape.compile`'s counters (None for the eager step)."""
+        """`tape.compile`'s counters (None for the eager step) of the program in use."""
         return None if self._program is None else self._program.stats
 
     def __call__(self, params: Any, grads: Any, tokens: Any, state: model.State) -> tuple:
-        if self._program is None:
+        if self._programs is None:
             return self._eager(params, grads, tokens, state)
         xp = tape.array_module(tokens)
         new_blocks = tree_map(xp.zeros_like, state.blocks)
         ce = xp.zeros((), dtype=self.cfg.dtype)
-        if self._shadows is None:   # the compiled call leaves them zero again
+        if self._shadows is None or not _same_layout(self._shadows[0], state.blocks):
+            # (made again for another batch size or dtype; the compiled call leaves them zero)
             self._shadows = (tree_map(xp.zeros_like, state.blocks), xp.zeros_like(ce))
         _, objective = self._program(
             Duplicated((new_blocks, ce), self._shadows), Duplicated(params, grads),
@@ -83,6 +93,13 @@ class TrainStep:
                             Const(tokens))
         new_state, ce = box[-1]
         return float(primal(ce)), float(total), tree_map(primal, new_state)
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Whether two pytrees of arrays have leaves of the same shapes and dtypes."""
+    la, lb = flatten(a)[0], flatten(b)[0]
+    return len(la) == len(lb) and all(x.shape == y.shape and x.dtype == y.dtype
+                                      for x, y in zip(la, lb))
 
 
 def _written_step(cfg: ModelConfig):

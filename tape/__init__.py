@@ -67,4 +67,5 @@ __all__ = [
     "easy_rule", "inactive_type", "RuleError",
     "checkpoint", "checkpointed_scan", "CheckpointError",
     "show", "to_dot", "record", "GraphvizNotFound",
+    "compile", "CompiledFunction", "CompileWarning",
 ]

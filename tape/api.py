@@ -33,7 +33,8 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
     ``autodiff(mode, f, [ReturnActivity], *annotated_args)``. Reverse modes return
     ``(derivs,)`` or ``(derivs, primal)`` where ``derivs`` has one entry per argument (the
     derivative for Active arguments, None otherwise); Duplicated shadows are updated in place.
-    Forward modes return ``(tangent,)`` or ``(tangent, primal)``.
+    Forward modes return ``(tangent,)`` or ``(tangent, primal)`` (a Const return: ``()`` or
+    ``(primal,)``; batch mode: a tuple of W tangents in place of the tangent).
 
     >>> autodiff(Reverse, lambda x: x**2, Active, Active(3.0))
     ((6.0,),)

@@ -50,13 +50,20 @@ def _watch(f, classes=()) -> tuple:
     (and those of the Python functions it calls by name): a list of (description, getter,
     value seen), the generators it reaches, and how to put those values back
     (tape/watch_restore.py)."""
-    watched, seen, generators, state = [], set(), [], StateBefore()
+    # id -> the depth a value was walked at: a value reached again by a shorter path is walked
+    # again from there (first reached near the depth limit, what it holds was cut off)
+    watched, seen, generators, state = [], {}, [], StateBefore()
+
+    def first_visit(value, depth) -> bool:
+        if seen.get(id(value), _MAX_DEPTH + 1) <= depth:
+            return False
+        seen[id(value)] = depth
+        return True
 
     def visit_function(fn, depth):
         code = getattr(fn, "__code__", None)
-        if code is None or id(fn) in seen or depth > _MAX_DEPTH or _in_stdlib(fn):
+        if code is None or depth > _MAX_DEPTH or _in_stdlib(fn) or not first_visit(fn, depth):
             return
-        seen.add(id(fn))
         module = getattr(fn, "__module__", "") or ""
         if module.partition(".")[0] in _LIBRARIES:
             return
@@ -121,19 +128,19 @@ def _watch(f, classes=()) -> tuple:
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
-        if (isinstance(value, (*_SCALARS, types.ModuleType)) or id(value) in seen
-                or depth > _MAX_DEPTH):
+        if (isinstance(value, (*_SCALARS, types.ModuleType)) or depth > _MAX_DEPTH
+                or seen.get(id(value), _MAX_DEPTH + 1) <= depth):
             return   # (a module reached as a value is not walked: that would be the world)
         through = getattr(type(value), "__watch_through__", None)
         if through is not None:   # a compiled function: what its user function reads, not
-            seen.add(id(value))   # its caches and counts, which each call changes
+            seen[id(value)] = depth   # its caches and counts, which each call changes
             visit_value(through(value), depth + 1)
             return
         if isinstance(value, type):   # (visit_class marks each class of its MRO seen itself)
             if value.__module__.partition(".")[0] not in _LIBRARIES:
                 visit_class(value, depth)
             return
-        seen.add(id(value))
+        seen[id(value)] = depth
         if isinstance(value, (types.MappingProxyType, *_DICT_VIEWS)):
             # a read-only view of a dict (`MappingProxyType(d)`, `d.values()`): its items now
             current = ((lambda v=value: dict(v)) if isinstance(value, types.MappingProxyType)
@@ -149,7 +156,16 @@ def _watch(f, classes=()) -> tuple:
                             (value.shape,) + _shallow(value.ravel().tolist())))
             for item in value.ravel().tolist():
                 visit_value(item, depth + 1)
+        elif isinstance(value, np.ma.MaskedArray):   # its data, mask and fill value
+            data = np.ma.getdata(value)
+            watched.append(("a masked array it reads", (lambda v=value: [   # (a list: compared
+                np.ma.getdata(v), np.ma.getmaskarray(v), v.fill_value, v.flags.writeable]),
+                [data.copy(), np.ma.getmaskarray(value).copy(), value.fill_value,   # item by
+                 value.flags.writeable]))                                     # item)
+            state.array(data, data.copy())
         elif isinstance(value, np.ndarray):
+            watched.append(("the writeable flag of an array it reads",
+                            (lambda v=value: v.flags.writeable), value.flags.writeable))
             copy = value.copy()
             watched.append(("an array it reads", (lambda v=value: v), copy))
             state.array(value, copy)
@@ -207,7 +223,7 @@ def _watch(f, classes=()) -> tuple:
             if (id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES
                     or klass.__bases__ == (tuple,) and "_fields" in vars(klass)):
                 continue   # (a namedtuple's generated class holds nothing of the user's)
-            seen.add(id(klass))
+            seen[id(klass)] = 0   # (a class is walked whole, once)
             # An attribute added to a subclass hides its base's; a method, a staticmethod or
             # a callable (`act = np.tanh`) rebound on the class: compared by identity.
             watched.append((f"the attribute names of class `{klass.__name__}`",
