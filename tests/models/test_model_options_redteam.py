@@ -10,19 +10,21 @@ the full forward; the default kernel dispatch (chunked and periodic kernels) aga
 `hecate eval`'s reset ablation."""
 import contextlib
 import copy
-import dataclasses
 import warnings
 
 import numpy as np
 import pytest
 
 import kernels
-from models import decode, model
+from models import model
 from models.config import ModelConfig
 from models.train_step import TrainStep
 from tape import (Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff, make_zero,
                   make_zero_, primal, tree_map)
 from tape.pytree import flatten
+
+from test_decode import decode_all
+from test_model import named_leaves
 
 # (rule, composition, levels, heads, mlp, rotary, bounded_theta, dtype, gate_penalty): a
 # greedy pairwise covering of 3 x 2 x 4 x 3 x 2 x 2 x 2 x 2 x 2 choices.
@@ -68,15 +70,6 @@ def params_of(cfg, seed=1):
             for name in ("w_a", "w_t", "w_e"):
                 setattr(lv, name, getattr(lv, name) * 20)
     return params
-
-
-def named_leaves(tree, path=""):
-    if dataclasses.is_dataclass(tree):
-        return [x for f in dataclasses.fields(tree)
-                for x in named_leaves(getattr(tree, f.name), f"{path}.{f.name}")]
-    if isinstance(tree, (list, tuple)):
-        return [x for i, t in enumerate(tree) for x in named_leaves(t, f"{path}.{i}")]
-    return [(path.lstrip("."), tree)] if isinstance(tree, np.ndarray) else []
 
 
 def close(a, b, rtol, atol=0.0):
@@ -177,15 +170,6 @@ def test_gradient_entries_match_central_differences(combo):
             assert got == 0.0, name
         checked += 1
     assert checked == len(named_leaves(params))
-
-
-def decode_all(params, cfg, tokens):
-    st = decode.init_state(params, cfg, tokens.shape[0])
-    outs = []
-    for t in range(tokens.shape[1]):
-        out, st = decode.step(params, cfg, st, tokens[:, t])
-        outs.append(out)
-    return np.stack(outs, axis=1), st
 
 
 @pytest.mark.parametrize("combo", PAIRWISE, ids=IDS)

@@ -11,7 +11,8 @@ import dataclasses
 import numpy as np
 
 import tape
-from tape import Active, Duplicated, ReverseWithPrimal, autodiff
+from tape import (Active, BatchDuplicated, Duplicated, Forward, ForwardWithPrimal, Reverse,
+                  ReverseWithPrimal, autodiff)
 
 RP = ReverseWithPrimal
 
@@ -75,4 +76,39 @@ def sequences(setup, calls, mode=RP, ret=Active):
             same(val, b.val, f"call {k}: argument")
             if isinstance(b, Duplicated):
                 same(dval, b.dval, f"call {k}: shadow")
+    return g
+
+
+# -- one change between calls, in every mode ---------------------------------------------------
+
+X = np.array([0.3, 0.4, 0.5])   # the argument of every call of `changed_before_the_fourth_call`
+T = np.array([1.0, -2.0, 0.5])   # its tangent in forward modes
+
+MODES = {
+    "reverse": (ReverseWithPrimal, Active,
+                lambda: [Duplicated(X.copy(), np.zeros(3))]),
+    "forward": (Forward, Duplicated, lambda: [Duplicated(X.copy(), T.copy())]),
+    "forward with primal": (ForwardWithPrimal, Duplicated,
+                            lambda: [Duplicated(X.copy(), T.copy())]),
+    "batched forward": (Forward, BatchDuplicated,
+                        lambda: [BatchDuplicated(X.copy(), (T.copy(), np.ones(3)))]),
+    "batched reverse": (Reverse, Active,
+                        lambda: [BatchDuplicated(X.copy(), (np.zeros(3), np.zeros(3)))]),
+}
+
+
+def changed_before_the_fourth_call(f, change, mode="reverse", calls=6):
+    """Compiled and eager calls side by side (f keeps no state of its own); `change()` runs
+    after the third call, once the program is confirmed and replayed."""
+    m, ret, make = MODES[mode]
+    g = tape.compile(m, f, ret, type(make()[0]))
+    for k in range(calls):
+        if k == 3:
+            change()
+        mine = make()
+        theirs = copy.deepcopy(mine)
+        got = g(*mine)
+        want = autodiff(m, f, ret, *theirs)
+        same(got, want, f"call {k}")
+        same(mine[0].dval, theirs[0].dval, f"call {k}: shadow")
     return g

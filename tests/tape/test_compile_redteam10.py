@@ -3,7 +3,6 @@
 through cycles and wide containers, on NumPy's array subclasses and flags, through user rules,
 checkpoints and inactive functions, and under global NumPy state. Each compiled call is
 compared with eager autodiff on fresh copies of its arguments (values and shadows)."""
-import copy
 import types
 import warnings
 
@@ -12,44 +11,13 @@ import numpy.ma as ma
 import pytest
 
 import tape
-from tape import (Active, BatchDuplicated, Duplicated, Forward, ForwardWithPrimal, Reverse,
-                  ReverseSplitWithPrimal, ReverseWithPrimal, autodiff)
+from tape import Active, Duplicated, ReverseSplitWithPrimal, autodiff
 
-from compile_sequences import same
+from compile_sequences import MODES, X as _X, changed_before_the_fourth_call, same
+from test_compile_redteam9 import _Defaults, _Five, _Two  # the cases round 9 fixed
 
-_X = np.array([0.3, 0.4, 0.5])
-_T = np.array([1.0, -2.0, 0.5])
-
-MODES = {
-    "reverse": (ReverseWithPrimal, Active,
-                lambda: [Duplicated(_X.copy(), np.zeros(3))]),
-    "forward": (Forward, Duplicated, lambda: [Duplicated(_X.copy(), _T.copy())]),
-    "forward with primal": (ForwardWithPrimal, Duplicated,
-                            lambda: [Duplicated(_X.copy(), _T.copy())]),
-    "batched forward": (Forward, BatchDuplicated,
-                        lambda: [BatchDuplicated(_X.copy(), (_T.copy(), np.ones(3)))]),
-    "batched reverse": (Reverse, Active,
-                        lambda: [BatchDuplicated(_X.copy(), (np.zeros(3), np.zeros(3)))]),
-}
 ALL = list(MODES)
 TWO = ["reverse", "forward"]
-
-
-def _changed_before_the_fourth_call(f, change, mode, calls=6):
-    """Compiled and eager calls side by side (f keeps no state of its own); `change()` runs
-    after the third call, once the program is confirmed and replayed."""
-    m, ret, make = MODES[mode]
-    g = tape.compile(m, f, ret, type(make()[0]))
-    for k in range(calls):
-        if k == 3:
-            change()
-        mine = make()
-        theirs = copy.deepcopy(mine)
-        got = g(*mine)
-        want = autodiff(m, f, ret, *theirs)
-        same(got, want, f"call {k}")
-        same(mine[0].dval, theirs[0].dval, f"call {k}: shadow")
-    return g
 
 
 # -- findings ----------------------------------------------------------------------------------
@@ -75,7 +43,7 @@ def _reached_first_at_depth(depth, mode):
 
     def f(x):
         return np.sum(b_leaf.params["w"] * x) + 0.0 * (a_deep is None)
-    _changed_before_the_fourth_call(f, lambda: leaf.params["w"].__setitem__(0, 7.0), mode)
+    changed_before_the_fourth_call(f, lambda: leaf.params["w"].__setitem__(0, 7.0), mode)
 
 
 @pytest.mark.parametrize("mode", ALL)
@@ -107,7 +75,7 @@ def test_an_optimizer_step_on_a_layer_of_a_linked_model(mode):
 
     def step():
         layers[6].params[0] *= 0.5   # in place, as an optimizer updates weights
-    _changed_before_the_fourth_call(f, step, mode)
+    changed_before_the_fourth_call(f, step, mode)
 
 
 # A masked array is watched as a plain ndarray: `_seen` copies it and `same_value`
@@ -126,7 +94,7 @@ def test_a_masked_array_in_the_closure(mode, how):
         if how == "fill value":
             return np.sum(m.filled() * x)
         return np.sum(m.filled(0.0) * x) + m.sum() * x[0]
-    _changed_before_the_fourth_call(f, change, mode)
+    changed_before_the_fourth_call(f, change, mode)
 
 
 # An array's flags are no part of the watch: a scratch buffer `f` refills at each call (with
@@ -158,7 +126,7 @@ def test_a_branch_on_the_writeable_flag_of_a_closure_array(mode):
 
     def f(x):
         return np.sum(w * x) * (2.0 if w.flags.writeable else 3.0)
-    _changed_before_the_fourth_call(f, lambda: setattr(w.flags, "writeable", False), mode)
+    changed_before_the_fourth_call(f, lambda: setattr(w.flags, "writeable", False), mode)
 
 
 # A wide container: each call compares every array of a closure dict with its copy
@@ -169,31 +137,11 @@ def test_a_branch_on_the_writeable_flag_of_a_closure_array(mode):
 
 # -- passing: the watch under every mode --------------------------------------------------------
 
-class _Defaults:
-    scale = 2.0
-
-    def factor(self):
-        return 2.0
-
-    def loss(self, x):
-        return np.sum(x * x) * self.scale * self.factor() * getattr(self, "extra", 1.0)
-
-
 class _Act:
     act = np.tanh
 
     def __call__(self, x):
         return np.sum(self.act(x)) * 2.0
-
-
-class _Two:
-    def factor(self):
-        return 2.0
-
-
-class _Five(_Two):
-    def factor(self):
-        return 5.0
 
 
 def _round9_case(name):
@@ -234,7 +182,7 @@ def _round9_case(name):
 def test_round9_watch_cases_in_forward_and_batched_modes(case, mode):
     f, change, undo = _round9_case(case)
     try:
-        g = _changed_before_the_fourth_call(f, change, mode)
+        g = changed_before_the_fourth_call(f, change, mode)
     finally:
         undo()
     assert g.stats.traces == 2
@@ -253,7 +201,7 @@ def test_values_up_to_eight_levels_away_are_watched(depth, mode):
         for _ in range(depth):
             n = n.child
         return np.sum(n.params * x)
-    _changed_before_the_fourth_call(f, lambda: leaf.params.__setitem__(0, 7.0), mode)
+    changed_before_the_fourth_call(f, lambda: leaf.params.__setitem__(0, 7.0), mode)
 
 
 @pytest.mark.parametrize("mode", TWO)
@@ -270,7 +218,7 @@ def test_cycles_self_references_and_parent_links(which, mode):
 
     def step():
         layers[which].params[0] *= 0.5
-    _changed_before_the_fourth_call(f, step, mode)
+    changed_before_the_fourth_call(f, step, mode)
 
 
 def _array_case(kind, folder):
@@ -310,7 +258,7 @@ def _array_case(kind, folder):
                                   "negative zero"])
 def test_array_kinds_changed_between_calls(kind, mode, tmp_path):
     f, change = _array_case(kind, tmp_path)
-    _changed_before_the_fourth_call(f, change, mode)
+    changed_before_the_fourth_call(f, change, mode)
 
 
 _STATE = {"s": 2.0}
@@ -364,7 +312,7 @@ def test_user_rules_checkpoints_and_inactive_code_whose_closures_change(kind, mo
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _changed_before_the_fourth_call(_user_code(kind), change, mode)
+            changed_before_the_fourth_call(_user_code(kind), change, mode)
     finally:
         _STATE["s"], _W[:] = 2.0, [1.0, 2.0, 3.0]
 
