@@ -14,6 +14,7 @@ import math
 import numpy as np
 import scipy.special as sc
 
+from tape.backend import array_module
 from tape.core import primal
 
 from .scipy_special_rules import special_ufunc
@@ -50,10 +51,11 @@ def _erfcx_slope(x, ans):
     series -(t/sqrt(pi)) (1 - 3t/2 + 15t^2/4 - 105t^3/8 + 945t^4/16), t = 1/x^2 (its next
     term is below 2e-15 of the sum there)."""
     direct = 2.0 * x * ans - _TWO_OVER_SQRT_PI
-    value = np.asarray(primal(x))
-    if np.iscomplexobj(value) or not bool(np.any(value > 50.0)):
+    value = primal(x)
+    xp = array_module(value)   # (a CuPy array stays on its device)
+    if xp.iscomplexobj(value) or not bool(xp.any(xp.asarray(value) > 50.0)):
         return direct
-    far = value > 50.0
+    far = xp.asarray(value) > 50.0
     t = 1.0 / np.where(far, x, 50.0) ** 2
     series = -(t / math.sqrt(math.pi)) * (1.0 + t * (-1.5 + t * (3.75 + t * (-13.125
                                                                              + t * 59.0625))))

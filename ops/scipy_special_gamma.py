@@ -88,9 +88,11 @@ def _psi_difference(a, b):
     - b(2a+b) / (12 a^2 (a+b)^2) + 1/(120 a^4) - 1/(120 (a+b)^4) (the next term is below
     1e-19 of the sum)."""
     direct = sc.psi(a) - sc.psi(a + b)
-    va, vb = np.asarray(primal(a), dtype=float), np.asarray(primal(b), dtype=float)
+    va, vb = primal(a), primal(b)
+    xp = array_module(va if hasattr(va, "shape") else vb)   # (CuPy stays on its device)
+    va, vb = xp.asarray(va, dtype=float), xp.asarray(vb, dtype=float)
     far = (va >= 1e3) & (va + vb >= 1e3)
-    if not bool(np.any(far)):
+    if not bool(xp.any(far)):
         return direct
     a_, b_ = np.where(far, a, 1e3), np.where(far, b, 0.0)
     c = a_ + b_

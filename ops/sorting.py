@@ -243,12 +243,11 @@ def _result_dtype(dtype, q, method, median, weak) -> np.dtype:
     stand_in = np.zeros(2, dtype)
     if median:
         return np.median(stand_in).dtype
-    q = primal(q)
     if weak:   # q was a Python number (percentile's q / 100 included): promoted weakly
-        q = min(max(float(q), 0.0), 1.0)
-    else:
-        q = np.clip(np.asarray(q).reshape(-1)[:1], 0, 1)
-    return np.quantile(stand_in, q, method=method).dtype
+        return np.quantile(stand_in, 0.5, method=method).dtype
+    q = primal(q)   # only its dtype matters (a NumPy stand-in: q may be a CuPy array)
+    q_dtype = q.dtype if hasattr(q, "dtype") else np.asarray(q).dtype
+    return np.quantile(stand_in, np.zeros(1, q_dtype), method=method).dtype
 
 
 def _selected(method, below, above, frac, lo, dtype=None):

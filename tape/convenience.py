@@ -300,9 +300,16 @@ def _keys(path):
     return tuple(entry.key for entry in path)
 
 
+def _dtype_of(x) -> np.dtype:
+    """An array's dtype (a CuPy array's too, which np.result_type would try to convert), or
+    NumPy's type for a number."""
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.result_type(x)
+
+
 def _check_writable(dst, where):
     flags = getattr(dst, "flags", None)
-    if flags is not None and not flags.writeable:
+    if flags is not None and not getattr(flags, "writeable", True):   # (CuPy has no such flag)
         raise ActivityError(f"{where} is a read-only array (flags.writeable is False), so the "
                             "result cannot be written into it; pass a writable array "
                             "(np.zeros_like(x), or x.copy())")
@@ -311,7 +318,7 @@ def _check_writable(dst, where):
 def _check_dtype(dst, value, where):
     """A destination that would cut the result (an int array for a float result, a real one
     for a complex result) is refused, as `gradient_` refuses such a shadow."""
-    have, want = np.result_type(dst), np.result_type(value)
+    have, want = _dtype_of(dst), _dtype_of(value)
     if not np.can_cast(want, have, casting="same_kind"):
         raise ActivityError(f"{where} has dtype {have} but the result there is {want}; writing "
                             f"it would cut the values. Pass a {want} destination (make_zero(x) "
