@@ -153,18 +153,21 @@ sin = unary(np.sin, lambda x: np.cos(x))
 cos = unary(np.cos, lambda x: -np.sin(x))
 tan = unary(np.tan, lambda ans: 1.0 + np.square(ans), of="ans")
 # (1 - x)(1 + x) rather than 1 - x**2: accurate near |x| = 1, where these derivatives blow up.
-# The square roots are taken apart, and 1 - x as -(x - 1), so that on the branch cuts of the
-# complex functions (real z beyond 1, where NumPy's value is that of the side the zero imaginary
-# part names) the derivative is that side's too: sqrt((1 - z)(1 + z)) picks the other one.
-arcsin = unary(np.arcsin, lambda x: 1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(1.0 + x)))
-arccos = unary(np.arccos, lambda x: -1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(1.0 + x)))
+# The square roots are taken apart, 1 - x as -(x - 1) and 1 + x as x - (-1), so that on the
+# branch cuts of the complex functions (real z beyond +-1, where NumPy's value is that of the
+# side the signed zero imaginary part names) the derivative is that side's too: adding a real
+# 1.0 turns an imaginary part of -0.0 into +0.0, and sqrt((1 - z)(1 + z)) picks the other side.
+arcsin = unary(np.arcsin, lambda x: 1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(x - (-1.0))))
+arccos = unary(np.arccos, lambda x: -1.0 / (np.sqrt(-(x - 1.0)) * np.sqrt(x - (-1.0))))
 arctan = unary(np.arctan, lambda x: 1.0 / (1.0 + np.square(x)))
 
 sinh = unary(np.sinh, lambda x: np.cosh(x))
 cosh = unary(np.cosh, lambda x: np.sinh(x))
 tanh = unary(np.tanh, lambda ans: 1.0 - np.square(ans), of="ans")
-arcsinh = unary(np.arcsinh, lambda x: 1.0 / np.sqrt(np.square(x) + 1.0))
-arccosh = unary(np.arccosh, lambda x: 1.0 / (np.sqrt(x - 1.0) * np.sqrt(x + 1.0)))
+# 1 / cosh(arcsinh z) is 1 / sqrt(1 + z^2) on the side of the cut (the imaginary axis beyond
+# +-i) that NumPy's value is on; squaring z loses which side that is.
+arcsinh = unary(np.arcsinh, lambda ans: 1.0 / np.cosh(ans), of="ans")
+arccosh = unary(np.arccosh, lambda x: 1.0 / (np.sqrt(x - 1.0) * np.sqrt(x - (-1.0))))
 arctanh = unary(np.arctanh, lambda x: 1.0 / ((1.0 - x) * (1.0 + x)))
 
 
@@ -292,7 +295,13 @@ def _power_partials(ufunc):
 
     def d_exponent(x, y, ans):
         zero = x == 0
-        return np.where(zero, 0.0, ans * np.log(np.where(zero, 1.0, x)))
+        log_x = np.log(np.where(zero, 1.0, x))
+        if _is_number(x):   # a Python base is weak: its log in the result's precision, so
+            #                 that 2.0 ** (float32 y) keeps a float32 tangent
+            dtype = getattr(primal(ans), "dtype", None)   # (a CuPy array's too)
+            log_x = np.asarray(log_x, dtype=np.result_type(primal(ans)) if dtype is None
+                               else dtype)
+        return np.where(zero, 0.0, ans * log_x)
 
     return d_base, d_exponent
 

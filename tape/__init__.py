@@ -19,7 +19,7 @@ checks that there is no cycle):
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
    (`autodiff_thunk`), ``checkpoint`` (with ``checkpoint_digests``) and ``checkpointed_scan``,
    ``convenience`` and ``jacobians``, ``visualize``,
-   ``testing`` (with ``finite_differences`` and ``rule_check``);
+   ``testing`` (with ``finite_differences``, ``rule_check`` and ``check_parts``);
 5. trace -> program -> replay: ``program`` (the compiling trace) and ``program_*`` (the
    generated program: adjoint, forward, CSE, the cut of long programs), ``signature`` (what a
    replay depends on), ``closure_watch`` (what the function reads besides its arguments),

@@ -225,10 +225,10 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
             if kinds[i] == "Active":
                 ann[i] = Active(args[i])
             elif kinds[i] == "Duplicated":
-                shadows[i] = (random_like(args[i], rng),)
+                shadows[i] = (_shadow_like(args[i], rng),)
                 ann[i] = Duplicated(args[i], shadows[i][0].copy())
             else:
-                shadows[i] = (random_like(args[i], rng), random_like(args[i], rng))
+                shadows[i] = (_shadow_like(args[i], rng), _shadow_like(args[i], rng))
                 ann[i] = BatchDuplicated(args[i], tuple(s.copy() for s in shadows[i]))
         combo = f"ReverseWithPrimal with ({where}) and return Active"
         seen: dict = {}
@@ -311,6 +311,13 @@ def _copy(x):
     return x.copy() if isinstance(x, np.ndarray) else x
 
 
+def _shadow_like(x, rng):
+    """A random shadow for the array `x`: an array, a 0-d one too (a NumPy scalar could not
+    hold what the rule adds into it)."""
+    r = random_like(x, rng)
+    return np.array(r, dtype=x.dtype) if not isinstance(r, np.ndarray) else r
+
+
 def _combinations(args, diff, modes):
     """("forward" or "reverse", the kind of each differentiated argument by index)."""
     forward = ["Duplicated"] if "fwd" in modes else []
@@ -321,12 +328,12 @@ def _combinations(args, diff, modes):
             yield "forward", {i: kind if p else "Const" for i, p in zip(diff, pick)}
     if "rev" in modes:
         options = [("Const", "Active", "Duplicated") if isinstance(args[i], np.ndarray)
-                   and np.ndim(args[i]) > 0 else ("Const", "Active") for i in diff]
+                   else ("Const", "Active") for i in diff]   # (0-d arrays have shadows too)
         for pick in itertools.product(*options):
             yield "reverse", dict(zip(diff, pick))
     if "rev" in modes and "batch" in modes:
         options = [("Const", "BatchDuplicated") if isinstance(args[i], np.ndarray)
-                   and np.ndim(args[i]) > 0 else ("Const",) for i in diff]
+                   else ("Const",) for i in diff]
         for pick in itertools.product(*options):
             yield "reverse", dict(zip(diff, pick))
 

@@ -1,0 +1,118 @@
+"""Which part of a failed (or passed) gradient check is wrong: each argument and each output
+leaf compared alone with finite differences. A derivative 1% wrong where it is small hides
+beside one 1000x larger in a check of the whole, so `tape.testing.check_grads` runs these after
+the check of the whole passes too, and names the argument and the output leaf at fault.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .activities import Duplicated, Forward
+from .api import autodiff, make_zero
+from .finite_differences import (Estimate, agrees, inner, leafwise_gap, output_leaves,
+                                 scalar_gap, term_size)
+from .pytree import flatten
+from .rule_check import vjp_function
+
+
+def copied(args) -> list:
+    """Fresh copies of the array arguments (or directions): `f` may write into its arguments
+    (a Duplicated buffer, whose shadow then receives the new tangent), and every evaluation
+    must start from the point and direction being checked (and leave the caller's arrays
+    alone)."""
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def number(x):
+    return complex(x) if np.iscomplexobj(x) else float(x)
+
+
+def magnitude_tree(a, b) -> float:
+    """`term_size` of the inner product of two pytrees."""
+    la, _ = flatten(a)
+    lb, _ = flatten(b)
+    return sum(term_size(x, y) for x, y in zip(la, lb))
+
+
+def one_direction(args, diff, i, direction) -> list:
+    """Copies of `args` annotated for forward mode along `direction` for argument i alone:
+    the other differentiated arguments get zero tangents rather than none (a function that
+    writes a traced value into one of them needs it traced)."""
+    return [Duplicated(a, copied([direction])[0] if k == i else make_zero(a)) if k in diff
+            else a for k, a in enumerate(copied(args))]
+
+
+def only(direction, i):
+    return [d if k == i else None for k, d in enumerate(direction)]
+
+
+def masked(u: list, k: int) -> list:
+    """The output weights `u` with every leaf but leaf k zero."""
+    return [x if j == k else np.zeros_like(x) for j, x in enumerate(u)]
+
+
+def each_leaf_forward(tangent, est, u, rtol, atol, label=()) -> tuple | None:
+    """(label, description) of the first output leaf whose J·v disagrees with the finite
+    differences `est` when compared alone, or None."""
+    if len(u) < 2 and not label:
+        return None
+    for k in range(len(u)):
+        uk = masked(u, k) if len(u) > 1 else u
+        ok, description = agrees(lambda d: scalar_gap(tangent, d, uk), est, rtol, atol, uk)
+        if not ok:
+            where = ", ".join([*label, *([f"output {k}"] if len(u) > 1 else [])])
+            return where, "uᵀ(J·v) = " + description
+    return None
+
+
+def each_part_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, atol,
+                       numeric) -> tuple | None:
+    """(label, description) of the first output leaf (its own reverse sweep) or argument whose
+    uᵀJ disagrees with finite differences when compared alone, or None: in the sum over all of
+    them a small wrong part hides beside a large right one."""
+    if len(u) < 2 and len(diff) < 2:
+        return None
+    alone = {i: Estimate(f, wide, only(direction, i), eps) for i in diff} \
+        if len(diff) > 1 else {diff[0]: numeric}
+    for k in range(len(u)):
+        uk = masked(u, k) if len(u) > 1 else u
+        gk = vjp_function(f, diff, uk)(*copied(args)) if len(u) > 1 else grads
+        for g, i in zip(gk, diff):
+            got, terms = inner(g, direction[i]), magnitude_tree(g, direction[i])
+            ok, description = agrees(lambda d: scalar_gap(got, d, uk, terms), alone[i], rtol,
+                                     atol, uk)
+            if not ok:
+                where = ", ".join([labels[i], *([f"output {k}"] if len(u) > 1 else [])])
+                return where, "(uᵀJ)·v = " + description
+    return None
+
+
+def locate_forward(f, args, wide, diff, direction, u, labels, eps, rtol, atol, together):
+    """(label, description) of the argument whose forward derivative is wrong, with the output
+    leaf that differs most."""
+    for i in diff:
+        annotated = one_direction(args, diff, i, direction[i])
+        tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
+        est = Estimate(f, wide, only(direction, i), eps)
+        ok, description = agrees(lambda d: scalar_gap(tangent, d, u), est, rtol, atol, u)
+        if not ok:
+            value, err, _ = est.refined()
+            k, worst, tol, where = leafwise_gap(tangent, value, rtol, atol)
+            if k is not None:
+                description += (f"; output {k} differs most, at index {where}: "
+                                f"{number(tangent[k][where])!r} vs {number(value[k][where])!r}")
+            return labels[i], "uᵀ(J·v) = " + description
+    return ("every argument at once (each alone agrees: the rule mishandles several "
+            "tangents together)", "uᵀ(J·v) = " + together)
+
+
+def locate_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, atol,
+                    together):
+    for g, i in zip(grads, diff):
+        got = inner(g, direction[i])
+        terms = magnitude_tree(g, direction[i])
+        est = Estimate(f, wide, only(direction, i), eps)
+        ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), est, rtol, atol, u)
+        if not ok:
+            return labels[i], "(uᵀJ)·v = " + description
+    return "every argument at once (each alone agrees)", "(uᵀJ)·v = " + together
