@@ -307,8 +307,9 @@ _MAX_DEPTH = 8
 `self.encoder.blocks[i].attn.query.weight` is six steps from `self`), and the functions and
 methods it calls."""
 _CONTAINERS = (list, tuple, dict, collections.deque)
-_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 """Watched item by item, subclasses too (OrderedDict, defaultdict, namedtuples)."""
+_DICT_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+"""Read-only views of a dict (`d.values()`): the dict behind them is watched."""
 _LIBRARIES = frozenset(("numpy", "scipy", "tape", "ops", "builtins", "cupy", "reprlib",
                         "dataclasses", "typing", "enum", "abc",
                         # Test frameworks: an `assert` that pytest rewrote names its helpers
