@@ -221,20 +221,29 @@ def _from_numpy(frame) -> bool:
     return name.partition(".")[0] in ("numpy", "scipy")
 
 
-def _wrapper(fn, fallback):
+_NOT_YET = object()   # (no result yet: NumPy's function, or the fallback, is still to run)
+
+
+def _wrapper(fn, fallback, route=None, finish=None):
     """NumPy's function `fn` while tracing: calls it, and when a traced value refused to
     become a plain array, calls `fallback(fn, args, kwargs)` instead. Only for calls from
     outside NumPy: NumPy's own Python code (np.meshgrid calls np.asanyarray) lets the refusal
-    through, so that the outer wrapper converts the lists before NumPy's code runs at all."""
+    through, so that the outer wrapper converts the lists before NumPy's code runs at all.
+    `route(fn, args, kwargs)`, when given, may answer first (a call NumPy would not dispatch),
+    and `finish(result, caller's frame)` may amend the result."""
     def wrapped(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except TracerConversionError:
-            if _from_numpy(sys._getframe(1)) or not (
-                    has_tracer(args) or has_tracer(list(kwargs.values()))):
-                raise
-        # Outside the except clause: an error of the fallback is not chained to NumPy's.
-        return fallback(fn, args, kwargs)
+        out = _NOT_YET if route is None else route(fn, args, kwargs)
+        if out is _NOT_YET:
+            try:
+                out = fn(*args, **kwargs)
+            except TracerConversionError:
+                if _from_numpy(sys._getframe(1)) or not (
+                        has_tracer(args) or has_tracer(list(kwargs.values()))):
+                    raise
+            # Outside the except clause: an error of the fallback is not chained to NumPy's.
+            if out is _NOT_YET:
+                out = fallback(fn, args, kwargs)
+        return out if finish is None else finish(out, sys._getframe(1))
     return wrapped
 
 
@@ -257,16 +266,13 @@ def _full_like_wrapper(fn, fallback=None):
     return wrapped
 
 
-def _pad_wrapper(fn, fallback):
+def _pad_route(fn, args, kwargs):
     # np.pad(plain, ..., constant_values=traced) is not dispatched (only `array` is): the
     # rule takes it, as it takes a traced array.
-    wrapped_fn = _wrapper(fn, fallback)
-
-    def wrapped(array, pad_width, mode="constant", **kwargs):
-        if not has_tracer(array) and has_tracer(kwargs.get("constant_values")):
-            return FUNCTION_RULES[fn](array, pad_width, mode, **kwargs)
-        return wrapped_fn(array, pad_width, mode, **kwargs)
-    return wrapped
+    array = args[0] if args else kwargs.get("array")
+    if not has_tracer(array) and has_tracer(kwargs.get("constant_values")):
+        return FUNCTION_RULES[fn](*args, **kwargs)
+    return _NOT_YET
 
 
 # np.polynomial's polyval, chebval, ... give the coefficients one axis per axis of x only when
@@ -278,30 +284,20 @@ _POLYNOMIAL_VALS = frozenset(getattr(getattr(np.polynomial, m), f"{p}val").__cod
     ("hermite_e", "herme"), ("laguerre", "lag")))
 
 
-def _array_wrapper(fn, fallback):
-    # `_wrapper`'s np.array, which also gives a polynomial val function's coefficients their
-    # axes (above); written out, since `_from_numpy` reads the caller's frame.
-    def wrapped(*args, **kwargs):
-        frame = sys._getframe(1)
-        converted = False
-        try:
-            out = fn(*args, **kwargs)
-        except TracerConversionError:
-            if _from_numpy(frame) or not (has_tracer(args) or has_tracer(list(kwargs.values()))):
-                raise
-            converted = True
-        if converted:   # outside the except clause: the fallback's error is not chained
-            out = fallback(fn, args, kwargs)
-        if frame.f_code in _POLYNOMIAL_VALS:
-            x, tensor = frame.f_locals.get("x"), frame.f_locals.get("tensor")
-            if tensor and isinstance(x, Tracer) and x.ndim and np.ndim(out) > 1:
-                out = reshape(out, tuple(np.shape(out)) + (1,) * x.ndim)
-        return out
-    return wrapped
+def _polynomial_axes(out, frame):
+    """np.array's result, with a polynomial val function's coefficient axes (above) when the
+    caller is one."""
+    if frame.f_code in _POLYNOMIAL_VALS:
+        x, tensor = frame.f_locals.get("x"), frame.f_locals.get("tensor")
+        if tensor and isinstance(x, Tracer) and x.ndim and np.ndim(out) > 1:
+            return reshape(out, tuple(np.shape(out)) + (1,) * x.ndim)
+    return out
 
 
-_WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper, np.pad: _pad_wrapper,
-                   np.array: _array_wrapper}
+_WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper,
+                   np.pad: lambda fn, fallback: _wrapper(fn, fallback, route=_pad_route),
+                   np.array: lambda fn, fallback: _wrapper(fn, fallback,
+                                                           finish=_polynomial_axes)}
 
 
 # -- np.r_ and np.c_ ----------------------------------------------------------------------------

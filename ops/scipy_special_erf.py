@@ -14,10 +14,7 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from tape.backend import array_module
-from tape.core import primal
-
-from .scipy_special_rules import special_ufunc
+from .scipy_special_rules import asymptotic_beyond, special_ufunc
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _HALF_SQRT_PI = 0.5 * math.sqrt(math.pi)
@@ -50,16 +47,10 @@ def _erfcx_slope(x, ans):
     """2 x erfcx(x) - 2/sqrt(pi), which cancels for large real x: beyond x = 50 the asymptotic
     series -(t/sqrt(pi)) (1 - 3t/2 + 15t^2/4 - 105t^3/8 + 945t^4/16), t = 1/x^2 (its next
     term is below 2e-15 of the sum there)."""
-    direct = 2.0 * x * ans - _TWO_OVER_SQRT_PI
-    value = primal(x)
-    xp = array_module(value)   # (a CuPy array stays on its device)
-    if xp.iscomplexobj(value) or not bool(xp.any(xp.asarray(value) > 50.0)):
-        return direct
-    far = xp.asarray(value) > 50.0
-    t = 1.0 / np.where(far, x, 50.0) ** 2
-    series = -(t / math.sqrt(math.pi)) * (1.0 + t * (-1.5 + t * (3.75 + t * (-13.125
-                                                                             + t * 59.0625))))
-    return np.where(far, series, direct)
+    return asymptotic_beyond(
+        x, 50.0, 2.0 * x * ans - _TWO_OVER_SQRT_PI,
+        lambda t: -(t / math.sqrt(math.pi)) * (1.0 + t * (-1.5 + t * (3.75 + t * (
+            -13.125 + t * 59.0625)))))
 
 
 erfcx = special_ufunc(sc.erfcx, _erfcx_slope, uses_ans=True, complex_ok=True)

@@ -14,10 +14,7 @@ import math
 import numpy as np
 import scipy.special as sc
 
-from tape.backend import array_module
-from tape.core import primal
-
-from .scipy_special_rules import no_closed_form, special_ufunc
+from .scipy_special_rules import asymptotic_beyond, no_closed_form, special_ufunc
 
 _SHAPE = "has no closed form (it needs a series or quadrature)"
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -48,15 +45,10 @@ erfi = special_ufunc(sc.erfi, lambda x, ans: _TWO_OVER_SQRT_PI * np.exp(x * x),
 def _dawsn_slope(x, ans):
     """1 - 2 x dawsn(x), which cancels for large real |x|: beyond |x| = 50 the asymptotic
     series -(t/2) (1 + 3t/2 + 15t^2/4 + 105t^3/8 + 945t^4/16), t = 1/x^2."""
-    direct = 1.0 - 2.0 * x * ans
-    value = primal(x)
-    xp = array_module(value)   # (a CuPy array stays on its device)
-    if xp.iscomplexobj(value) or not bool(xp.any(xp.abs(xp.asarray(value)) > 50.0)):
-        return direct
-    far = xp.abs(xp.asarray(value)) > 50.0
-    t = 1.0 / np.where(far, x, 50.0) ** 2
-    series = -(0.5 * t) * (1.0 + t * (1.5 + t * (3.75 + t * (13.125 + t * 59.0625))))
-    return np.where(far, series, direct)
+    return asymptotic_beyond(
+        x, 50.0, 1.0 - 2.0 * x * ans,
+        lambda t: -(0.5 * t) * (1.0 + t * (1.5 + t * (3.75 + t * (13.125 + t * 59.0625)))),
+        even=True)
 
 
 dawsn = special_ufunc(sc.dawsn, _dawsn_slope, uses_ans=True, complex_ok=True)

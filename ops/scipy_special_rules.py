@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tape.core import peek
+from tape.backend import array_module
+from tape.core import peek, primal
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, shape_of, times_partial,
                     unbroadcast)
@@ -109,3 +110,19 @@ def safe_ratio(x, y):
     y-derivative x/y is 0 wherever x is). Only that corner is replaced, so the mixed second
     derivative d/dx (x / y) = 1 / y stays right wherever y != 0."""
     return x / np.where((x == 0) & (y == 0), 1.0, y)
+
+
+def asymptotic_beyond(x, limit: float, direct, series: Callable, even: bool = False):
+    """A slope formula `direct` that cancels for large real x, with `series(t)`, its asymptotic
+    expansion in t = 1/x^2, where x > limit (|x| > limit for an `even` one). Complex x keeps
+    `direct`; a CuPy x stays on its device."""
+    value = primal(x)
+    xp = array_module(value)
+    if xp.iscomplexobj(value):
+        return direct
+    size = xp.abs(xp.asarray(value)) if even else xp.asarray(value)
+    far = size > limit
+    if not bool(xp.any(far)):
+        return direct
+    t = 1.0 / np.where(far, x, limit) ** 2
+    return np.where(far, series(t), direct)

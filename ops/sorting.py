@@ -196,8 +196,8 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     target = _result_dtype(dtype, q, method, median, weak)
     if not isinstance(q, Tracer):   # positions are real, for complex input too; a float q
         real = np.empty(0, dtype).real.dtype   # keeps its precision, as in NumPy
-        given = np.asarray(q)
-        q = xp.asarray(q, dtype=given.dtype if given.dtype.kind == "f" and not weak
+        given = _dtype_of(q)
+        q = xp.asarray(q, dtype=given if given.kind == "f" and not weak
                        else np.result_type(real, np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
     if ignore_nan:
@@ -245,9 +245,13 @@ def _result_dtype(dtype, q, method, median, weak) -> np.dtype:
         return np.median(stand_in).dtype
     if weak:   # q was a Python number (percentile's q / 100 included): promoted weakly
         return np.quantile(stand_in, 0.5, method=method).dtype
-    q = primal(q)   # only its dtype matters (a NumPy stand-in: q may be a CuPy array)
-    q_dtype = q.dtype if hasattr(q, "dtype") else np.asarray(q).dtype
-    return np.quantile(stand_in, np.zeros(1, q_dtype), method=method).dtype
+    return np.quantile(stand_in, np.zeros(1, _dtype_of(q)), method=method).dtype
+
+
+def _dtype_of(q) -> np.dtype:
+    """The dtype of q, a list, a NumPy or CuPy array (only its dtype: no transfer)."""
+    q = primal(q)
+    return q.dtype if hasattr(q, "dtype") else np.asarray(q).dtype
 
 
 def _selected(method, below, above, frac, lo, dtype=None):

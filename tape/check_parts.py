@@ -10,9 +10,8 @@ import numpy as np
 from .activities import Duplicated, Forward
 from .api import autodiff, make_zero
 from .finite_differences import (Estimate, agrees, inner, leafwise_gap, output_leaves,
-                                 scalar_gap, term_size)
-from .pytree import flatten
-from .rule_check import vjp_function
+                                 scalar_gap)
+from .rule_check import magnitude_tree, masked, reverse_parts
 
 
 def copied(args) -> list:
@@ -27,13 +26,6 @@ def number(x):
     return complex(x) if np.iscomplexobj(x) else float(x)
 
 
-def magnitude_tree(a, b) -> float:
-    """`term_size` of the inner product of two pytrees."""
-    la, _ = flatten(a)
-    lb, _ = flatten(b)
-    return sum(term_size(x, y) for x, y in zip(la, lb))
-
-
 def one_direction(args, diff, i, direction) -> list:
     """Copies of `args` annotated for forward mode along `direction` for argument i alone:
     the other differentiated arguments get zero tangents rather than none (a function that
@@ -44,11 +36,6 @@ def one_direction(args, diff, i, direction) -> list:
 
 def only(direction, i):
     return [d if k == i else None for k, d in enumerate(direction)]
-
-
-def masked(u: list, k: int) -> list:
-    """The output weights `u` with every leaf but leaf k zero."""
-    return [x if j == k else np.zeros_like(x) for j, x in enumerate(u)]
 
 
 def each_leaf_forward(tangent, est, u, rtol, atol, label=()) -> tuple | None:
@@ -66,7 +53,7 @@ def each_leaf_forward(tangent, est, u, rtol, atol, label=()) -> tuple | None:
 
 
 def each_part_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, atol,
-                       numeric) -> tuple | None:
+                      numeric) -> tuple | None:
     """(label, description) of the first output leaf (its own reverse sweep) or argument whose
     uᵀJ disagrees with finite differences when compared alone, or None: in the sum over all of
     them a small wrong part hides beside a large right one."""
@@ -74,26 +61,22 @@ def each_part_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rto
         return None
     alone = {i: Estimate(f, wide, only(direction, i), eps) for i in diff} \
         if len(diff) > 1 else {diff[0]: numeric}
-    for k in range(len(u)):
-        uk = masked(u, k) if len(u) > 1 else u
-        gk = vjp_function(f, diff, uk)(*copied(args)) if len(u) > 1 else grads
-        for g, i in zip(gk, diff):
-            got, terms = inner(g, direction[i]), magnitude_tree(g, direction[i])
-            ok, description = agrees(lambda d: scalar_gap(got, d, uk, terms), alone[i], rtol,
-                                     atol, uk)
-            if not ok:
-                where = ", ".join([labels[i], *([f"output {k}"] if len(u) > 1 else [])])
-                return where, "(uᵀJ)·v = " + description
-    return None
+    return reverse_parts(f, args, diff, direction, u, alone, labels, rtol, atol, grads)
+
+
+def forward_alone(f, args, wide, diff, direction, eps):
+    """(i, J·v along argument i's direction alone, its finite differences) for each
+    differentiated argument i."""
+    for i in diff:
+        tangent = output_leaves(autodiff(Forward, f, *one_direction(args, diff, i,
+                                                                    direction[i]))[0])
+        yield i, tangent, Estimate(f, wide, only(direction, i), eps)
 
 
 def locate_forward(f, args, wide, diff, direction, u, labels, eps, rtol, atol, together):
     """(label, description) of the argument whose forward derivative is wrong, with the output
     leaf that differs most."""
-    for i in diff:
-        annotated = one_direction(args, diff, i, direction[i])
-        tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
-        est = Estimate(f, wide, only(direction, i), eps)
+    for i, tangent, est in forward_alone(f, args, wide, diff, direction, eps):
         ok, description = agrees(lambda d: scalar_gap(tangent, d, u), est, rtol, atol, u)
         if not ok:
             value, err, _ = est.refined()

@@ -161,14 +161,13 @@ def _record(prim, f, trace, args, kwargs):
     if not seen:
         return out        # f read nothing differentiated at this level
     # A traced value returned as it is (an input passed through) stays that very tracer, as
-    # without the checkpoint: a later write into it is seen by both names.
-    values = [leaf.value if isinstance(leaf, Tracer) and leaf.level is trace else leaf
-              for leaf in leaves]
-    positions = [i for i, (leaf, v) in enumerate(zip(leaves, values))
-                 if _is_float(v) and not (isinstance(leaf, Tracer) and leaf.level is trace)]
+    # without the checkpoint: a later write into it is seen by both names. The other float
+    # leaves (plain in this run) are the record's outputs.
+    positions = [i for i, leaf in enumerate(leaves) if _is_float(leaf)
+                 and not (isinstance(leaf, Tracer) and leaf.level is trace)]
+    values = list(leaves)
     if not positions:
-        return unflatten(treedef, [leaf if isinstance(leaf, Tracer) and leaf.level is trace
-                                   else v for leaf, v in zip(leaves, values)])
+        return unflatten(treedef, values)
     inputs = list(seen.values())
     saved = _Saved(f, prim.name, trace, arguments, inputs, treedef, positions,
                    [result_digest(values[i]) for i in positions], reads, temporaries, operations)
@@ -177,9 +176,6 @@ def _record(prim, f, trace, args, kwargs):
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
                           tuple(slot for _, _, slot in inputs),
                           tuple(range(first, first + len(positions)))))
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Tracer) and leaf.level is trace:
-            values[i] = leaf
     for k, i in enumerate(positions):
         values[i] = trace.tracer_class(values[i], trace, first + k)
         _guard_shared_memory(values[i], inputs, prim.name)

@@ -62,6 +62,12 @@ _SUBCLASS_MODULES = {
 }
 
 
+# What to do instead of np.vectorize / np.frompyfunc, which call Python on plain elements.
+PYTHON_ON_ELEMENTS_FIX = ("Call the function on the whole array instead (written with NumPy "
+                          "operations it usually works as is), or loop in Python and collect "
+                          "the traced results with np.array([...]) or np.stack")
+
+
 class TracerConversionError(NonDifferentiableError):
     """A traced value was asked to become a plain NumPy array (its `__array__`). While something
     is traced, the NumPy functions that take lists (np.array, np.mean, ...) catch this and build
@@ -90,9 +96,7 @@ class TracerConversionError(NonDifferentiableError):
                     f"{_SUBCLASS_MODULES[caller[1]]}")
         if caller is not None and caller[2].startswith("vectorize"):
             return ("np.vectorize calls its function on plain elements, so the derivative "
-                    "would be lost. Call the function on the whole array instead (written with "
-                    "NumPy operations it usually works as is), or loop in Python and collect "
-                    "the traced results with np.array([...]) or np.stack")
+                    "would be lost. " + PYTHON_ON_ELEMENTS_FIX)
         if caller is None:
             method = _plain_array_method(self.frame)
             if method is not None:

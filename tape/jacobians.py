@@ -343,7 +343,8 @@ def _reverse_rows(f, call, i, x, chunk, check, point, flags=None):
     width = len(blocks[0]) if blocks else 1
     shadows = tuple(make_zero(x) for _ in range(width))
     call[i] = BatchDuplicated(x, shadows)
-    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active, *[type(c) for c in call])
+    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active,
+                              *[type(c) for c in call])
     point.before_call()
     tape, _, _ = fwd(*call)
     zero_seed = make_zero(primal)
@@ -371,7 +372,8 @@ def _stack_rows(rows, primal, leaf):
 def _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point, flags=None):
     """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
     call[i] = Active(x)
-    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active, *[type(c) for c in call])
+    fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active,
+                              *[type(c) for c in call])
     point.before_call()
     tape, _, _ = fwd(*call)
     rows = [rev(*call, seed, tape)[0][i] for seed in seeds]

@@ -281,17 +281,41 @@ def _reverse_each_result(f, args, diff, u, jvp, dirs, labels, name, rtol, atol):
     them, a derivative 1% wrong for a small result hides beside a large one."""
     if len(u) < 2:
         return
+    wrong = reverse_parts(f, args, diff, dirs, u, jvp, labels, rtol, atol)
+    if wrong is not None:
+        raise GradientCheckError(
+            f"{name}, Reverse with a cotangent on one output at a time, {wrong[0]}: the "
+            f"derivative disagrees with finite differences: {wrong[1]}")
+
+
+def masked(u: list, k: int) -> list:
+    """The output weights `u` with every leaf but leaf k zero."""
+    return [x if j == k else np.zeros_like(x) for j, x in enumerate(u)]
+
+
+def magnitude_tree(a, b) -> float:
+    """`term_size` of the inner product of two pytrees."""
+    la, _ = flatten(a)
+    lb, _ = flatten(b)
+    return sum(term_size(x, y) for x, y in zip(la, lb))
+
+
+def reverse_parts(f, args, diff, direction, u, alone, labels, rtol, atol, grads=None):
+    """(label, description) of the first output leaf (a reverse sweep with the cotangent on it
+    alone) and argument i whose (uᵀJ)·v disagrees with `alone[i]`, the finite differences along
+    argument i's `direction[i]` alone; None when every part agrees. `grads`: the sweep's
+    result for `u` itself, when there is one output leaf and it has run already."""
     for k in range(len(u)):
-        uk = [x if j == k else np.zeros_like(x) for j, x in enumerate(u)]
-        grads = vjp_function(f, diff, uk)(*args)
-        for g, i in zip(grads, diff):
-            got, terms = inner(g, dirs[i]), term_size(g, dirs[i])
-            ok, description = agrees(lambda d: scalar_gap(got, d, uk, terms), jvp[i], rtol,
+        uk = masked(u, k) if len(u) > 1 else u
+        gk = grads if len(u) == 1 and grads is not None else vjp_function(f, diff, uk)(*args)
+        for g, i in zip(gk, diff):
+            got, terms = inner(g, direction[i]), magnitude_tree(g, direction[i])
+            ok, description = agrees(lambda d: scalar_gap(got, d, uk, terms), alone[i], rtol,
                                      atol, uk)
             if not ok:
-                raise GradientCheckError(
-                    f"{name}, Reverse with a cotangent on output {k} alone: the derivative of "
-                    f"{labels[i]} disagrees with finite differences: (uᵀJ)·v = {description}")
+                where = ", ".join([labels[i], *([f"output {k}"] if len(u) > 1 else [])])
+                return where, "(uᵀJ)·v = " + description
+    return None
 
 
 def _reverse_twice(f, args, diff, u, name):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import NonDifferentiableError
+from .errors import PYTHON_ON_ELEMENTS_FIX, NonDifferentiableError
 
 UFUNC_RULES: dict = {}
 UFUNC_PRIMITIVES: dict = {}   # ufuncs whose keyword-free calls go straight to a primitive
@@ -38,9 +38,7 @@ def _call_ufunc(ufunc, *args, **kw):
             raise NonDifferentiableError(
                 f"np.frompyfunc's ufunc `{ufunc.__name__}` was called on a traced value; it "
                 "calls its Python function on plain elements (object arrays), so the "
-                "derivative would be lost. Call the function on the whole array instead "
-                "(written with NumPy operations it usually works as is), or loop in Python "
-                "and collect the traced results with np.array([...]) or np.stack")
+                "derivative would be lost. " + PYTHON_ON_ELEMENTS_FIX)
         raise _missing(_ufunc_name(ufunc))
     return rule(*args, **kw)
 

@@ -27,16 +27,17 @@ from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Reverse, ReverseSplitNoPrimal)
 from .api import autodiff, make_zero
 from .check_parts import (copied as _copied, each_leaf_forward as _each_leaf_forward,
-                          each_part_reverse as _each_part_reverse, locate_forward as _locate_forward,
-                          locate_reverse as _locate_reverse, magnitude_tree as _magnitude_tree,
-                          one_direction as _one_direction, only as _only)
+                          each_part_reverse as _each_part_reverse, forward_alone as _forward_alone,
+                          locate_forward as _locate_forward, locate_reverse as _locate_reverse,
+                          one_direction as _one_direction)
 from .core import primal
 from .errors import OnceDifferentiableError
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  check_options, inner, input_scale, is_float, leafwise_gap,
                                  output_leaves, plain_function, random_like, scalar_gap)
 from .pytree import flatten, flatten_with_paths, format_path, is_inactive, tree_map, unflatten
-from .rule_check import check_rule_first_order, vjp_function, weighted_sum
+from .rule_check import (check_rule_first_order, magnitude_tree as _magnitude_tree,
+                         vjp_function, weighted_sum)
 from .split import autodiff_thunk
 # Hypothesis strategies, part of this module's interface:
 from .strategies import (arrays, arrays_and_axes, broadcastable_arrays,  # noqa: F401
@@ -202,10 +203,7 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
         # small hides beside one 1000x larger in the sum above.
         wrong = _each_leaf_forward(output_leaves(tangent), numeric, u, rtol, atol)
         if wrong is None and len(diff) > 1:
-            for i in diff:
-                alone = output_leaves(autodiff(Forward, f, *_one_direction(
-                    args, diff, i, direction[i]))[0])
-                est = Estimate(f, wide, _only(direction, i), eps)
+            for i, alone, est in _forward_alone(f, args, wide, diff, direction, eps):
                 wrong = _each_leaf_forward(alone, est, u, rtol, atol, [labels[i]])
                 if wrong is not None:
                     break
