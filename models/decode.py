@@ -298,16 +298,29 @@ def step_streams(params: Params, cfg: ModelConfig, blocks: list, tokens: Any,
     return rms_norm(x, params.final_norm) @ params.unembed
 
 
-def _pick(last: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """The next token from float64 logits: argmax at ``temperature <= 0``, else a draw from
-    ``softmax(last / temperature)`` (the rule of `models.model.generate`)."""
+def tempered(logits: np.ndarray, temperature: float) -> np.ndarray | None:
+    """``exp(z - max z)`` with ``z = logits / temperature`` (unnormalised probabilities), or
+    None where the pick is greedy: ``temperature <= 0``, or a temperature so small that the
+    logits divided by it overflow (the limit; exp(inf - inf) would give NaN probabilities).
+
+    >>> tempered(np.array([0.0, np.log(3.0)]), 1.0).round(6).tolist(), tempered(np.ones(2), 0)
+    ([0.333333, 1.0], None)
+    """
     if temperature <= 0:
-        return int(np.argmax(last))
+        return None
     with np.errstate(over="ignore"):
-        z = last / temperature
-    if not np.isfinite(z).all():   # a temperature so small the logits overflow: the limit,
-        return int(np.argmax(last))   # greedy (exp(inf - inf) would be NaN probabilities)
-    prob = np.exp(z - z.max())
+        z = logits / temperature
+    if not np.isfinite(z).all():
+        return None
+    return np.exp(z - z.max())
+
+
+def _pick(last: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """The next token from float64 logits: argmax where `tempered` says greedy, else a draw
+    from ``softmax(last / temperature)`` (the rule of `models.model.generate`)."""
+    prob = tempered(last, temperature)
+    if prob is None:
+        return int(np.argmax(last))
     return int(rng.choice(len(prob), p=prob / prob.sum()))
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..decode import tempered
+
 
 def nucleus(prob: np.ndarray, top_p: float) -> np.ndarray:
     """`prob` (a probability vector) restricted to its top-`top_p` nucleus and renormalised."""
@@ -37,13 +39,9 @@ def pick_token(logits: np.ndarray, temperature: float, top_p: float,
                rng: np.random.Generator) -> int:
     """The next token from one stream's float64 `logits` ``[vocab]`` (see the module
     docstring); `rng` is advanced by one draw unless the pick is greedy."""
-    if temperature <= 0:
+    prob = tempered(logits, temperature)
+    if prob is None:   # greedy
         return int(np.argmax(logits))
-    with np.errstate(over="ignore"):
-        z = logits / temperature
-    if not np.isfinite(z).all():   # a temperature so small the logits overflow: the limit,
-        return int(np.argmax(logits))   # greedy (exp(inf - inf) would be NaN probabilities)
-    prob = np.exp(z - z.max())
     if top_p >= 1.0:   # exactly models.decode._pick's arithmetic, draw for draw
         return int(rng.choice(len(prob), p=prob / prob.sum()))
     return int(rng.choice(len(prob), p=nucleus(prob / prob.sum(), top_p)))
