@@ -398,17 +398,22 @@ def _changed(watched) -> str | None:
         now = get()
         if now is seen or (type(now) is tuple and now == seen and _shallow_items(now)):
             continue   # a container's items, unchanged: compared without same_value's walk
+        if (type(now) is np.ndarray and type(seen) is np.ndarray and now.size <= 4096
+                and now.dtype == seen.dtype and now.dtype.kind != "O"
+                and now.shape == seen.shape and now.tobytes() == seen.tobytes()):
+            continue   # the same bits: the common case of a watched array, kept short
         if not same_value(now, seen):
             return what
     return None
 
 
 def _shallow_items(items) -> bool:
-    """Whether a tuple holds only `_shallow`'s identity wrappers and number keys, for which
-    ``==`` is exact (number keys carry their type and the sign of a zero)."""
+    """Whether a tuple holds only `_shallow`'s identity wrappers, number keys and strings
+    (a dict's keys), for which ``==`` is exact (number keys carry their type and the sign of
+    a zero)."""
     for item in items:
-        if type(item) is not _Same and type(item) is not tuple:
-            return False
+        if type(item) is not _Same and type(item) is not tuple and type(item) is not str:
+            return False   # (a dict's string keys compare exactly too)
     return True
 
 
