@@ -13,7 +13,7 @@ from .backend import module_name
 from .constbuffer import as_const
 from .core import Tracer, peek
 from .errors import ActivityError, PytreeError, refuse_matrix_or_masked
-from .pytree import flatten, flatten_with_paths, format_path, unflatten
+from .pytree import fixed_place, flatten, flatten_with_paths, format_path, unflatten
 
 
 class _ArgumentName:
@@ -68,7 +68,8 @@ class _Leaves:
     def __init__(self, annotation, name):
         self.annotation = annotation
         self.name = name
-        self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val)
+        self.leaves, self.paths, self.treedef = flatten_with_paths(annotation.val,
+                                                                   where=self.place)
         kind = type(annotation).__name__
         if not self.leaves or not any(_is_float(x) for x in self.leaves):
             raise ActivityError(
@@ -82,9 +83,12 @@ class _Leaves:
 
     def path(self, i):
         """`model.proj.w_k (argument 0)`: the leaf as the user reaches it."""
-        if not self.paths[i]:
+        return self.place(self.paths[i])
+
+    def place(self, path):
+        if not path:
             return str(self.name)
-        return f"{format_path(self.paths[i], self.name.root)} (argument {self.name.i})"
+        return f"{format_path(path, self.name.root)} (argument {self.name.i})"
 
 
 def _describe(x):
@@ -279,10 +283,11 @@ def _check_shadow_writable(arg):
         per_direction = dx if arg.width is not None else (dx,)
         if (_is_float(x) and arg.paths[i] and arg.paths[i][-1].kind == "index"
                 and not all(_is_mutable_leaf(d) for d in per_direction)):
-            raise PytreeError(
-                f"cannot accumulate into the immutable leaf {arg.path(i)} of the shadow: a "
-                "number inside a tuple cannot be updated in place. Use a list, a dict or a "
-                "dataclass for the shadow, or mark the argument Active")
+            why = (fixed_place(arg.annotation.dval, arg.paths[i]) if arg.width is None
+                   else None) or ("a number inside a tuple cannot be updated in place. Use "
+                                  "a list, a dict or a dataclass for the shadow")
+            raise PytreeError(f"cannot accumulate into the immutable leaf {arg.path(i)} of "
+                              f"the shadow: {why}; or mark the argument Active")
         if isinstance(x, np.ndarray) and any(
                 isinstance(d, np.ndarray) and np.may_share_memory(x, d) and overlap(x, d)
                 for d in per_direction):

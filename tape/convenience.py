@@ -8,6 +8,7 @@ product, and the reverse-mode Jacobian reverses one split-mode tape once per chu
 """
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from typing import Any, Callable
 
@@ -17,12 +18,12 @@ from .activities import (Active, Annotation, Const, Duplicated, Forward, Forward
                          Mode, Reverse)
 from .api import autodiff
 from .backend import array_module
-from .core import Tracer, is_complex
+from .core import Tracer, is_complex, peek
 from .errors import ActivityError, PytreeError
 from .jacobians import (SamePoint, check_argument, check_chunk, check_result,
                         forward_columns, forward_jacobian, is_tree, on_float_leaves, onehot,
                         reverse_jacobian)
-from .pytree import flatten, flatten_with_paths, format_path, set_at
+from .pytree import fixed_place, flatten, flatten_with_paths, format_path, set_at
 
 __all__ = ["GradientResult", "gradient", "gradient_", "jacobian", "hvp", "hvp_",
            "hvp_and_gradient_", "hessian", "make_zero_", "onehot"]
@@ -56,7 +57,8 @@ def gradient(mode: Mode, f: Callable, *args: Any):
     Reverse mode needs one sweep; Forward mode one batched pass per argument, with one
     direction per float entry (two per complex entry: the result is df/dRe + 1j df/dIm, as in
     reverse mode). A pytree argument's gradient has the argument's structure, None at integer
-    leaves, in both modes. ``Const(x)`` arguments are not differentiated and give None. With
+    leaves, in both modes. ``Const(x)`` arguments are not differentiated and give None. An
+    integer scalar result has no derivative: every gradient is zero, in both modes. With
     ReverseWithPrimal or ForwardWithPrimal the result is ``GradientResult(derivs, val)``.
 
     >>> gradient(Reverse, lambda x, y: x * np.sum(y ** 2), 2.0, np.array([1.0, 3.0]))
@@ -71,9 +73,10 @@ def gradient(mode: Mode, f: Callable, *args: Any):
     args = _unwrap(args, f, "gradient")
     if mode.kind == "reverse":
         annotated = [a if isinstance(a, Const) else Active(a) for a in args]
-        result = autodiff(mode, f, Active, *annotated)
+        integers = []
+        result = autodiff(mode, _integer_result_is_constant(f, integers), Active, *annotated)
         if mode.with_primal:
-            return GradientResult(result[0], result[1])
+            return GradientResult(result[0], integers[-1] if integers else result[1])
         return result[0]
     check = _scalar_check(f)
     derivs, val = [], None
@@ -89,6 +92,24 @@ def gradient(mode: Mode, f: Callable, *args: Any):
             val = f(*[a.val if isinstance(a, Const) else a for a in args])
         return GradientResult(tuple(derivs), val)
     return tuple(derivs)
+
+
+def _integer_result_is_constant(f, integers: list):
+    """`f` for gradient(Reverse): an integer scalar result (np.sum(x).astype(int)) has no
+    derivative, as gradient(Forward) and jacobian find, so it goes to autodiff as a constant
+    0.0 (every gradient zero) and is kept in `integers`, the primal to return, where autodiff
+    would refuse an Active integer return."""
+    @functools.wraps(f)
+    def g(*args):
+        out = f(*args)
+        value = peek(out)     # (its dtype only: a compiling trace guards no value here)
+        dtype = getattr(value, "dtype", None)
+        if (dtype.kind in "iu" and np.ndim(value) == 0 if dtype is not None
+                else isinstance(value, int) and not isinstance(value, bool)):
+            integers.append(out)
+            return 0.0
+        return out
+    return g
 
 
 def _scalar_check(f):
@@ -112,6 +133,12 @@ def gradient_(mode: Mode, dx: Any, f: Callable, x: Any):
     if mode.kind != "reverse":
         raise ActivityError("gradient_ takes Reverse or ReverseWithPrimal")
     make_zero_(dx)
+    for leaf, path in zip(*flatten_with_paths(dx)[:2]):
+        why = fixed_place(dx, path) if _is_number(leaf) and path else None
+        if why is not None:
+            raise PytreeError(f"gradient_ cannot accumulate into the number at "
+                              f"{format_path(path, 'dx')}: {why}; or use gradient(Reverse, f, "
+                              "x), which returns the gradient")
     result = autodiff(mode, f, Active, Duplicated(x, dx))
     if mode.with_primal:
         return GradientResult((dx,), result[1])
@@ -132,15 +159,22 @@ def make_zero_(shadow: Any) -> Any:
     {'w': array([0., 0.]), 'b': [0.0]}
     """
     leaves, paths, _ = flatten_with_paths(shadow)
-    for leaf, path in zip(leaves, paths):
+    for leaf, path in zip(leaves, paths):    # every leaf checked before any is written
         if _is_array(leaf):
             _check_writable(leaf, format_path(path, "shadow"))
-            leaf[...] = 0
         elif _is_number(leaf) and leaf != 0:
             if not path:
                 raise PytreeError(
                     f"make_zero_ cannot zero the number {leaf!r} in place; it zeroes arrays "
                     "and the number leaves of lists, dicts and dataclasses (use 0.0 instead)")
+            why = fixed_place(shadow, path)
+            if why is not None:
+                raise PytreeError(f"make_zero_ cannot zero the number {leaf!r} at "
+                                  f"{format_path(path, 'shadow')}: {why}")
+    for leaf, path in zip(leaves, paths):
+        if _is_array(leaf):
+            leaf[...] = 0
+        elif _is_number(leaf) and leaf != 0:
             set_at(shadow, path, type(leaf)(0), root="shadow")
     return shadow
 

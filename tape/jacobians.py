@@ -4,9 +4,12 @@ The Jacobian with respect to an argument has the argument's structure: an array 
 argument gives one array shaped ``out.shape + x.shape``; a pytree argument (dict, list, tuple,
 namedtuple, dataclass, registered class) gives the same pytree with each float leaf replaced
 by ``out.shape + leaf.shape`` and every other leaf by None, as reverse-mode gradients do.
-Reverse mode hands a pytree argument to the engine as the plain list of its float leaves, so
-it can accumulate into number leaves of tuples too, and integer leaves stay constant; forward
-mode seeds the tree itself (one float leaf hot per direction), so errors name leaves by path.
+Both modes differentiate a pytree argument itself (forward mode seeds one float leaf hot per
+direction, reverse mode accumulates into zero shadows of the tree), so errors name leaves by
+their path; a tree whose shadow cannot take a float number leaf (one inside a tuple) goes to
+reverse mode as the plain list of its float leaves. Other arguments are held Const; where `f`
+writes a value computed from the differentiated one into them, they get throwaway zero
+shadows instead.
 
 Complex entries take two forward directions, 1 and 1j: the forward Jacobian row of a real
 function is then ``df/dRe + 1j df/dIm``, the reverse-mode gradient. Complex results are
@@ -14,16 +17,19 @@ refused (their forward columns and reverse rows are conjugate conventions of eac
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
 
-from .activities import Active, BatchDuplicated, Const, ForwardWithPrimal, ReverseSplitWithPrimal
-from .api import _is_float, _is_mutable_leaf, autodiff, make_zero
+from .activities import (Active, BatchDuplicated, Const, Duplicated, ForwardWithPrimal,
+                          ReverseSplitWithPrimal)
+from .api import _argument_names, _is_float, _is_mutable_leaf, autodiff, make_zero
 from .backend import array_module
 from .core import Tracer, is_complex
 from .errors import ActivityError, ConstWriteError
-from .pytree import flatten, is_leaf, unflatten
+from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, is_leaf,
+                     unflatten)
 from .split import autodiff_thunk
 
 
@@ -112,8 +118,9 @@ def _describe(v) -> str:
 
 
 def check_argument(x: Any, i: int, f: Callable, caller: str) -> None:
-    """Refuse an argument with no floating-point value before any work is done."""
-    leaves, _ = flatten(x)
+    """Refuse an argument with no floating-point value (or with an object that is no pytree,
+    naming the argument) before any work is done."""
+    leaves, _ = flatten(x, where=functools.partial(_place, f, i))
     if not any(_is_float(v) for v in leaves):
         what = _describe(x) if is_leaf(x) else f"{_describe(x)} with no float leaf"
         raise ActivityError(
@@ -139,6 +146,12 @@ def check_result(out: Any, f: Callable, caller: str) -> None:
 
 def _name(f) -> str:
     return getattr(f, "__name__", "f")
+
+
+def _place(f: Callable, i: int, path) -> str:
+    """A place in argument i of `f`, as autodiff names it: `p['w'][2] (argument 1)`."""
+    name = _argument_names(f, i + 1)[i]
+    return f"{format_path(path, name.root)} (argument {i})" if path else str(name)
 
 
 def on_float_leaves(f: Callable, args: list, i: int):
@@ -312,37 +325,69 @@ def _like_leaf(J, leaf):
 def reverse_jacobian(f, args, i, chunk=None, check=None, point=None, flags=None):
     """The Jacobian of `f` with respect to argument i by reverse rows (batch mode)."""
     point = SamePoint(args) if point is None else point
-    if is_tree(args[i]):
+    if is_tree(args[i]) and not _shadow_takes_every_leaf(args[i]):
+        # A float number inside a tuple (or a class registered with functions) cannot be
+        # accumulated into: the engine gets the list of the float leaves instead
         g, call, rebuild = on_float_leaves(f, args, i)
         return rebuild(_reverse_jacobian(g, call, i, chunk, check, point, flags))
     return _reverse_jacobian(f, args, i, chunk, check, point, flags)
 
 
+def _shadow_takes_every_leaf(x) -> bool:
+    """Whether a shadow of tree `x` (make_zero) can be accumulated into at each float leaf,
+    so that the tree itself is differentiated and errors name leaves by their path."""
+    leaves, paths, _ = flatten_with_paths(x)
+    return all(_is_mutable_leaf(v) or not _is_float(v) or fixed_place(x, path) is None
+               for v, path in zip(leaves, paths))
+
+
 def _reverse_jacobian(f, args, i, chunk, check, point, flags=None):
-    """`reverse_jacobian` of an array, a scalar or a list of float leaves (one block each).
-    `f` runs twice: once for the result's shape (the seeds), once recorded."""
-    x = args[i]
-    call = [Const(a.val if isinstance(a, Const) else a) for a in args]
+    """`reverse_jacobian` of an array, a scalar or a tree whose shadow takes every leaf (or a
+    list of float leaves): one block per float leaf, in the argument's structure. `f` runs
+    twice: once for the result's shape (the seeds), once recorded."""
+    values = [a.val if isinstance(a, Const) else a for a in args]
     try:
-        return _reverse_rows(f, call, i, x, chunk, check, point, flags)
-    except ConstWriteError as e:
-        raise ConstWriteError(f"jacobian(Reverse) differentiates argument {i} and holds the "
-                              f"others constant, but {e}; or use jacobian(Forward), or "
-                              f"autodiff with Duplicated arguments") from e
+        return _reverse_rows(f, values, i, chunk, check, point, flags, False)
+    except ConstWriteError:
+        # `f` writes a value computed from argument i into another argument (`q[0] = x[0]`):
+        # those carry throwaway zero shadows instead of being held Const, as in
+        # jacobian(Forward), and their derivatives are dropped
+        return _reverse_rows(f, values, i, chunk, None, point, flags, True)
 
 
-def _reverse_rows(f, call, i, x, chunk, check, point, flags=None):
+def _annotate(values, i, hot, width, writes):
+    """The arguments of one pass: `hot` at i, the others Const, or (`writes`) with
+    throwaway zero shadows where they hold float arrays `f` may write into."""
+    call = [_throwaway_shadows(v, width) if writes else Const(v) for v in values]
+    call[i] = hot
+    return call
+
+
+def _throwaway_shadows(value, width):
+    leaves = flatten(value)[0]
+    if not any(_is_mutable_leaf(leaf) and _is_float(leaf) for leaf in leaves):
+        return Const(value)
+    if width is None:
+        return Duplicated(value, make_zero(value))
+    return BatchDuplicated(value, tuple(make_zero(value) for _ in range(width)))
+
+
+def _reverse_rows(f, values, i, chunk, check, point, flags, writes):
+    x = values[i]
     point.before_call()
-    primal = f(*[c.val for c in call])
+    primal = f(*values)
     if check is not None:
         check(primal)
     seeds = onehot(primal) if _is_float(primal) else ()
-    if not _is_mutable_leaf(x) and not isinstance(x, list):
-        return _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point, flags)
+    if not _is_mutable_leaf(x) and is_leaf(x):
+        return _reverse_rows_of_scalar(f, values, i, primal, seeds, point, flags, writes)
     blocks = _chunks(len(seeds), chunk)
     width = len(blocks[0]) if blocks else 1
-    shadows = tuple(make_zero(x) for _ in range(width))
-    call[i] = BatchDuplicated(x, shadows)
+
+    def annotate():   # fresh zero shadows for each pass
+        hot = BatchDuplicated(x, tuple(make_zero(x) for _ in range(width)))
+        return _annotate(values, i, hot, width, writes)
+    call = annotate()
     fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active,
                               *[type(c) for c in call])
     point.before_call()
@@ -350,15 +395,14 @@ def _reverse_rows(f, call, i, x, chunk, check, point, flags=None):
     zero_seed = make_zero(primal)
     rows = []
     for block in blocks:
-        for s in shadows:
-            _zero_shadow(s)
+        call = annotate()
         block_seeds = [seeds[j] for j in block]
         block_seeds += [zero_seed] * (width - len(block))    # the last chunk may be short
         rev(*call, tuple(block_seeds), tape)
-        rows.extend(_copy(s) for s in shadows[:len(block)])
-    if not isinstance(x, list):
-        return _stack_rows(rows, primal, x)
-    return [_stack_rows([r[k] for r in rows], primal, leaf) for k, leaf in enumerate(x)]
+        rows.extend(flatten(s)[0] for s in call[i].dval[:len(block)])
+    leaves, td = flatten(x)
+    return unflatten(td, [_stack_rows([r[k] for r in rows], primal, leaf)
+                          if _is_float(leaf) else None for k, leaf in enumerate(leaves)])
 
 
 def _stack_rows(rows, primal, leaf):
@@ -369,33 +413,17 @@ def _stack_rows(rows, primal, leaf):
     return _like_leaf(J, leaf)
 
 
-def _reverse_rows_of_scalar(f, call, i, x, primal, seeds, point, flags=None):
+def _reverse_rows_of_scalar(f, values, i, primal, seeds, point, flags, writes):
     """A scalar input has no shadow to fill: Active, one reverse sweep per output element."""
-    call[i] = Active(x)
+    call = _annotate(values, i, Active(values[i]), None, writes)
     fwd, rev = autodiff_thunk(with_flags(ReverseSplitWithPrimal, flags), f, Active,
                               *[type(c) for c in call])
     point.before_call()
     tape, _, _ = fwd(*call)
-    rows = [rev(*call, seed, tape)[0][i] for seed in seeds]
+    rows = [rev(*_annotate(values, i, Active(values[i]), None, writes), seed, tape)[0][i]
+            for seed in seeds]
     if not rows:
         return np.zeros(np.shape(primal))
     if not np.shape(primal):
         return rows[0]
     return np.reshape(np.stack(rows), np.shape(primal))
-
-
-def _zero_shadow(s):
-    if isinstance(s, list):
-        for k, v in enumerate(s):
-            s[k] = _zero_shadow(v)
-        return s
-    if isinstance(s, (float, complex, np.generic)):
-        return type(s)(0)
-    s[...] = 0
-    return s
-
-
-def _copy(s):
-    if isinstance(s, list):
-        return [_copy(v) for v in s]
-    return s.copy() if hasattr(s, "copy") else s

@@ -103,18 +103,44 @@ def is_inactive(x) -> bool:
     return bool(_INACTIVE) and isinstance(x, _INACTIVE)
 
 
-def flatten(tree) -> tuple[list, TreeDef]:
-    """Leaves in a fixed order and the structure to rebuild the tree from them."""
+def flatten(tree, where: Callable | None = None) -> tuple[list, TreeDef]:
+    """Leaves in a fixed order and the structure to rebuild the tree from them.
+
+    `where(path)` names a place in `tree` for the error about an object that is no pytree
+    (``p['w'][2] (argument 1)``); without it the path starts from the word "argument"."""
     leaves: list = []
-    td = _flatten(tree, leaves, None)
+    try:
+        td = _flatten(tree, leaves, None)
+    except _NotAPytree as e:
+        raise e.error(where) from None
     return leaves, td
 
 
-def flatten_with_paths(tree) -> tuple[list, list, TreeDef]:
+def flatten_with_paths(tree, where: Callable | None = None) -> tuple[list, list, TreeDef]:
+    """`flatten`, with the path of each leaf."""
     leaves: list = []
     paths: list = []
-    td = _flatten(tree, leaves, paths, ())
+    try:
+        td = _flatten(tree, leaves, paths, ())
+    except _NotAPytree as e:
+        raise e.error(where) from None
     return leaves, paths, td
+
+
+class _NotAPytree(Exception):
+    """An object `_flatten` cannot traverse, and where: `flatten` names the place."""
+
+    def __init__(self, cls: type, path: tuple):
+        super().__init__(cls, path)
+        self.cls, self.path = cls, path
+
+    def error(self, where: Callable | None) -> PytreeError:
+        place = format_path(self.path, "argument") if where is None else where(self.path)
+        t = self.cls
+        return PytreeError(
+            f"cannot differentiate through an object of type {t.__module__}.{t.__qualname__} "
+            f"at {place}: make it a dataclass, or register it with "
+            "tape.register_pytree(cls, fields=(...)) or register_pytree(cls, flatten, unflatten)")
 
 
 def _flatten(x, leaves, paths, path=()):
@@ -158,10 +184,7 @@ def _flatten(x, leaves, paths, path=()):
         kids = [_flatten(getattr(x, f), leaves, paths, path + (PathEntry("attr", f),))
                 for f in names]
         return TreeDef("dataclass", (t, names, x), tuple(kids))
-    raise PytreeError(
-        f"cannot differentiate through an object of type {t.__module__}.{t.__qualname__} at "
-        f"{format_path(path, 'argument')}: make it a dataclass, or register it with "
-        "tape.register_pytree(cls, fields=(...)) or register_pytree(cls, flatten, unflatten)")
+    raise _NotAPytree(t, path)
 
 
 _LEAF = TreeDef("leaf")
@@ -219,8 +242,37 @@ def format_path(path: Sequence[PathEntry], root: str) -> str:
 
 def get_at(tree, path: Sequence[PathEntry]):
     for entry in path:
-        tree = getattr(tree, entry.key) if entry.kind == "attr" else tree[entry.key]
+        if entry.kind == "attr":
+            tree = getattr(tree, entry.key)
+        elif _custom_class(tree) is not None:   # a child of a class registered with functions
+            tree = _REGISTRY[type(tree)][1][0](tree)[0][entry.key]
+        else:
+            tree = tree[entry.key]
     return tree
+
+
+def _custom_class(x) -> type | None:
+    """The class of `x` where it is registered with flatten/unflatten functions."""
+    reg = _REGISTRY.get(type(x))
+    return type(x) if reg is not None and reg[0] == "custom" else None
+
+
+def fixed_place(tree, path: Sequence[PathEntry]) -> str | None:
+    """Why the leaf at `path` cannot be replaced in place ("a number inside a tuple ...");
+    None where `set_at` can replace it."""
+    if not path:
+        return None
+    parent = get_at(tree, path[:-1])
+    cls = _custom_class(parent)
+    if cls is not None:
+        return (f"a number held by a {cls.__qualname__}, a class registered with "
+                "register_pytree(cls, flatten, unflatten), cannot be updated in place (its "
+                "children are rebuilt, never assigned). Register the class with fields=(...) "
+                "instead, or hold the number in an array (np.array(x))")
+    if path[-1].kind == "index" or isinstance(parent, tuple):
+        return ("a number inside a tuple cannot be updated in place. Use a list, a dict or a "
+                "dataclass for the shadow")
+    return None
 
 
 def set_at(tree, path: Sequence[PathEntry], value, root: str = "argument") -> None:
@@ -230,13 +282,12 @@ def set_at(tree, path: Sequence[PathEntry], value, root: str = "argument") -> No
             f"cannot accumulate into {root}: it is a {type(tree).__name__}, an immutable "
             "number. Pass an array the derivative can be added into (np.zeros_like(x), or "
             "make_zero(x))")
+    why = fixed_place(tree, path)
+    if why is not None:
+        raise PytreeError(f"cannot accumulate into the immutable leaf "
+                          f"{format_path(path, root)}: {why}, or mark the argument Active")
     parent = get_at(tree, path[:-1])
     last = path[-1]
-    if last.kind == "index" or isinstance(parent, tuple):
-        raise PytreeError(
-            f"cannot accumulate into the immutable leaf {format_path(path, root)}: a number inside "
-            "a tuple cannot be updated in place. Use a list, a dict or a dataclass for the "
-            "shadow, or mark the argument Active")
     if last.kind == "attr":
         object.__setattr__(parent, last.key, value)
     else:

@@ -1,8 +1,9 @@
 """Red team (round 2) of the convenience API on user pytrees: gradient, jacobian, hessian, hvp,
 hvp_, hvp_and_gradient_, gradient_, make_zero_ and onehot, against central finite differences
-in float64 and against autodiff itself. Most findings are fixed (strong zero and the NaN check
-kept by gradient/jacobian, destinations that would cut the result refused, 0-d arrays); the
-strict xfails left are unclear errors and the reverse Jacobian's naming and writes."""
+in float64 and against autodiff itself. The findings are fixed: strong zero and the NaN check
+kept by gradient/jacobian, destinations that would cut the result refused, 0-d arrays, errors
+that name the argument, the leaf or the registered class, the reverse Jacobian's writes into
+other arguments, and integer results."""
 import dataclasses
 import warnings
 
@@ -231,9 +232,6 @@ def test_hvp_underscore_refuses_a_read_only_res_clearly():
 # Findings: errors that do not name the argument or the leaf
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, confirmed: jacobian(Reverse) hands the "
-                   "engine the list of float leaves, so a leaf is named `args[0][1]` instead of "
-                   "`p['m']` (tape/jacobians.py:147 on_float_leaves)")
 def test_reverse_jacobian_names_a_pytree_leaf_by_its_path():
     p = {"w": np.array([1.0, 2.0]), "m": np.ma.array([1.0, 2.0])}
     with pytest.raises(ActivityError, match=r"p\['m'\]"):
@@ -242,23 +240,18 @@ def test_reverse_jacobian_names_a_pytree_leaf_by_its_path():
         jacobian(Reverse, lambda p: p["w"] * p["m"], p)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, confirmed: jacobian(Reverse) holds the "
-                   "other arguments Const, so `q[0] = x[0]` is refused (ConstWriteError) where "
-                   "jacobian(Forward) and gradient(Reverse) accept it (tape/jacobians.py:307)")
 def test_reverse_jacobian_lets_f_write_into_another_argument():
     def f(x, q):
         q[0] = x[0]
         return x * 2 + q
     x = np.array([1.0, 2.0])
     want = jacobian(Forward, f, x, np.zeros(2))
-    got = jacobian(Reverse, f, x, np.zeros(2))
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    for chunk in (None, 1):        # (one reverse pass per row: each starts from zero shadows)
+        got = jacobian(Reverse, f, x, np.zeros(2), chunk=chunk)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.xfail(strict=True, reason="a PytreeError for an unsupported leaf type names it "
-                   "`argument['w'][2]`, not which argument (`p`, argument 1): flatten's root is "
-                   "the fixed word 'argument' (tape/pytree.py:163)")
 @pytest.mark.parametrize("mode", [Reverse, Forward])
 def test_unsupported_leaf_type_error_names_the_argument(mode):
     class Opaque:
@@ -270,9 +263,6 @@ def test_unsupported_leaf_type_error_names_the_argument(mode):
         gradient(mode, f, np.ones(2), {"w": [1.0, 2.0, Opaque()]})
 
 
-@pytest.mark.xfail(strict=True, reason="an integer result: gradient(Forward) and "
-                   "jacobian(Reverse) give zeros, gradient(Reverse) refuses it as not 'a real "
-                   "scalar' (tape/api.py:185); the modes should agree")
 def test_gradient_of_an_integer_result_agrees_between_modes():
     f = lambda x: np.sum(x).astype(int)                              # noqa: E731
     x = np.array([1.5, 2.0])
@@ -281,12 +271,13 @@ def test_gradient_of_an_integer_result_agrees_between_modes():
     np.testing.assert_array_equal(gradient(Reverse, f, x)[0], [0.0, 0.0])
 
 
-@pytest.mark.xfail(strict=True, reason="make_zero_ (and gradient_) on a class registered "
-                   "with flatten/unflatten says 'a number inside a tuple cannot be updated' "
-                   "(tape/pytree.py:231): the shadow is no tuple; name the registered class")
 def test_make_zero_underscore_names_the_registered_class_it_cannot_write():
+    s = ByFunctions(np.ones(2), 9.0)
     with pytest.raises(tape.PytreeError, match=r"ByFunctions"):
-        make_zero_(ByFunctions(np.ones(2), 9.0))
+        make_zero_(s)
+    np.testing.assert_array_equal(s.w, [1.0, 1.0])      # refused before anything is written
+    with pytest.raises(tape.PytreeError, match=r"dx\[1\].*ByFunctions"):
+        gradient_(Reverse, ByFunctions(np.zeros(2), 0.0), _loss, ByFunctions(np.ones(2), 2.0))
 
 
 def test_make_zero_and_const_leave_integer_static_and_none_leaves():
