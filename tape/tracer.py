@@ -65,6 +65,54 @@ def _inplace(ufunc):
     return iop
 
 
+# NumPy's ndarray `**` (fast_scalar_power in numpy/_core/src/multiarray/number.c) calls a unary
+# ufunc for some constant exponents of a floating or complex array instead of np.power, and
+# the values differ where np.power gives NaN: np.sqrt(inf+1j) is inf, np.reciprocal(inf+1j) is
+# 0, np.square(1e300+1e300j) is -inf+inf j. Since NumPy 2.3 only a Python int -1 or 2 and a
+# Python float 0.5 qualify; before, any integer or floating scalar (a 0-d array too) equal to
+# -1, 0.5, 2 or 1 did. (Exponent 0 took ones and, before 2.3, integer arrays took np.square
+# for 2: np.power gives the same values there.)
+_POWER_SHORTCUT_LEGACY = np.lib.NumpyVersion(np.__version__) < "2.3.0"
+_POWER_SHORTCUTS = {-1.0: np.reciprocal, 0.5: np.sqrt, 2.0: np.square, 1.0: np.positive}
+
+
+def _power_shortcut(base, exponent):
+    """The unary ufunc that NumPy's `base ** exponent` calls, or None where it calls np.power
+    (and for a traced exponent, whose derivative needs np.power)."""
+    value = peek(base)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "fc":
+        return None   # NumPy scalars, integer and boolean arrays take np.power
+    if _POWER_SHORTCUT_LEGACY:
+        if isinstance(exponent, Tracer) or isinstance(exponent, np.bool_):
+            return None
+        if isinstance(exponent, np.ndarray):
+            if exponent.ndim or exponent.dtype.kind not in "iuf":
+                return None
+        elif not isinstance(exponent, (int, float, np.integer, np.floating)):
+            return None
+        try:
+            return _POWER_SHORTCUTS.get(float(exponent))
+        except OverflowError:   # an int beyond a C long
+            return None
+    if type(exponent) is int:
+        return np.reciprocal if exponent == -1 else np.square if exponent == 2 else None
+    return np.sqrt if type(exponent) is float and exponent == 0.5 else None
+
+
+def _pow(self, other):
+    shortcut = _power_shortcut(self, other)
+    if shortcut is None:
+        return _operator(np.power, self, other, (self, other))
+    return _operator(shortcut, self, other, (self,))
+
+
+def _ipow(self, other, _power=_inplace(np.power)):
+    shortcut = _power_shortcut(self, other)
+    if shortcut is None:
+        return _power(self, other)
+    return self._write(_call_ufunc(shortcut, self))   # the dtype stays: no cast to check
+
+
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
 
 
@@ -292,7 +340,8 @@ class _Surface:
     __truediv__, __rtruediv__ = _binary(np.true_divide)
     __floordiv__, __rfloordiv__ = _binary(np.floor_divide)
     __mod__, __rmod__ = _binary(np.remainder)
-    __pow__, __rpow__ = _binary(np.power)
+    __pow__ = _pow   # NumPy's `x ** c` need not call np.power (see _power_shortcut)
+    __rpow__ = _binary(np.power)[1]
     __matmul__, __rmatmul__ = _binary(np.matmul)
     __divmod__ = lambda self, other: _call_ufunc(np.divmod, self, other)
     __rdivmod__ = lambda self, other: _call_ufunc(np.divmod, other, self)
@@ -309,7 +358,7 @@ class _Surface:
     __isub__ = _inplace(np.subtract)
     __imul__ = _inplace(np.multiply)
     __itruediv__ = _inplace(np.true_divide)
-    __ipow__ = _inplace(np.power)
+    __ipow__ = _ipow
     __imatmul__ = _inplace(np.matmul)
 
     def __getitem__(self, index):

@@ -252,8 +252,8 @@ def _traced(tree) -> bool:
 
 def odeint(func: Callable, y0: Any, t: Any, args: tuple = (), **kwargs: Any) -> Any:
     """Integrate ``dy/dt = func(y, t, *args)`` from ``y(t[0]) = y0``, returning y at each
-    time of `t` (shape (len(t), len(y0))), as scipy.integrate.odeint (keyword arguments are
-    SciPy's: rtol, atol, tfirst, mxstep, ...). Differentiable with respect to `y0`, `t` and
+    time of `t` (shape (len(t), len(y0)); (len(t), 1) for a scalar y0), as
+    scipy.integrate.odeint (keyword arguments are SciPy's: rtol, atol, tfirst, mxstep, ...). Differentiable with respect to `y0`, `t` and
     the traced values in `args`, by the adjoint method in reverse mode and forward
     sensitivities in forward mode (see the module docstring), to second order.
 
@@ -288,6 +288,8 @@ def odeint(func: Callable, y0: Any, t: Any, args: tuple = (), **kwargs: Any) -> 
     tfirst = bool(kwargs.pop("tfirst", False))
     y0 = y0 if isinstance(y0, Tracer) else np.asarray(y0, dtype=np.float64)
     t = t if isinstance(t, Tracer) else np.asarray(t, dtype=np.float64)
+    if len(shape_of(y0)) == 0:   # SciPy integrates a scalar y0 as a vector of one
+        y0 = np.reshape(y0, (1,))
     if len(shape_of(y0)) != 1:
         raise ValueError(f"odeint: y0 must be one-dimensional; got shape {shape_of(y0)}")
     if len(shape_of(t)) != 1 or shape_of(t)[0] < 1:

@@ -148,6 +148,36 @@ def _t_density(df, z):
 
 _stdtr = elementwise_rule("scipy.special.stdtr", sc.stdtr,
                           [no_closed_form("df", _SHAPE), lambda df, z, ans: _t_density(df, z)])
+def _log1p_square(w):
+    """log(1 + w^2), also where w^2 overflows: 2 log|w| + log1p(w^-2) beyond |w| = 1."""
+    w = as_value(w)
+    big = np.abs(plain(w)) > 1.0
+    if not np.any(big):
+        return np.log1p(w * w)
+    wb = np.abs(guard(big, w, 2.0))
+    far = 2.0 * np.log(wb) + np.log1p(1.0 / (wb * wb))
+    if np.all(big):
+        return far
+    ws = guard(~big, w, 0.0)
+    return np.where(big, far, np.log1p(ws * ws))
+
+
+def _t_logcdf_value(df, z):
+    """log stdtr(df, z), as t.logcdf computes it (see log_probability)."""
+    with np.errstate(divide="ignore"):
+        p = sc.stdtr(df, z)
+        return np.where(p >= 0.5, np.log1p(-sc.stdtr(df, -z)), np.log(p))[()]
+
+
+def _t_logcdf_slope(df, z, ans):
+    # pdf / cdf as exp(log pdf - log cdf): far in a tail the density underflows while the CDF,
+    # about |z|^-df, does not (df = 3 at z = -1e100: cdf 1e-300, slope 3e-100).
+    log_pdf = _log_t_normaliser(df) - 0.5 * (df + 1.0) * _log1p_square(z / np.sqrt(df))
+    return np.exp(log_pdf - ans)
+
+
+_t_logcdf = elementwise_rule("scipy.stats.t.logcdf", _t_logcdf_value,
+                             [no_closed_form("df", _SHAPE), _t_logcdf_slope], uses_ans=True)
 _betaincc = elementwise_rule(
     "scipy.special.betaincc", sc.betaincc,
     [no_closed_form("a", _SHAPE), no_closed_form("b", _SHAPE),
@@ -163,6 +193,11 @@ def _t_parts(x, df, loc, scale):
     valid = valid & (df_plain > 0)
     finite = np.isfinite(df_plain)
     return z, guard(valid & finite, as_value(df), 1.0), finite, valid
+
+
+def _norm_logcdf(z):
+    """log ndtr(z) split at the median, as SciPy's t.logcdf takes it where df is infinite."""
+    return log_probability(sc.ndtr(z), sc.ndtr(-z))
 
 
 def _normal_if_infinite(finite, value, normal, z):
@@ -214,7 +249,9 @@ class _T(_Distribution):
         >>> round(float(t.logcdf(1.0, 1.0)), 6)
         -0.287682
         """
-        return log_probability(self.cdf(x, df, loc, scale), self.sf(x, df, loc, scale))
+        z, df, finite, valid = _t_parts(x, df, loc, scale)
+        return nan_where_invalid(valid, _normal_if_infinite(finite, _t_logcdf(df, z),
+                                                            _norm_logcdf, z))
 
     def sf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0,
            scale: ArrayLike = 1.0) -> Any:
@@ -234,7 +271,9 @@ class _T(_Distribution):
         >>> round(float(t.logsf(1.0, 1.0)), 6)
         -1.386294
         """
-        return log_probability(self.sf(x, df, loc, scale), self.cdf(x, df, loc, scale))
+        z, df, finite, valid = _t_parts(x, df, loc, scale)
+        return nan_where_invalid(valid, _normal_if_infinite(finite, _t_logcdf(df, -z),
+                                                            _norm_logcdf, -z))
 
 
 t = _T()

@@ -305,18 +305,58 @@ def test_arcsinh_derivative_on_the_imaginary_cut(z):
 
 
 # -- the ** operator on complex arrays -------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="z ** 0.5, z ** -1 and z ** 2 of a traced complex array "
-                   "call np.power; NumPy's ndarray ** takes sqrt, reciprocal and square for these "
-                   "exponents, and at infinite or overflowing inputs np.power gives NaN where "
-                   "NumPy's value is a number (tape/tracer.py:295)")
-@pytest.mark.parametrize("p,z", [(0.5, complex(np.inf, 1.0)), (-1, complex(np.inf, 1.0)),
-                                 (2, complex(1e300, 1e300))])
-def test_power_operator_matches_numpy_ndarray_power(p, z):
-    x = np.array([z, 1 - 2j])
+# NumPy's ndarray ** takes np.sqrt, np.reciprocal and np.square for a Python 0.5, -1 and 2 (and,
+# before NumPy 2.3, for other scalar types and for 1), whose values at infinite or overflowing
+# inputs differ from np.power's: the traced operator takes the same ufunc.
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+@pytest.mark.parametrize("p,x", [(0.5, [complex(np.inf, 1.0), 1 - 2j]),
+                                 (-1, [complex(np.inf, 1.0), 1 - 2j]),
+                                 (2, [complex(1e300, 1e300), 1 - 2j]),
+                                 (0.5, np.array([-np.inf, 4.0], np.float32)),
+                                 (2, np.array([complex(3e38, 3e38), 1j], np.complex64)),
+                                 (np.float64(0.5), [-np.inf, 4.0]), (3, [complex(np.inf, 1.0)])],
+                         ids=["sqrt", "reciprocal", "square", "sqrt-f32", "square-c64",
+                              "np.float64", "cube"])
+def test_power_operator_matches_numpy_ndarray_power(p, x, mode):
+    x = np.asarray(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         want = x ** p
-        assert same_bits(traced_value(lambda v: v ** p, x.copy(), mode="forward"), want)
+        assert same_bits(traced_value(lambda v: v ** p, x.copy(), mode=mode), want)
+        x0 = x[:1].reshape(())   # a 0-d array (not a NumPy scalar) takes the same ufunc
+        assert same_bits(traced_value(lambda v: v ** p, x0.copy(), mode=mode), x0 ** p)
+
+        def inplace(v):
+            v = v.copy()
+            v **= p
+            return v
+        assert same_bits(traced_value(inplace, x.copy(), mode=mode), want)
+
+
+@pytest.mark.xfail(strict=True, reason="a traced NumPy scalar's ** calls np.power, whose float "
+                   "loop takes sqrt for the exponent 0.5 (nan at -inf, -0.0 at -0.0), while "
+                   "NumPy's scalar ** calls C pow (inf, +0.0)")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_power_operator_of_a_numpy_scalar_matches_numpy(dtype):
+    x = np.array([-np.inf, -0.0, 4.0], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = [x[k] ** 0.5 for k in range(3)]   # NumPy scalars: inf, 0.0, 2.0
+        got = traced_value(lambda v: [v[k] ** 0.5 for k in range(3)], x.copy())
+    assert all(same_bits(g, w) for g, w in zip(got, want))
+
+
+def test_power_operator_shortcuts_before_numpy_2_3(monkeypatch):
+    # NumPy < 2.3 took the unary ufunc for any integer or floating scalar exponent (a 0-d array
+    # too) equal to -1, 0.5, 2 or 1.
+    monkeypatch.setattr(tape.tracer, "_POWER_SHORTCUT_LEGACY", True)
+    x = np.array([complex(np.inf, 1.0), 1 - 2j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for p, ufunc in [(np.float64(0.5), np.sqrt), (np.array(-1), np.reciprocal),
+                         (np.int8(2), np.square), (1, np.positive), (3.0, None)]:
+            want = ufunc(x) if ufunc else np.power(x, p)
+            assert same_bits(traced_value(lambda v: v ** p, x.copy()), want)
 
 
 def test_power_operator_on_the_cut_keeps_the_side():

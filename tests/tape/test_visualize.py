@@ -22,7 +22,7 @@ def known_tape():
 def test_slot_shapes_and_saved_bytes_of_a_known_function():
     t = known_tape()
     names = [r[0].name for r in t.records]
-    assert names == ["matmul", "tanh", "power", "sum"]
+    assert names == ["matmul", "tanh", "square", "sum"]
     specs = viz.slot_shapes(t)
     ins = [r[3] for r in t.records]
     outs = [r[4] for r in t.records]
@@ -62,7 +62,7 @@ def test_dot_contains_ops_and_edges():
     t = known_tape()
     text = to_dot(t)
     assert text.startswith("digraph tape {") and text.rstrip().endswith("}")
-    for i, name in enumerate(["matmul", "tanh", "power", "sum"]):
+    for i, name in enumerate(["matmul", "tanh", "square", "sum"]):
         assert f"#{i} {name}" in text
     assert "s0 -> r0" in text and "r0 -> r1" in text and "r2 -> r3" in text
     assert t.to_dot() == text
