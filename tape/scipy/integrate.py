@@ -93,6 +93,16 @@ class _System(_Dynamics):
     def __init__(self, func: Callable, treedef, tfirst: bool):
         self.func, self.treedef, self.tfirst = func, treedef, tfirst
 
+    # Equal for the same function (by identity) and argument structure, so that the two
+    # traces tape.compile compares agree and a compiled odeint replays (the function is called
+    # afresh at each replay, and the compiled function's watch sees what it reads).
+    def __eq__(self, other):
+        return (type(other) is _System and other.func is self.func
+                and other.tfirst == self.tfirst and other.treedef == self.treedef)
+
+    def __hash__(self):
+        return hash((id(self.func), self.tfirst))
+
     def call(self, y, t, leaves):
         args = unflatten(self.treedef, leaves)
         out = self.func(t, y, *args) if self.tfirst else self.func(y, t, *args)
