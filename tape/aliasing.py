@@ -81,6 +81,24 @@ def _mark(target, label, other):
         target.write_guard = _RefusedWrite(message)
 
 
+def refuse_shared_written_shadows(written) -> None:
+    """Refuse two buffers `f` overwrote whose shadows share memory. `written`: (name, shadow)
+    per overwritten leaf, the shadow a tuple of W arrays in batch mode. Each such shadow is
+    the seed of its buffer's final value and is zeroed by the sweep, so a shared one has no
+    order-free meaning (Enzyme's memory semantics would chain the two adjoints through it)."""
+    arrays = [(name, a) for name, shadow in written
+              for a in (shadow if isinstance(shadow, tuple) else (shadow,))
+              if isinstance(a, np.ndarray)]
+    for i, (name_a, a) in enumerate(arrays):
+        for name_b, b in arrays[:i]:
+            if name_a != name_b and np.may_share_memory(a, b) and overlap(a, b):
+                raise ActivityError(
+                    f"the shadows of {name_b} and {name_a} share memory, and the function "
+                    "overwrote both buffers: each shadow is the seed of its buffer's final "
+                    "value, so one shared shadow cannot be both. Give each written buffer "
+                    "its own shadow (np.zeros_like(x))")
+
+
 def refuse_aliased_write(message: str):
     """The error a write into an aliased argument raises."""
     raise ActivityError(message)

@@ -9,6 +9,7 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicatedNoNe
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
 from .backend import array_module
 from .batching import Batched, stack_directions
+from .aliasing import refuse_shared_written_shadows
 from .constbuffer import refuse_unseen_writes
 from .core import ReverseTrace, Tracer, primal
 from .forward_trace import ForwardTrace
@@ -135,6 +136,8 @@ def sweep(trace, groups, seeds, width, consume=True, holomorphic=None) -> dict:
     """Seed the buffers `f` overwrote and run the reverse sweep; returns the leaves'
     cotangents by slot, in the user's complex convention (docs/complex.md). `holomorphic` is
     the complex result that ReverseHolomorphic seeds."""
+    refuse_shared_written_shadows([(arg.path(i), arg.shadows[i]) for arg in groups
+                                   for i in _written(arg)])
     for arg in groups:
         _write_back_reverse(arg, trace, seeds, width)
     keep = [s for arg in groups for s in arg.first_slots if s is not None]
@@ -204,16 +207,22 @@ def _ones_like(value):
 def _write_back_reverse(arg, trace, seeds, width=None):
     """Enzyme semantics for buffers the function overwrote: the primal really holds the new
     values, and the shadow is the seed of the final value (it is zeroed after the sweep)."""
-    for i, t in enumerate(arg.tracers):
-        first = arg.first_slots[i]
-        if first is None or t.slot == first or arg.shadows is None:
-            continue
+    for i in _written(arg):
+        t = arg.tracers[i]
         seed = written_seed(arg.shadows[i], width)
         for shadow in arg.shadows[i] if width is not None else (arg.shadows[i],):
             shadow[...] = 0
         # The final value may also be the Active result (f returns the buffer it wrote), or
         # another written buffer's: its seeds add up
         seeds[t.slot] = seed if t.slot not in seeds else seeds[t.slot] + seed
+
+
+def _written(arg) -> list:
+    """The leaves of `arg` that the function overwrote and that have shadows."""
+    if arg.shadows is None:
+        return []
+    return [i for i, (t, first) in enumerate(zip(arg.tracers, arg.first_slots))
+            if first is not None and t.slot != first]
 
 
 def written_seed(shadow, width=None):

@@ -112,7 +112,7 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
         types_ = activities if f is None else (f,) + activities
         return lambda fn: compile(mode, fn, *types_, max_traces=max_traces,
                                   max_programs=max_programs)
-    if not callable(f):
+    if not callable(f) and not isinstance(f, classmethod):   # (a class body's classmethod)
         raise ActivityError(f"compile needs a callable function, got {type(f).__name__}")
     for t in activities:
         if t not in ACTIVITY_TYPES and not (isinstance(t, type) and issubclass(t, Annotation)):
@@ -183,7 +183,12 @@ class CompiledFunction:
         ``__dict__`` (as `functools.cached_property` keeps its value), so it lives and dies
         with the instance; a pickled or deep-copied instance compiles afresh. An instance
         without a ``__dict__`` (``__slots__``) gets a fresh one at each access, so each call
-        traces."""
+        traces. Above ``@staticmethod`` it stays unbound; above ``@classmethod`` it is bound
+        to the class (one compiled function per class)."""
+        if isinstance(self.f, staticmethod):
+            return self
+        if isinstance(self.f, classmethod):
+            return self._bound_to_class(objtype if objtype is not None else type(obj))
         if obj is None:
             return self
         state = getattr(obj, "__dict__", None)
@@ -196,6 +201,15 @@ class CompiledFunction:
         if state is not None:
             state[self._attribute] = compiled
         return compiled
+
+    def _bound_to_class(self, cls):
+        with self._lock:
+            per_class = self.__dict__.setdefault("_per_class", {})
+            if cls not in per_class:
+                per_class[cls] = CompiledFunction(
+                    self.mode, types.MethodType(self.f.__func__, cls), self._activities,
+                    self.max_traces, self.max_programs)
+            return per_class[cls]
 
     def __watch_through__(self):
         """What a function that calls this one reads through it (tape/closure_watch.py)."""

@@ -8,6 +8,7 @@ import numpy as np
 from .activities import Active, BatchDuplicated, Const, Duplicated, DuplicatedNoNeed
 from .api import (_cast_like, _python_scalar, _reverse_argument, derivatives,
                   written_seed)
+from .aliasing import refuse_shared_written_shadows
 from .backend import array_module
 from .batching import Batched
 from .core import Tracer
@@ -212,6 +213,8 @@ class CompiledSignature:
         if self.ret_slot is not None:
             seeds.append(self.seed.copy() if self.width is None else Batched(self.seed.copy()))
         zero_after = []
+        refuse_shared_written_shadows([(groups[g].path(i), groups[g].shadows[i])
+                                       for g, i, _, seeded in self.writes if seeded])
         for g, i, _, seeded in self.writes:
             if not seeded:
                 continue
