@@ -10,7 +10,7 @@ import numpy as np
 from .activities import Duplicated, Forward
 from .api import autodiff, make_zero
 from .finite_differences import (Estimate, agrees, inner, leafwise_gap, output_leaves,
-                                 scalar_gap)
+                                 scalar_gap, worst_entry)
 from .rule_check import magnitude_tree, masked, reverse_parts
 
 
@@ -97,5 +97,6 @@ def locate_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, 
         est = Estimate(f, wide, only(direction, i), eps)
         ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), est, rtol, atol, u)
         if not ok:
-            return labels[i], "(uᵀJ)·v = " + description
+            return labels[i], ("(uᵀJ)·v = " + description
+                               + worst_entry(est, i, g, u, rtol, atol))
     return "every argument at once (each alone agrees)", "(uᵀJ)·v = " + together

@@ -40,12 +40,13 @@ def is_float(x) -> bool:
     return np.issubdtype(np.result_type(x), np.inexact)
 
 
-def random_like(x, rng, scale: float = 1.0):
-    """A random direction shaped like `x` (real and imaginary parts for complex `x`)."""
+def random_like(x, rng, scale=1.0):
+    """A random direction shaped like `x` (real and imaginary parts for complex `x`), its
+    entries scaled by `scale` (a number, or an array shaped like `x`)."""
     if isinstance(x, float):
-        return float(rng.standard_normal()) * scale
+        return float(rng.standard_normal() * scale)
     if isinstance(x, complex):
-        return complex(rng.standard_normal(), rng.standard_normal()) * scale
+        return complex(rng.standard_normal(), rng.standard_normal()) * float(scale)
     dtype = np.result_type(x)
     if dtype.kind == "c":
         re, im = rng.standard_normal((2,) + np.shape(x))
@@ -53,12 +54,15 @@ def random_like(x, rng, scale: float = 1.0):
     return (rng.standard_normal(np.shape(x)) * scale).astype(dtype)
 
 
-def input_scale(x) -> float:
-    """The size of `x`'s entries, at least 1: a step of eps * scale moves every input by a
-    relative amount it can represent (a step of 1e-6 is below the rounding of 1e6)."""
+def input_scale(x):
+    """The size of each of `x`'s entries, at least 1 (an array shaped like `x`, a float for a
+    Python number): a step of eps * scale moves every entry by a relative amount it can
+    represent (a step of 1e-6 is below the rounding of 1e6) and no more (a step sized for the
+    array's largest entry, 1e6, would cross the pole of 1/x at an entry 1e-3)."""
     values = np.abs(np.asarray(x))
-    top = float(np.max(values)) if values.size else 0.0
-    return max(1.0, top) if np.isfinite(top) else 1.0
+    with np.errstate(invalid="ignore"):
+        scale = np.where(np.isfinite(values), np.maximum(values, 1.0), 1.0).astype(np.float64)
+    return float(scale) if isinstance(x, (int, float, complex)) else scale
 
 
 def widened(x):
@@ -320,5 +324,104 @@ def leafwise_gap(got: list, want: list, rtol: float, atol: float) -> tuple:
     return worst
 
 
+_ENTRY_BY_ENTRY = 32   # entries compared one by one; a larger argument is halved first
+
+
+def worst_entry(est: Estimate, i: int, grad, u: list, rtol: float, atol: float) -> str:
+    """Where a reverse-mode gradient is wrong: ``"; the gradient differs most at index (j,):
+    got g, finite differences e"``, or "" when no entry disagrees by itself.
+
+    `grad` is the engine's gradient of x -> Re <u, f(x)> for argument i; `est` is an
+    `Estimate` of that f (its point and step serve). Each entry is compared with the central
+    difference along it alone (its step scaled by the entry's size); an argument of more than
+    32 entries is first halved, keeping the half whose (uᵀJ)·v along a random direction
+    disagrees more, until 32 are left (two evaluations per entry, four per halving). A
+    function that raises at those points gives "" (the failure is reported all the same)."""
+    try:
+        return _worst_entry(est, i, grad, u, rtol, atol)
+    except Exception:   # noqa: BLE001 (only the detail of a failure's message is lost)
+        return ""
+
+
+def _worst_entry(est, i, grad, u, rtol, atol) -> str:
+    x = est.args[i]
+    shape = np.shape(x)
+    g = np.asarray(grad)
+    if g.shape != shape or not g.size:
+        return ""
+    flat_g = g.ravel()
+    scale = np.ravel(np.broadcast_to(input_scale(x), shape)).astype(np.float64)
+    is_complex = np.iscomplexobj(x)
+
+    def along(weights) -> Estimate:
+        d = (weights * scale).reshape(shape)
+        if isinstance(x, (float, complex)):
+            d = complex(d) if is_complex else float(d.real)
+        else:
+            d = d.astype(np.result_type(x))
+        return Estimate(est.f, est.args, [d if k == i else None for k in range(len(est.args))],
+                        est.eps)
+
+    def projected(leaves) -> float:
+        return sum(dot(w, v) for w, v in zip(u, leaves))
+
+    candidates = np.arange(flat_g.size)
+    if candidates.size > _ENTRY_BY_ENTRY:
+        rng = np.random.default_rng(0)
+        r = rng.standard_normal(flat_g.size)
+        if is_complex:
+            r = r + 1j * rng.standard_normal(flat_g.size)
+        while candidates.size > _ENTRY_BY_ENTRY:
+            worst = None
+            for half in np.array_split(candidates, 2):
+                w = np.zeros_like(r)
+                w[half] = r[half]
+                e = along(w)
+                want = projected(e.value)
+                got = dot(flat_g, w * scale)
+                tol = (atol + rtol * max(abs(got), abs(want), term_size(flat_g, w * scale))
+                       + sum(_magnitude(a, b) for a, b in zip(u, e.noise)))
+                with np.errstate(invalid="ignore"):
+                    ratio = abs(got - want) / tol if tol > 0 else abs(got - want)
+                ratio = np.inf if np.isnan(ratio) else ratio
+                if worst is None or ratio > worst[0]:
+                    worst = (ratio, half)
+            candidates = worst[1]
+    units = (1.0, 1j) if is_complex else (1.0,)
+
+    def expected(j, refined=False) -> tuple:
+        """(the finite-difference gradient entry j, its error bar)."""
+        value, bar = 0j if is_complex else 0.0, 0.0
+        for unit in units:
+            w = np.zeros(flat_g.size, dtype=np.complex128 if is_complex else np.float64)
+            w[j] = unit
+            e = along(w)
+            leaves, err = (e.refined()[:2] if refined else (e.value, e.noise))
+            value = value + unit * projected(leaves) / scale[j]
+            bar += sum(_magnitude(a, b) for a, b in zip(u, err)) / scale[j]
+        return value, bar
+
+    found = {j: expected(j) for j in candidates}
+    top = max([float(np.max(np.abs(flat_g[candidates])))]
+              + [abs(v) for v, _ in found.values() if np.isfinite(v)])
+    tol = atol + rtol * top
+
+    def excess(j, value, bar):
+        gap = abs(flat_g[j] - value)
+        return np.inf if np.isnan(gap) else gap - tol - 2 * bar
+    order = sorted(candidates, key=lambda j: -excess(j, *found[j]))
+    for j in order[:3]:
+        if excess(j, *found[j]) <= 0:
+            break
+        value, bar = expected(j, refined=True)
+        if excess(j, value, bar) > 0:
+            where = tuple(int(n) for n in np.unravel_index(int(j), shape))
+            got, value = ((complex(flat_g[j]), complex(value)) if is_complex
+                          else (float(np.real(flat_g[j])), float(np.real(value))))
+            at = f"differs most at index {where}" if where else "(a single entry)"
+            return f"; the gradient {at}: got {got!r}, finite differences {value!r}"
+    return ""
+
+
 __all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap",
-                      "check_options", "term_size"]
+                      "check_options", "term_size", "worst_entry"]

@@ -25,7 +25,7 @@ from .core import Primitive, primal
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  fitting_rtol, function_name, inner, input_scale, is_float,
                                  leafwise_gap, output_leaves, precision_bits, random_like,
-                                 scalar_gap, term_size, widened)
+                                 scalar_gap, term_size, widened, worst_entry)
 from .pytree import flatten, is_inactive, unflatten
 from .split import TapeMutatedError, autodiff_thunk
 
@@ -265,7 +265,8 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
                     which = f" (shadow {w})" if len(grads) > 1 else ""
                     raise GradientCheckError(
                         f"{name}, {combo}: the derivative of {labels[i]}{which} disagrees with "
-                        f"finite differences: (uᵀJ)·v = {description}")
+                        f"finite differences: (uᵀJ)·v = {description}"
+                        + worst_entry(jvp[i], i, grad, u, rtol, atol))
         combo = f"ReverseWithPrimal with ({where}) and return Const"
         derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
         n_checked += 1
@@ -314,7 +315,8 @@ def reverse_parts(f, args, diff, direction, u, alone, labels, rtol, atol, grads=
                                      atol, uk)
             if not ok:
                 where = ", ".join([labels[i], *([f"output {k}"] if len(u) > 1 else [])])
-                return where, "(uᵀJ)·v = " + description
+                return where, ("(uᵀJ)·v = " + description
+                               + worst_entry(alone[i], i, g, uk, rtol, atol))
     return None
 
 

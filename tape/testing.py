@@ -34,7 +34,8 @@ from .core import primal
 from .errors import OnceDifferentiableError
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
                                  check_options, inner, input_scale, is_float, leafwise_gap,
-                                 output_leaves, plain_function, random_like, scalar_gap)
+                                 output_leaves, plain_function, random_like, scalar_gap,
+                                 widened)
 from .pytree import flatten, flatten_with_paths, format_path, is_inactive, tree_map, unflatten
 from .rule_check import (check_rule_first_order, magnitude_tree as _magnitude_tree,
                          vjp_function, weighted_sum)
@@ -46,6 +47,8 @@ from .strategies import (arrays, arrays_and_axes, broadcastable_arrays,  # noqa:
 _ORDERS = {1: "first derivatives", 2: "second derivatives (the derivatives of the reverse-mode "
            "gradient x -> uᵀJ(x); the first derivatives, order 1, agreed)",
            3: "third derivatives"}
+_FORWARD_ORDERS = {2: "second derivatives (the derivatives of the forward-mode tangent x -> "
+                   "J(x)·v; the first derivatives, order 1, agreed)"}
 
 
 def _is_tree(x) -> bool:
@@ -68,10 +71,11 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     directions v and u; "batch": batch forward and reverse mode against single directions)
     the engine is compared with finite differences; with ``order=2`` the same is done,
     recursively, for the gradient function itself (forward-over-reverse and
-    reverse-over-reverse). With ``full_jacobian=True`` (slow; for debugging) every Jacobian
+    reverse-over-reverse) and, with "fwd", forward mode for the tangent function x -> J(x)·v
+    (forward over forward). With ``full_jacobian=True`` (slow; for debugging) every Jacobian
     entry is compared.
 
-    The step is ``eps`` times the size of each argument's entries (at least 1); where the
+    The step is ``eps`` times the size of each entry (at least 1), entry by entry; where the
     engine and that step disagree, steps from 100 times larger to a million times smaller are
     tried and the most self-consistent estimate decides, its spread counting as its error.
     The tolerance is ``atol + rtol * scale``, where scale is the size of the terms of the
@@ -160,7 +164,7 @@ def _check_result(y0) -> None:
 
 
 def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, level,
-           outer_floor=0.0):
+           outer_floor=0.0, what=None, each_argument=True, y0=None):
     rng = np.random.default_rng(seed)
     diff = [i for i, a in enumerate(args) if is_float(a)]
     if not diff:
@@ -174,12 +178,13 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
     wide = args
     direction = [random_like(a, rng, input_scale(a)) if i in diff else None
                  for i, a in enumerate(args)]
-    y0 = f(*_copied(args))
+    if y0 is None:   # (else f's value at args, known already)
+        y0 = f(*_copied(args))
     if level == 1:
         _check_result(y0)
     u = [random_like(y, rng) for y in output_leaves(y0)]
     numeric = Estimate(f, wide, direction, eps)
-    what = _ORDERS.get(level, f"derivatives of order {level}")
+    what = what or _ORDERS.get(level, f"derivatives of order {level}")
     # Engine against engine (batch against single passes): rounding of the order of the
     # function's values (at higher orders, of the original function's too: a derivative that
     # is zero is rounding noise on both sides).
@@ -202,7 +207,7 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
         # Each output leaf, and each argument, on its own: a derivative 1% wrong where it is
         # small hides beside one 1000x larger in the sum above.
         wrong = _each_leaf_forward(output_leaves(tangent), numeric, u, rtol, atol)
-        if wrong is None and len(diff) > 1:
+        if wrong is None and len(diff) > 1 and each_argument:
             for i, alone, est in _forward_alone(f, args, wide, diff, direction, eps):
                 wrong = _each_leaf_forward(alone, est, u, rtol, atol, [labels[i]])
                 if wrong is not None:
@@ -236,6 +241,9 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
         try:
             _check(vjp_fn, args, labels, modes, order - 1, eps, rtol, atol, False, seed + 1,
                    level + 1, floor)
+            if "fwd" in modes:
+                _check_forward_over_forward(f, args, labels, direction, eps, rtol, atol,
+                                            seed + 2, level + 1, floor, tangent)
         except OnceDifferentiableError as e:
             if "order=1" in str(e):   # said by a deeper level already
                 raise
@@ -270,8 +278,9 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     float16 arguments are refused: their rounding hides rules wrong by a factor 2. A
     rule that says its rules are differentiable (``easy_rule``, ``custom_rule(...,
     differentiable=True)``) has its second derivatives checked too (forward-over-reverse
-    and reverse-over-reverse against finite differences of its gradient). Keyword
-    parameters are bound with ``functools.partial(rule, k=...)``.
+    and reverse-over-reverse against finite differences of its gradient, forward over
+    forward against those of its tangent), in double precision. Keyword parameters are bound
+    with ``functools.partial(rule, k=...)``.
 
     Returns the number of first-order combinations checked; raises `GradientCheckError`
     naming the combination, the argument or output at fault and the size of the
@@ -286,17 +295,44 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
     """
     modes = check_options("check_rule", modes, eps, rtol, atol)
     n_checked = check_rule_first_order(f, args, modes, eps, rtol, atol, seed)
-    if getattr(plain_function(f), "differentiable_rules", False) and "rev" in modes:
+    if getattr(plain_function(f), "differentiable_rules", False) and (
+            "rev" in modes or "fwd" in modes):
         _check_rule_second_order(f, args, modes, eps, rtol, atol, seed)
     return n_checked
 
 
+def _forward_tangent(f, direction):
+    """x -> J(x)·v by forward mode, itself differentiable (forward over forward)."""
+    def jvp(*xs):
+        # Tangents of the differentiating level (zeros of x plus v): `f` may write a traced
+        # value into an argument, and then into its tangent too.
+        annotated = [Duplicated(x, make_zero(x) + d) if d is not None else x
+                     for x, d in zip(_copied(xs), direction)]
+        return autodiff(Forward, f, *annotated)[0]
+    return jvp
+
+
+def _check_forward_over_forward(f, args, labels, direction, eps, rtol, atol, seed, level,
+                                floor=0.0, tangent=None):
+    """The forward-mode derivatives of x -> J(x)·v against its finite differences: forward
+    over reverse and reverse over reverse never differentiate a forward rule, so a forward
+    rule that is not itself differentiable (it cuts the primal out of the trace) passes them
+    both. Every argument at once (a failure is then located argument by argument): forward
+    over reverse checks each argument's second derivatives alone already."""
+    what = _FORWARD_ORDERS.get(level, f"derivatives of order {level} (forward over forward)")
+    _check(_forward_tangent(f, direction), args, labels, ("fwd",), 1, eps, rtol, atol, False,
+           seed, level, floor, what, each_argument=False, y0=tangent)
+
+
 def _check_rule_second_order(f, args, modes, eps, rtol, atol, seed):
-    """Forward-over-reverse and reverse-over-reverse of the rule, the constant arguments held
-    fixed."""
-    values = [a.val if isinstance(a, Const) else a for a in args]
+    """Forward-over-reverse and reverse-over-reverse ("rev" in `modes`), and forward over
+    forward ("fwd"), of the rule, the constant arguments held fixed."""
     diff = [i for i, a in enumerate(args)
             if not isinstance(a, Const) and not is_inactive(a) and is_float(a)]
+    # In double precision (the first-order sweep took float32 arguments as they are): the
+    # finite differences of a derivative need it.
+    values = [a.val if isinstance(a, Const) else widened(a) if i in diff else a
+              for i, a in enumerate(args)]
     labels = argument_labels(f, len(args))
 
     def on_differentiated(*xs):
@@ -306,9 +342,15 @@ def _check_rule_second_order(f, args, modes, eps, rtol, atol, seed):
         return f(*full)
     rng = np.random.default_rng(seed + 1)
     u = [random_like(y, rng) for y in output_leaves(f(*values))]
-    gradient = vjp_function(on_differentiated, list(range(len(diff))), u)
-    _check(gradient, [values[i] for i in diff], [labels[i] for i in diff],
-           [m for m in modes if m in ("fwd", "rev")], 1, eps, rtol, atol, False, seed + 2, 2)
+    points = [values[i] for i in diff]
+    if "rev" in modes:
+        gradient = vjp_function(on_differentiated, list(range(len(diff))), u)
+        _check(gradient, points, [labels[i] for i in diff],
+               [m for m in modes if m in ("fwd", "rev")], 1, eps, rtol, atol, False, seed + 2, 2)
+    if "fwd" in modes:
+        direction = [random_like(x, rng, input_scale(x)) for x in points]
+        _check_forward_over_forward(on_differentiated, points, [labels[i] for i in diff],
+                                    direction, eps, rtol, atol, seed + 3, 2)
 
 
 def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
@@ -360,8 +402,8 @@ def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
 
 
 def _unit_directions(x):
-    """(label, direction) for each coordinate of `x`: its real and, for a complex `x`, its
-    imaginary part."""
+    """(label, flat index, direction) for each coordinate of `x`: its real and, for a complex
+    `x`, its imaginary part."""
     dtype = np.result_type(x)
     units = (1.0, 1j) if dtype.kind == "c" else (1.0,)
     size = int(np.size(x))
@@ -371,19 +413,20 @@ def _unit_directions(x):
             e[j] = unit
             label = f"{j}" if unit == 1.0 else f"{j} (imaginary part)"
             if isinstance(x, (float, complex)):
-                yield label, type(x)(e[0]) if isinstance(x, complex) else float(e[0].real)
+                yield label, j, type(x)(e[0]) if isinstance(x, complex) else float(e[0].real)
             else:
-                yield label, e.reshape(np.shape(x))
+                yield label, j, e.reshape(np.shape(x))
 
 
 def _check_full_jacobian(f, args, wide, diff, eps, rtol, atol, labels):
     for i in diff:
-        for j, direction in _unit_directions(args[i]):
+        scales = np.ravel(input_scale(args[i]))
+        for j, flat, direction in _unit_directions(args[i]):
             d = [None] * len(args)
             d[i] = direction
             annotated = _one_direction(args, diff, i, direction)
             tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
-            est = Estimate(f, wide, d, eps * input_scale(args[i]))
+            est = Estimate(f, wide, d, eps * float(scales[flat]))
             if leafwise_gap(tangent, est.value, rtol, atol)[0] is None:
                 continue
             value, err, _ = est.refined()

@@ -2,7 +2,10 @@
 users call them on their own code: the checker must fail on a wrong derivative, pass on a
 right one, and say where a wrong one is wrong. Fixed: a wrong part beside a large right one
 (each output leaf and argument is now also compared alone), 0-d arrays in check_rule's batched
-reverse, narrow-float strategies; the strict xfails left are named in their reasons."""
+reverse, narrow-float strategies, forward over forward of a differentiable rule, the entry
+named by a reverse-mode failure, steps scaled entry by entry."""
+import re
+
 import numpy as np
 import pytest
 
@@ -110,9 +113,6 @@ def test_forward_over_forward_of_the_cut_rule_is_wrong():
     assert not np.allclose(second, -np.sin(X))   # the rule really is wrong there
 
 
-@pytest.mark.xfail(strict=True, reason="second derivatives are checked forward-over-reverse "
-                   "and reverse-over-reverse only: a differentiable=True rule whose forward "
-                   "rule is not differentiable (forward-over-forward gives 0) passes")
 @pytest.mark.parametrize("checker", ["check_rule", "check_grads"])
 def test_forward_over_forward_of_a_differentiable_rule_is_checked(checker):
     with pytest.raises(GradientCheckError, match="second"):
@@ -141,17 +141,17 @@ def test_a_forward_failure_names_the_entry():
         check_grads(rule, np.linspace(-1.0, 1.0, 6), order=1, modes=("fwd",))
 
 
-@pytest.mark.xfail(strict=True, reason="a reverse-mode failure reports only the projected "
-                   "scalars (u^T J)·v, not which entry of the gradient is wrong nor its got and "
-                   "expected values (forward mode names the index)")
+@pytest.mark.parametrize("size", [6, 300])   # 300 entries: halved down to 32, then one by one
 @pytest.mark.parametrize("checker", ["check_rule", "check_grads"])
-def test_a_reverse_failure_names_the_entry(checker):
-    x = np.linspace(-1.0, 1.0, 6)
-    with pytest.raises(GradientCheckError, match=r"\(3,\)|index 3"):
+def test_a_reverse_failure_names_the_entry(checker, size):
+    x = np.linspace(-1.0, 1.0, size)
+    with pytest.raises(GradientCheckError, match=r"argument 0 `x`.*index \(3,\)") as e:
         if checker == "check_rule":
             check_rule(_wrong_at_entry_3(), x, modes=("rev",))
         else:
             check_grads(_wrong_at_entry_3(), x, order=1, modes=("rev",))
+    got, want = re.search(r"got (\S+), finite differences (\S+)$", str(e.value)).groups()
+    assert float(got) == pytest.approx(2 * float(want), rel=1e-6)   # the rule doubles entry 3
 
 
 # -- strategies ---------------------------------------------------------------------------------
@@ -186,9 +186,17 @@ def test_non_float_arguments_and_result_leaves_are_held_and_skipped():
         check_grads(g, *args, order=1, modes=("rev",))
 
 
-@pytest.mark.xfail(strict=True, reason="every entry's step is scaled by the array's LARGEST "
-                   "entry (finite_differences.input_scale): at x = [1e6, 1e-3] the steps cross "
-                   "the pole of the gradient 1/x at the small entry and the correct second "
-                   "derivative of log is reported wrong")
 def test_log_at_entries_of_very_different_sizes():
     check_grads(np.log, np.array([1e6, 1e-3, 2.0]))
+
+
+def test_second_order_check_rule_takes_float32_arguments():
+    """The second-order check of a differentiable rule runs in float64 (it raised "check_grads
+    needs float64 arguments ... or use check_rule" for a float32 argument)."""
+    right = custom_rule(np.sin, augmented_primal=lambda cfg, x: (np.sin(x), x),
+                        reverse=lambda cfg, x, g: (g * np.cos(x),),
+                        forward=lambda cfg, p, t: (np.sin(p[0]), t[0] * np.cos(p[0])),
+                        differentiable=True, name="sin32")
+    check_rule(right, X.astype(np.float32))
+    with pytest.raises(GradientCheckError, match="second"):
+        check_rule(_forward_cut(), X.astype(np.float32), modes=("fwd",))
