@@ -442,13 +442,15 @@ class CompiledFunction:
             _restore(states, calls, mark)   # the eager call draws what eager autodiff would
             # A program of this signature traced (`pending`): this call's values fail. An
             # error of the function may come from this call's values too (an index out of
-            # bounds): only a second one makes the signature eager.
+            # bounds): only a second one makes the signature eager, and one that eager
+            # autodiff raises as well (the function's own error for these values) none.
+            result = self._eager(annotated, reason, calls)
             if not pending:
                 if key in self._failed_once or isinstance(failure, Uncompilable):
                     self._remember(key, reason)
                 else:
                     self._failed_once.add(key)
-            return self._eager(annotated, reason, calls)
+            return result
         if future is not None:
             if "random" in future:
                 warnings.warn(f"{self.__name__} runs eagerly: {future}", CompileWarning,

@@ -213,3 +213,20 @@ def test_a_written_buffer_sharing_its_shadow_with_an_argument_it_reads(mode):
     for k in range(3):
         _compare(g, mode, _write_through_a_view, Const, lambda k=k: make(k), calls=1)
     assert g.stats.hits >= 1
+
+
+def test_calls_that_raise_the_function_s_own_error_do_not_stop_compilation():
+    """Two calls whose values make the function raise (as eager autodiff raises) left the
+    signature eager for good; they now leave it compiling, and later calls replay."""
+    def f(x):
+        if x[0] < 0:
+            raise ValueError("negative")
+        return np.sum(x ** 3)
+    g = tape.compile(Reverse, f, Active, Duplicated)
+    for v in (-1.0, -2.0):
+        with pytest.raises(ValueError, match="negative"):
+            g(Duplicated(np.array([v, 1.0]), np.zeros(2)))
+    for v in (1.0, 2.0, 3.0):
+        _compare(g, Reverse, f, Active,
+                 lambda: [Duplicated(np.array([v, 1.0]), np.zeros(2))], calls=1)
+    assert g.stats.hits >= 1, g.stats
