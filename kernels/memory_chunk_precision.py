@@ -2,28 +2,46 @@
 
 The chunkwise-parallel forms (`kernels.memory_chunked`, `kernels.memory_chunked_titans`,
 `kernels.memory_periodic_chunked`) write every chunk's transition ``X_C = X_0 Phi + ...`` as the
-retention's decay minus delta corrections, and solve a triangular system per chunk. Three
+retention's decay minus delta corrections, and solve a triangular system per chunk. Four
 conditions make those sums lose the relative precision the sequential loop keeps; each check
 here reads quantities the forward run has formed anyway and costs far less than the run:
 
 - `transitions_cancel`: a transition far smaller than the decay (the keys erase the state much
   faster than the retention does): the call runs the sequential loop.
+- `updates_cancel`: a token's updates computed as a difference that cancels along its own key
+  (the tokens before it in its chunk erased that direction while others only decay): the loop.
 - `transitions_grow` (or `thin_transitions_grow` for chunks of fewer tokens than d, where the
   transition is not formed): a float32 transition grown against the decay: the call runs the
   chunked form in float64.
 - `solve_amplifies`: a float32 delta-rule triangular solve summing many terms of alternating
   signs (tokens that reflect the state along clustered keys): float64 too.
 
-`squared_norms` gives the per-chunk squared norms the first two take. The thresholds and the
-measurements behind them are next to their constants.
+`squared_norms` gives the per-chunk squared norms the first and third take. The thresholds and
+the measurements behind them are next to their constants.
 
-Not detected: keys that erase one direction of the state while another only decays (every key
-the same unit vector, ``theta`` near ``1 - alpha``): the transition keeps the decaying
-direction's norm, so `transitions_cancel` passes, while the erased direction's "decay minus
-corrections" cancels. Measured there: 4e-10 of scale (float64 Titans, final momentum) to 0.66
-(float32 Titans, period 16) against the loop's 1e-15 and 3e-6; the strict xfails of
-tests/kernels/test_memory_redteam_round3.py keep the cases. A directional check would need
-each chunk transition's smallest singular value.
+Keys that erase one direction of the state while another only decays (every key the same unit
+vector, ``theta`` near ``1 - alpha``, values 0) keep the transition's Frobenius norm near the
+decay, so `transitions_cancel` passes there. What loses the precision is every quantity
+proportional to the updates ``u_i = theta_i (v_i - M_{i-1} k_i)``: the WY form computes their
+state part through ``W_i^T = theta_i Phi_{<i} k_i`` (the transition up to token i along its key)
+as ``theta_i g_i k_i`` less corrections, and where that direction was erased ``W_i`` is many
+orders smaller than ``theta_i g_i |k_i|`` with an absolute error of a few eps of the latter.
+Titans' momentum is a sum of updates, and ``dtheta`` multiplies the prediction errors, so these
+are the results that go wrong (the memory itself keeps its decaying direction's scale).
+Measured there before `updates_cancel` (against a long double loop, relative to each result's
+scale): s_final 4e-10 (float64 Titans) and 0.66 (float32 Titans, period 16), dtheta 1e5 (float64
+delta, period 16) and 3e13 (float32), against the loop's 1e-15 and 3e-6; with d = 64 (chunks of
+32 tokens, fewer than d, where the transitions are not checked) dtheta 1e63 of scale (float64
+delta, period 64) and s_final 12 (float32 Titans). ``|W_i| / (theta_i g_i |k_i|)`` measured 0 to
+6e-8 on those calls. The cases are tests in tests/kernels/test_memory_redteam_round3.py.
+
+Not seen by `updates_cancel`: a direction erased by a chunk's last tokens that no later key of
+the chunk reads (the transition's smallest singular value would show it, at about ``d^3`` per
+chunk). With one such token per chunk (d = 2, ``theta`` within 1e-6 of ``1 - alpha``, the other
+keys orthogonal, reads along the erased key) the chunked form without `updates_cancel`
+measured every result within the bounds of those tests, delta and Titans, float32 and float64,
+per token and period 16: the loop loses the same precision on that token
+(``(1 - alpha) m - theta m``).
 """
 from __future__ import annotations
 
@@ -39,6 +57,29 @@ from tape.backend import array_module
 # tolerances against the loop (1e-10 float64, 1e-4 float32) in the erasing regime only at
 # ratios below 5e-6 (float64) and 1.3e-2 (float32): margins of 200x and 8x.
 CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
+# The smallest ``|W_i| / (theta_i g_i |k_i|)`` of a token that the chunked form accepts
+# (`updates_cancel`), any dtype (the ratio is the inputs', not the precision's: a float64 run
+# of a float32 call would measure the same). Keys erasing one direction (d = 2, every key e_1,
+# values 0, theta / (1 - alpha) drawn from 0-0.1 up to 0.9-1, 64 tokens) measured errors,
+# before the check, against the bound of test_keys_erasing_one_direction (8 times the loop's
+# error + RTOL / 10) of about 1 / ratio: float64 1x at 3e-6 and 0.2x at 3e-5 (delta, period
+# 16), 0.2x at 1e-4 and 40x at 1e-6 (Titans); float32 0.4x to 0.5x at 2e-2 and 2x to 4x at 2e-3
+# (delta, period 16), 0.1x to 0.3x at 5e-2, 3x at 8e-3 and 40x to 100x at 1e-5 to 4e-5
+# (Titans). So float32 calls with ratios from 1e-3 to about 2e-2 on such keys still exceed
+# that bound (undetected), as a float32 threshold of 0.1 sent random inputs to the loop where
+# the chunked results were within their tests' tolerances (tests/kernels/
+# test_cuda_chunked_emulated.py: 70 tokens in a chunk of 64, d = 8). Random inputs reach such
+# ratios in chunks long against d: minima of 1e-2 to 4e-2 over 20 sequences (gates uniform in
+# 0.05 to 0.6, keys of norm about 1, as tests/kernels/tokenwise.memory_args draws them) in
+# chunks of 64 tokens at d = 8 and of 128 at d = 16, 6e-2 in chunks of 32 at d = 8, 0.18 in 16
+# at d = 8; the default gates and unit keys (test_memory_scale.make_args) gave at least 0.16
+# (d = 4) to 0.79 (d = 32) in the default chunks, theta up to 3 at least 6.5e-2 from d = 4 and
+# 2.4e-4 at d = 2. The loop keeps the precision on those keys because every key is the same
+# axis (the erased direction's entries stay apart): with the keys and queries turned by 0.7 rad
+# in the plane its own errors measured 1.2e3 and 2.8e3 of scale (float64 delta, period 16, and
+# Titans), 8e-3 and 9e11 (float32 Titans and delta, period 16), and the chunked form's without
+# the check 0.6x to 12x those.
+ERASURE_RATIO = 1e-3
 # How far a chunk transition may grow against its decay before a float32 call runs in float64
 # (`transitions_grow`): its squared Frobenius norm may exceed the decay's own, ``d decay^2``,
 # by as much as one direction grown GROWTH_RATIO-fold, ``(GROWTH_RATIO^2 - 1) decay^2``
@@ -108,6 +149,39 @@ def transitions_cancel(parts) -> bool:
         ratio = CANCELLATION_RATIO.get(str(square.dtype), CANCELLATION_RATIO["float64"])
         return square < (ratio * decay) ** 2
     return _in_some_chunk(parts, below)
+
+
+def updates_cancel(W, th, g, K) -> bool:
+    """Whether some token's updates were computed as a difference that cancels along its own
+    key (`ERASURE_RATIO`): ``|W_i| < ERASURE_RATIO * theta_i g_i |k_i|`` for some
+    token, from the rows ``W [B, N, C, d]`` of the WY form's state coefficients (``U = U0 - W
+    M0^T``; Titans: the M0 half of ``Wms``), the inner learning rates ``th``, the retention's
+    decay before each token ``g`` (``gp``; Titans ``gr_{i-1}``) and the keys ``K``
+    (``O(C d)`` per chunk). ``W_i^T = theta_i Phi_{<i} k_i`` carries the chunk's transition up
+    to token i along that token's key: ``theta_i g_i k_i`` less the delta corrections of the
+    tokens before, with an absolute error of a few eps times ``theta_i g_i |k_i|``. Where the
+    tokens before erased the direction of ``k_i`` (``theta |k|^2`` near ``1 - alpha`` along it)
+    while other directions only decay, ``W_i`` is far smaller and loses its relative precision,
+    and with it the update ``u_i``, the reads of that direction, the prediction errors that
+    ``dtheta`` multiplies and (Titans) the momentum built from the updates; the sequential
+    loop keeps it. Checked in chunks of any length (``W`` is formed in all). A token without a
+    learning rate, key or decay (0) is not checked (NaN or inf compare false). Measured at 4096
+    tokens, one sequence: 0.09 ms (d = 16, float32) to 0.4 ms (d = 64, float64), against 8 to
+    70 ms for the chunked forward and backward (delta and Titans, per token and period 64, d =
+    16 and 64, float32 and float64); their times with the check over without it, medians of 31
+    runs in random order: 0.99 to 1.016.
+
+    >>> K = np.ones((1, 1, 3, 1)); g = np.ones((1, 1, 3)); th = np.full((1, 1, 3), 0.5)
+    >>> W = 0.5 * np.array([1.0, 0.5, 0.25]).reshape(1, 1, 3, 1)    # factors 1 - 0.5 per token
+    >>> updates_cancel(W, th, g, K), updates_cancel(W * [[[[1], [1], [1e-6]]]], th, g, K)
+    (False, True)
+    """
+    xp = array_module(W)
+    ratio = ERASURE_RATIO
+    with np.errstate(all="ignore"):      # th g = 0 gives NaN or inf: not checked
+        scaled = W / (th * g)[..., None]
+        return bool(xp.any(xp.einsum("bnci,bnci->bnc", scaled, scaled)
+                           < (ratio * ratio) * xp.einsum("bnci,bnci->bnc", K, K)))
 
 
 def transitions_grow(parts, d: int) -> bool:

@@ -47,7 +47,9 @@ results come near overflow (`_common.within_range`): there the two orders of ope
 overflow, or spread a NaN, in different places, and the loop's values are the ones to return.
 The backward falls back in the same way when its gradients do. Calls where some chunk's
 transition decays far faster than the retention alone (`transitions_cancel`) run the loop too:
-there the WY form's difference cancels and loses the small transition's relative precision.
+there the WY form's difference cancels and loses the small transition's relative precision;
+so do calls where the tokens of a chunk erase the direction of a later token's key while other
+directions only decay (`updates_cancel`: the delta rule's ``W``).
 Float32 calls run in float64 where a chunk's transition grows against the decay
 (`transitions_grow`) or, for the delta rule, where its triangular solve sums many terms of
 alternating signs (`solve_amplifies`: tokens that reflect the state along clustered keys).
@@ -64,7 +66,7 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from ._common import input_growth, max_abs, within_range
 from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
-                                     transitions_grow)
+                                     transitions_grow, updates_cancel)
 
 CHUNK: Optional[int] = None   # None: `chunk_size` decides; an int forces every call's chunk
 RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
@@ -373,6 +375,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     if ch.PhiT is not None:
         parts = [(squared_norms(ch.PhiT, ch.gC), 1.0)]
         if C >= x.k.shape[-1] and transitions_cancel(parts):
+            return sequential_forward(spec, x, init, checkpoint_every, C)
+        if updates_cancel(ch.W, ch.th, ch.gp, ch.K):
             return sequential_forward(spec, x, init, checkpoint_every, C)
         if (transitions_grow(parts, x.k.shape[-1])
                 or solve_amplifies(ch.T, ch.th, ch.K)):

@@ -25,8 +25,9 @@ The backward differentiates the chunk function by hand; the gate gradients go th
 ``W = Er Ee`` and ``c = Er ge`` to terms that each span one range of tokens (see
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
 and calls fall back to the sequential reference as in `memory_chunked` (its module docstring),
-a chunk transition that cancels included (`transition_parts`); float32 calls whose transitions
-grow against the decays run in float64 (`memory_chunk_precision.transitions_grow`).
+a chunk transition that cancels included (`transition_parts`), and updates that cancel along
+their keys (`memory_chunk_precision.updates_cancel`); float32 calls whose transitions grow
+against the decays run in float64 (`memory_chunk_precision.transitions_grow`).
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from . import memory_chunked
 from ._common import max_abs, within_range
-from .memory_chunk_precision import growth_limit, transitions_cancel, transitions_grow
+from .memory_chunk_precision import (growth_limit, transitions_cancel, transitions_grow,
+                                     updates_cancel)
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
                              _triangles, _unblocks, growth, normal_gates, promoted_backward,
                              promoted_forward,
@@ -201,7 +203,9 @@ class _Chunks:
 
     def transition_check(self) -> Optional[str]:
         """``"cancel"`` where a chunk's transition lost its relative precision to cancellation
-        (`memory_chunk_precision.transitions_cancel`; never with fewer tokens than d),
+        (`memory_chunk_precision.transitions_cancel`; never with fewer tokens than d), or a
+        token's updates along its key did (`memory_chunk_precision.updates_cancel` of the M0
+        half of ``Wms``; chunks of any length),
         ``"grow"`` where a float32 call should run in float64
         (`memory_chunk_precision.transitions_grow`, on the parts of M0's rows and S0's rows and
         M_C's columns: S_C's columns against the momentum's decay alone are far above it for
@@ -210,13 +214,17 @@ class _Chunks:
         C, d = self.K.shape[-2:]
         decays = tuple(a[..., 0, 0] for a in (self.grC, self.cC, self.geC))
         if C < d and self.Phi is None:
-            return "grow" if thin_transitions_grow(self.Wms, self.K, self.KK, self.W[..., -1, :],
-                                                   self.Ee[..., -1, :], *decays) else None
-        Phi = self._transition() if self.Phi is None else self.Phi
-        parts = transition_parts(Phi, *decays)
-        if C >= d and transitions_cancel(parts):
+            grow = thin_transitions_grow(self.Wms, self.K, self.KK, self.W[..., -1, :],
+                                         self.Ee[..., -1, :], *decays)
+        else:
+            Phi = self._transition() if self.Phi is None else self.Phi
+            parts = transition_parts(Phi, *decays)
+            if C >= d and transitions_cancel(parts):
+                return "cancel"
+            grow = transitions_grow(parts[:3], d)
+        if updates_cancel(self.Wms[..., :d], self.th, self.grp, self.K):
             return "cancel"
-        return "grow" if transitions_grow(parts[:3], d) else None
+        return "grow" if grow else None
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""

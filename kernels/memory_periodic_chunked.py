@@ -26,10 +26,12 @@ chunked form out (a retention that is not positive, a NaN or an inf among the in
 re-runs a call with it when `forward` or `backward` report a result near overflow
 (`_common.within_range`, as in `kernels.memory_chunked`) or `forward` a chunk transition that
 cancels (`memory_chunk_precision.transitions_cancel`: the keys erase the state far faster than
-the retention decays it, and ``Lam - P Q`` loses the small transition's relative precision); it
-runs a float32 call in float64 where `forward` reports transitions that grow against the
-decays (`memory_chunk_precision.transitions_grow`) or, for the delta rule, triangular solves
-that sum large terms of alternating signs (`memory_chunk_precision.solve_amplifies`).
+the retention decays it, and ``Lam - P Q`` loses the small transition's relative precision) or
+updates that cancel along their keys (`memory_chunk_precision.updates_cancel`: the tokens of a
+chunk erase one direction while others only decay); it runs a float32 call in float64 where
+`forward` reports transitions that grow against the decays
+(`memory_chunk_precision.transitions_grow`) or, for the delta rule, triangular solves that sum
+large terms of alternating signs (`memory_chunk_precision.solve_amplifies`).
 """
 from __future__ import annotations
 
@@ -134,6 +136,12 @@ class _DeltaHebbian:
         eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
         return [(squared_norms(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC), 1.0)]
 
+    def updates_cancel(self) -> bool:
+        """`memory_chunk_precision.updates_cancel` of every chunk's ``W`` (never for the Hebbian
+        rule, whose updates do not depend on the state)."""
+        return self.P is not None and memory_chunk_precision.updates_cancel(
+            self.W, self.th, self.gp, self.K)
+
     def thin_transitions_grow(self) -> bool:
         """`memory_chunk_precision.thin_transitions_grow` of every chunk's transition (never for
         the Hebbian rule)."""
@@ -223,6 +231,11 @@ class _Titans:
         Phi[..., d:, :d] += cC[..., None, None] * eye
         Phi[..., d:, d:] += geC[..., None, None] * eye
         return transition_parts(Phi, grC, cC, geC)
+
+    def updates_cancel(self) -> bool:
+        """`memory_chunk_precision.updates_cancel` of the M0 half of every chunk's ``[WM WS]``."""
+        return memory_chunk_precision.updates_cancel(_tr(self.P)[..., :self.d], self.th,
+                                                     self.grp, self.K)
 
     def thin_transitions_grow(self) -> bool:
         """`memory_chunked_titans.thin_transitions_grow` of every chunk's transition."""
@@ -330,10 +343,10 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
     (N: the final state); ``(None, None)`` when they come near overflow for the input growth
     `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
-    fewer tokens than d): the caller then runs the sequential loop; ``(None, GROW)`` for a
-    float32 call to run in float64 (`transitions_grow`; with fewer tokens than d, where the
-    transitions are not formed, `thin_transitions_grow`; for the delta rule also
-    `solve_amplifies`)."""
+    fewer tokens than d) or a token's updates cancel (`updates_cancel`, any chunk length): the
+    caller then runs the sequential loop; ``(None, GROW)`` for a float32 call to run in float64
+    (`transitions_grow`; with fewer tokens than d, where the transitions are not formed,
+    `thin_transitions_grow`; for the delta rule also `solve_amplifies`)."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
@@ -345,6 +358,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
             return None, GROW
     elif ch.thin_transitions_grow():
         return None, GROW
+    if ch.updates_cancel():
+        return None, None
     if rule == "delta" and solve_amplifies(ch.T, ch.th, ch.K):
         return None, GROW
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
