@@ -98,13 +98,24 @@ class TracerConversionError(NonDifferentiableError):
             return ("np.vectorize calls its function on plain elements, so the derivative "
                     "would be lost. " + PYTHON_ON_ELEMENTS_FIX)
         if caller is None:
-            method = _plain_array_method(self.frame)
-            if method is not None:
-                return (f"`{method}` calls a method of a plain NumPy array with a traced value, "
+            call, method = _called_method(self.frame)
+            if method == "dot":
+                return (f"`{call}` calls a method of a plain NumPy array with a traced value, "
                         "and NumPy's array methods convert their arguments to plain arrays, "
                         "so the derivative would be lost. Use the function or the operator, "
                         "which Hecate differentiates: `A @ B` or `np.dot(A, B)` for "
                         "`A.dot(B)`.")
+            if method in _RANDOM_DRAWS:
+                lost = (f"`{call}` draws random numbers with a traced parameter; NumPy's random "
+                        "generators convert their parameters to plain arrays, so the "
+                        "derivative would be lost. ")
+                if _RANDOM_DRAWS[method] is None:
+                    return lost + (f"A {method} draw is no simple transform of a "
+                                   "parameter-free one: pass its parameters as plain values "
+                                   "(tape.primal(x)) where they need no derivative.")
+                return lost + ("Draw standard noise and transform it, which Hecate "
+                               "differentiates (the pathwise derivative for the drawn noise): "
+                               + _RANDOM_DRAWS[method])
         where = f" (in {caller[1]}.{caller[2]})" if caller is not None else ""
         return (self.message + where + " This also happens with np.float64(x), np.int64(x) "
                 "or plain_array[i] = x (a plain array cannot hold a traced value: allocate it "
@@ -115,18 +126,40 @@ class TracerConversionError(NonDifferentiableError):
                 "first, np.array([a, b]).")
 
 
-def _plain_array_method(frame) -> str | None:
-    """The source of the `.dot(...)` call that `frame` is running, or None. NumPy's
-    `ndarray.dot` has no dispatch protocol: it converts a traced argument itself, from user
-    code, so no NumPy frame lies between."""
+# Random draws whose parameters NumPy's generators convert themselves (C code, no dispatch), and
+# the standard draw that gives them differentiably.
+_RANDOM_DRAWS = {
+    "normal": "loc + scale * rng.standard_normal(size) for rng.normal(loc, scale, size).",
+    "uniform": "low + (high - low) * rng.random(size) for rng.uniform(low, high, size).",
+    "exponential": "scale * rng.standard_exponential(size) for rng.exponential(scale, size).",
+    "lognormal": "np.exp(mean + sigma * rng.standard_normal(size)) for rng.lognormal(mean, "
+                 "sigma, size).",
+    "laplace": "loc + scale * rng.laplace(0.0, 1.0, size) for rng.laplace(loc, scale, size).",
+    "logistic": "loc + scale * rng.logistic(0.0, 1.0, size) for rng.logistic(loc, scale, "
+                "size).",
+    "gumbel": "loc + scale * rng.gumbel(0.0, 1.0, size) for rng.gumbel(loc, scale, size).",
+    "multivariate_normal": "mean + rng.standard_normal(size + mean.shape) @ L.T with L = "
+                           "np.linalg.cholesky(cov) for rng.multivariate_normal(mean, cov, size).",
+}
+for _name in ("gamma", "beta", "chisquare", "standard_t", "weibull", "pareto", "poisson",
+              "binomial", "vonmises", "wald", "rayleigh", "dirichlet", "triangular"):
+    _RANDOM_DRAWS[_name] = None   # no parameter-free draw to transform
+del _name
+
+
+def _called_method(frame) -> tuple:
+    """``(source, name)`` of the method call (`a.dot(b)`, `rng.normal(mu, s)`) that `frame`
+    is running, or ``(None, None)``. NumPy's `ndarray.dot` and its random generators have no
+    dispatch protocol: they convert a traced argument themselves, from user code, so no NumPy
+    frame lies between."""
     if frame is None:
-        return None
+        return None, None
     try:
         line, end_line, start, end = list(frame.f_code.co_positions())[frame.f_lasti // 2]
     except (AttributeError, IndexError, ValueError):
-        return None
+        return None, None
     if None in (line, end_line, start, end):
-        return None
+        return None, None
     lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(line, end_line + 1)]
     lines[-1] = lines[-1][:end]
     lines[0] = lines[0][start:]
@@ -134,9 +167,9 @@ def _plain_array_method(frame) -> str | None:
     try:
         node = ast.parse(call, mode="eval").body
     except SyntaxError:
-        return None
+        return None, None
     called = getattr(node, "func", None)   # the outermost call only: not np.float64(a.dot(b))
-    return call if isinstance(called, ast.Attribute) and called.attr == "dot" else None
+    return (call, called.attr) if isinstance(called, ast.Attribute) else (None, None)
 
 
 def _scipy_replacement(module: str, function: str) -> str:

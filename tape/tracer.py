@@ -505,6 +505,11 @@ def _has_layout(tracer, order) -> bool:
 _BROADCAST_INTO_OUT = frozenset(("clip", "outer", "fix"))
 
 
+_IN_PLACE_OPERATORS = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
+                       "divide": "/", "floor_divide": "//", "remainder": "%", "power": "**",
+                       "matmul": "@"}
+
+
 def _write_out(out, result, name, exact_shape=False):
     if isinstance(out, tuple) and len(out) > 1:   # np.divmod(a, b, out=(q, r))
         return tuple(r if o is None else _write_out(o, r, name, exact_shape)
@@ -520,9 +525,13 @@ def _write_out(out, result, name, exact_shape=False):
         target[...] = result
         return target
     if isinstance(result, Tracer) and not isinstance(target, ConstBuffer):   # it refuses too
+        operator = _IN_PLACE_OPERATORS.get(name)
+        also = (f" (what `x {operator}= value` runs for a plain array x: an accumulator made "
+                "with np.array(0.0) or np.zeros(n) is one)" if operator else "")
         raise NonDifferentiableError(
-            f"numpy.{name}(..., out=...) would write a traced value into a plain array, which "
-            "cannot carry a derivative; allocate the output with np.zeros_like(x) instead")
+            f"numpy.{name}(..., out=...){also} would write a traced value into a plain array, "
+            "which cannot carry a derivative; allocate the output with np.zeros_like(x) "
+            "instead, or write `x = x + value`")
     target[...] = result
     return target
 
