@@ -59,7 +59,7 @@ from tape import array_module
 
 from .config import ModelConfig
 from .layers import _NORM_EPS, rotary_tables
-from .model import Params
+from .model import Params, check_token_range, tempered
 
 
 @dataclasses.dataclass
@@ -257,9 +257,7 @@ def step(params: Params, cfg: ModelConfig, state: DecodeState, tokens: Any) -> t
     if tok.ndim != 1 or (batch is not None and tok.shape[0] != batch):
         raise ValueError(f"step: tokens must have shape [batch] = [{batch}] (one token per "
                          f"stream of the state); got {tuple(tok.shape)}")
-    if tok.size and (int(tok.min()) < 0 or int(tok.max()) >= cfg.vocab):
-        raise ValueError(f"step: tokens must lie in [0, {cfg.vocab}); got values from "
-                         f"{int(tok.min())} to {int(tok.max())}")
+    check_token_range(tok, cfg.vocab, "step")
     out = step_streams(params, cfg, state.blocks, tok, np.full(tok.shape[0], state.pos))
     state.pos += 1
     return out, state
@@ -296,23 +294,6 @@ def step_streams(params: Params, cfg: ModelConfig, blocks: list, tokens: Any,
         if block.mlp is not None:
             x = x + silu(rms_norm(x, block.mlp.norm) @ block.mlp.w_in) @ block.mlp.w_out
     return rms_norm(x, params.final_norm) @ params.unembed
-
-
-def tempered(logits: np.ndarray, temperature: float) -> np.ndarray | None:
-    """``exp(z - max z)`` with ``z = logits / temperature`` (unnormalised probabilities), or
-    None where the pick is greedy: ``temperature <= 0``, or a temperature so small that the
-    logits divided by it overflow (the limit; exp(inf - inf) would give NaN probabilities).
-
-    >>> tempered(np.array([0.0, np.log(3.0)]), 1.0).round(6).tolist(), tempered(np.ones(2), 0)
-    ([0.333333, 1.0], None)
-    """
-    if temperature <= 0:
-        return None
-    with np.errstate(over="ignore"):
-        z = logits / temperature
-    if not np.isfinite(z).all():
-        return None
-    return np.exp(z - z.max())
 
 
 def _pick(last: np.ndarray, temperature: float, rng: np.random.Generator) -> int:

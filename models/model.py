@@ -209,6 +209,21 @@ def token_array(tokens: Any, xp: Any) -> Any:
     return t if isinstance(t, Tracer) else xp.asarray(t)
 
 
+def check_token_range(tokens: Any, vocab: int, who: str) -> None:
+    """Refuse token ids outside ``[0, vocab)``: NumPy's indexing would read a negative id as
+    one counted from the end of the embedding table, a silent wrong row.
+
+    >>> check_token_range(np.array([[0, 12]]), 13, "logits")
+    >>> check_token_range(np.array([[-1, 2]]), 13, "logits")
+    Traceback (most recent call last):
+    ...
+    ValueError: logits: tokens must lie in [0, 13); got values from -1 to 2
+    """
+    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+        raise ValueError(f"{who}: tokens must lie in [0, {vocab}); got values from "
+                         f"{int(tokens.min())} to {int(tokens.max())}")
+
+
 def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConfig,
              gate_margin: Optional[float] = None) -> tuple:
     """``(logits, new state, summed gate excess or None)``: `logits` with the gate term."""
@@ -218,6 +233,7 @@ def _forward(params: Params, tokens: Any, state: Optional[State], cfg: ModelConf
         raise ValueError(f"logits: tokens must have shape [batch, s]; got {tokens.shape}")
     if state is None:
         state = init_state(cfg, tokens.shape[0], xp)
+    check_token_range(peek(tokens), cfg.vocab, "logits")
     x = params.embed[tokens]
     new_blocks, excess = [], None
     for block, states in zip(params.blocks, state.blocks):
@@ -292,6 +308,8 @@ def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
     >>> out.shape, bool(out.max() < 11)
     ((7,), True)
     """
+    if isinstance(n_new, bool) or not isinstance(n_new, (int, np.integer)) or n_new < 0:
+        raise ValueError(f"generate: n_new must be an int >= 0; got {n_new!r}")
     rng = np.random.default_rng(seed)
     seq = [int(t) for t in np.asarray(prompt_tokens).reshape(-1)]
     if not seq:
@@ -300,14 +318,28 @@ def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
         window = xp.asarray(np.asarray(seq[-cfg.seq_len:], dtype=np.int64)[None, :])
         out, _ = logits(params, window, None, cfg)
         last = np.asarray(_to_numpy(primal(out)[0, -1]), dtype=np.float64)
-        if temperature <= 0:
-            nxt = int(np.argmax(last))
-        else:
-            z = last / temperature
-            prob = np.exp(z - z.max())
-            nxt = int(rng.choice(len(prob), p=prob / prob.sum()))
+        prob = tempered(last, temperature)
+        nxt = (int(np.argmax(last)) if prob is None
+               else int(rng.choice(len(prob), p=prob / prob.sum())))
         seq.append(nxt)
     return np.asarray(seq, dtype=np.int64)
+
+
+def tempered(logits: np.ndarray, temperature: float) -> np.ndarray | None:
+    """``exp(z - max z)`` with ``z = logits / temperature`` (unnormalised probabilities), or
+    None where the pick is greedy: ``temperature <= 0``, or a temperature so small that the
+    logits divided by it overflow (the limit; exp(inf - inf) would give NaN probabilities).
+
+    >>> tempered(np.array([0.0, np.log(3.0)]), 1.0).round(6).tolist(), tempered(np.ones(2), 0)
+    ([0.333333, 1.0], None)
+    """
+    if temperature <= 0:
+        return None
+    with np.errstate(over="ignore"):
+        z = logits / temperature
+    if not np.isfinite(z).all():
+        return None
+    return np.exp(z - z.max())
 
 
 def _to_numpy(a: Any) -> np.ndarray:

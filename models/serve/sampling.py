@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..decode import tempered
+from ..model import tempered
 
 
 def nucleus(prob: np.ndarray, top_p: float) -> np.ndarray:
