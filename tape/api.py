@@ -373,6 +373,8 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
         no_need = ret_activity in (DuplicatedNoNeed, BatchDuplicatedNoNeed)
         out = trace.call_root(f, call_args, needs_primal=mode.with_primal and not no_need,
                               needs_shadow=ret_activity is not Const)
+        refuse_read_only_tangent_shadows(
+            [(arg, i) for arg in groups for i in _written_forward(arg)], width)
         for arg in groups:
             _write_back_forward(arg, width)
         primal_out = _strip(out, trace)
@@ -418,10 +420,30 @@ def _tangent_direction(t, w):
     return v if np.ndim(v) else v[()]
 
 
+def _written_forward(arg) -> list:
+    """The leaves of `arg` that the function wrote (forward mode)."""
+    return [i for i, t in enumerate(arg.tracers)
+            if arg.first_slots[i] is not None and t.value is not arg.leaves[i]]
+
+
+def refuse_read_only_tangent_shadows(written, width=None) -> None:
+    """Forward mode writes a written buffer's tangent into its shadow: refuse a read-only
+    shadow of one, `written` as (argument, leaf) pairs, before anything is written back."""
+    for arg, i in written:
+        shadows = arg.shadows[i] if width is not None else (arg.shadows[i],)
+        for w, shadow in enumerate(shadows):
+            if isinstance(shadow, np.ndarray) and not shadow.flags.writeable:
+                which = "shadow" if width is None else f"shadow {w}"
+                raise ActivityError(
+                    f"the {which} of {arg.path(i)} is read-only (a broadcast_to view, or "
+                    "flags.writeable is False), and the function wrote into that argument: "
+                    "forward mode writes its tangent into the shadow. Pass a writable array: "
+                    "np.zeros_like(x)")
+
+
 def _write_back_forward(arg, width=None):
-    for i, t in enumerate(arg.tracers):
-        if arg.first_slots[i] is None or t.value is arg.leaves[i]:
-            continue   # never written
+    for i in _written_forward(arg):
+        t = arg.tracers[i]
         _refuse_plain_buffer(arg, i, "primal", arg.leaves[i], t.value)
         arg.leaves[i][...] = t.value
         for shadow in arg.shadows[i] if width is not None else (arg.shadows[i],):

@@ -203,9 +203,12 @@ def _einsum(subscripts, *operands, **kwargs):
 def _solve(a, b):
     if isinstance(a, Batched) or not isinstance(b, Batched):
         return NotImplemented
-    if b.ndim == 1:    # a vector right-hand side: keep the batch axis off the matrix axes
-        return Batched(np.linalg.solve(a, b.data[..., None])[..., 0])
-    return Batched(np.linalg.solve(a, b.data))
+    na = np.ndim(a)
+    if b.ndim == 1:    # a vector right-hand side: keep the batch axis off the matrix axes, and
+        # off a stack of matrices' axes (solve(a[3, n, n], b[n]) is one vector per matrix)
+        column = b.data.reshape((b.width,) + (1,) * (na - 2) + (b.shape[0], 1))
+        return Batched(np.linalg.solve(a, column)[..., 0])
+    return Batched(np.linalg.solve(a, _aligned(b, max(na, b.ndim))))
 
 
 def _shape(a):

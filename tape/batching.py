@@ -120,7 +120,9 @@ class Batched:
                 if result is not NotImplemented:
                     return result
         if method == "reduce" and ufunc in VECTORISED.reduce_as and len(inputs) == 1:
-            return VECTORISED.reduction(VECTORISED.reduce_as[ufunc], (inputs[0],), kwargs)
+            # np.add.reduce(g) reduces axis 0 where np.sum(g) reduces every axis
+            return VECTORISED.reduction(VECTORISED.reduce_as[ufunc], (inputs[0],),
+                                        {"axis": 0, **kwargs})
         return _per_direction(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
-from .api import (write_tangent, _forward_argument, _is_float, _python_scalar, _tangent_direction,
-                  _tangent_of, batch_width)
+from .api import (refuse_read_only_tangent_shadows, write_tangent, _forward_argument, _is_float,
+                  _python_scalar, _tangent_direction, _tangent_of, batch_width)
 from .batching import stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
@@ -110,6 +110,8 @@ class ForwardSignature(CompiledSignature):
         results, result_tangents = _replay(self.program, leaves, tangents, recorded, calls)
         n_out = sum(s is not None for s in self.out_slots)
         n_tangents = len(result_tangents) - len(self.writes)
+        refuse_read_only_tangent_shadows([(groups[g], i) for g, i, _, _ in self.writes],
+                                         self.width)
         for (g, i, _, _), value, tangent in zip(self.writes, results[n_out:],
                                                 result_tangents[n_tangents:]):
             groups[g].leaves[i][...] = value   # as eager mode writes them back, leaf by leaf
