@@ -53,6 +53,13 @@ every operation on the inputs (an index ``b[i]``: a lambda made in a loop reads 
 are kept too, and an operation with others raises. Not caught there: CuPy arrays; the
 results' digest covers those (its finite values apart from where infinities and NaNs are).
 
+The recomputation must also make every operation on the inputs that the first run made (a
+flag such as ``model.training`` switched after the call takes another branch, whose results
+can agree while their derivative does not), and no value it computes may stay alive other than
+through its results (``aux.append(loss_term)``, ``self.last = a``): in the first run that value
+was a plain array without derivative where the caller used it. Both raise `CheckpointError`.
+Python floats an operation on the inputs takes (``h * layer.scale``) are part of its key.
+
 A result that is an input returned as it is stays that input's tracer; one that is a view of an
 input (``u[1:]``) becomes a new value, so a later write into either is refused (NumPy would
 show it through both). The arguments are kept as their leaves and structure: a list the caller
@@ -62,6 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import weakref
 from typing import Any, Callable, NamedTuple
 
@@ -87,7 +95,9 @@ def checkpoint(f: Callable) -> Callable:
     Under reverse-mode `autodiff`, a call stores only the values `f` reads (its arguments and
     the differentiated values it closes over); the reverse pass runs `f` again and
     differentiates that. Elsewhere (no autodiff, forward mode) it is `f`. `f` may take several
-    arrays and return any pytree; it must be deterministic and must not write into its inputs.
+    arrays and return any pytree; it must be deterministic, must not write into its inputs,
+    and must hand out what it computes through its results only (a value it appends to a
+    list or stores in an attribute has no derivative through a checkpoint: refused).
     State it updates outside what it returns (a batch norm's running statistics, a counter)
     is updated again by the recomputation: keep such updates out of the checkpointed function.
 
@@ -288,12 +298,15 @@ def _checking_process(process, saved):
     inputs = {id(obj) for obj, _, _ in saved.inputs}
     names = {key[0] for key in saved.operations}
     temporaries = Temporaries(saved)
+    made, keys = [], set()
 
     def checked(prim, args, params):
         on_inputs = any(id(a) in inputs for a in args)
-        if on_inputs and prim.name in names and \
-                operation_key(prim, args, params) not in saved.operations:
-            raise CheckpointError(_CHANGED.format(name=saved.name))
+        if on_inputs:
+            key = operation_key(prim, args, params)
+            keys.add(key)
+            if prim.name in names and key not in saved.operations:
+                raise CheckpointError(_CHANGED.format(name=saved.name))
         for x in plain_reads(args, params):
             owner = owner_of(x)
             entry = saved.reads.get(id(owner))
@@ -305,7 +318,12 @@ def _checking_process(process, saved):
                 digest = read_digest(x)
                 if digest[3] == digest[3] and not temporaries.known(x, digest):
                     raise CheckpointError(_CHANGED.format(name=saved.name))
-        return process(prim, args, params)
+        out = process(prim, args, params)
+        for t in out if type(out) is tuple else (out,):
+            if isinstance(t, Tracer):
+                made.append(weakref.ref(t))
+        return out
+    checked.made, checked.keys = made, keys   # (read by `_check_recomputation`)
     return checked
 
 
@@ -362,11 +380,47 @@ def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
                 args, kwargs = leaves if structure is None else unflatten(structure, leaves)
                 out = saved.f(*args, **kwargs)
             seeds = _seeds(saved, out, g, inner)
+            _check_recomputation(saved, inner, out)
         finally:
             for obj, state in zip(objects, states):
                 _restore(obj, state)
         cts = inner.backward(seeds, leaf_slots) if seeds else {}
     return tuple(cts.get(s) for s in leaf_slots)
+
+
+def _check_recomputation(saved, inner, out) -> None:
+    """After the recomputation: refuse one that skipped operations the first run made on the
+    inputs (a flag read by `f` switched after the call: another branch, whose results can
+    agree while their derivative does not), and one whose values left `f` other than through
+    its results (the first run's were plain arrays, without derivative, where the caller
+    used them)."""
+    checked = inner.process
+    nested = [rec[2] for rec in inner.records if type(rec[2]) is _Saved]
+    # (A checkpoint nested in the recomputation runs its own operations unchecked.)
+    if not nested and not saved.operations <= checked.keys:
+        raise CheckpointError(_SKIPPED.format(name=saved.name))
+    kept = {id(obj) for obj, _, _ in saved.inputs}
+    stack = [x for x in flatten(out)[0] if isinstance(x, Tracer)]
+    for held in nested:   # what a nested checkpoint's record holds
+        stack += [obj for obj, _, _ in held.inputs]
+        leaves, structure = held.arguments
+        stack += [x for x in (flatten(leaves)[0] if structure is None else leaves)
+                  if isinstance(x, Tracer)]
+    while stack:   # those, and the values they are views of
+        t = stack.pop()
+        if id(t) not in kept:
+            kept.add(id(t))
+            view_of = getattr(t, "view_of", None)   # (base, index, to_base, from_base)
+            if view_of is not None:
+                stack.append(view_of[0])
+
+    def escaped():
+        return [t for t in (ref() for ref in checked.made)
+                if t is not None and t.level is inner and id(t) not in kept]
+    if escaped():
+        gc.collect()   # (a cycle that holds a temporary is no escape)
+        if escaped():
+            raise CheckpointError(_ESCAPED.format(name=saved.name))
 
 
 def _repoint(obj, trace, value):
@@ -418,6 +472,16 @@ def _seeds(saved, out, g, inner):
     return seeds
 
 
+_SKIPPED = ("`{name}` skipped operations in its recomputation for the reverse pass that it made "
+            "when it first ran: a flag or attribute it reads was changed after the call "
+            "(model.training = False), or it is not deterministic. The derivative would be "
+            "that of the other branch; leave such state unchanged until the gradient is "
+            "computed")
+_ESCAPED = ("a value `{name}` computed left it other than through its results (appended to a "
+            "list, stored in an attribute or a global): through a checkpoint that value was a "
+            "plain array without derivative when the caller used it, and its part of the "
+            "gradient would be lost. Return it from the checkpointed function (return y, aux), "
+            "or store tape.primal(value) if it needs no derivative")
 _CHANGED = ("`{name}` computed other values when recomputed for the reverse pass than when it "
             "first ran: an array it reads without differentiating it (a closure, a global, a "
             "Const argument, the xs of a scan) was written after the call, or it is not "

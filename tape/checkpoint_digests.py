@@ -55,14 +55,18 @@ def read_digest(x) -> tuple:
     return (a.shape, a.dtype.str, place, float(flat @ _weights(flat.size)))
 
 
-_OPAQUE = (np.ndarray, Tracer, float)   # left out of an operation's key (speed-up: first)
+# Left out of an operation's key (speed-up: first). NumPy floats are a plain intermediate's
+# values in the first run (np.sum of a plain array) where the recomputation has traced ones; a
+# Python float (an attribute `layer.scale`) is the same in both runs of a deterministic call.
+_OPAQUE = (np.ndarray, Tracer, np.floating)
 
 
 def operation_key(prim, args, params) -> tuple:
     """An operation on the call's inputs by its name and its exact Python parameters (an index
-    ``b[i]``: a loop variable that a lambda reads late); arrays, traced values and floats are
-    left out ("*"): the first run holds some intermediates as plain arrays that the
-    recomputation traces, and the plain arrays it reads are checked by their digests."""
+    ``b[i]``: a loop variable that a lambda reads late; a Python float such as a scale read
+    from an attribute); arrays, traced values and NumPy floats are left out ("*"): the first
+    run holds some intermediates as plain arrays that the recomputation traces, and the plain
+    arrays it reads are checked by their digests."""
     return (prim.name, tuple(map(_exact, args)),
             tuple((k, _exact(params[k])) for k in sorted(params)) if params else ())
 
@@ -73,6 +77,8 @@ def _exact(v):
     t = type(v)
     if t in (int, bool, str, type(None), type(Ellipsis)):
         return v
+    if t is float:
+        return ("float", v.hex())   # (-0.0 and NaN told apart and comparable)
     if isinstance(v, (np.integer, np.bool_)):
         return v.item()
     if t is slice:
