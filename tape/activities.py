@@ -26,10 +26,14 @@ class Active(Annotation):
     """Reverse mode: the derivative with respect to this value is *returned*.
 
     Enzyme allows only immutable scalars here; Hecate also accepts arrays and pytrees, whose
-    derivative comes back with the same structure.
+    derivative comes back with the same structure. A plain Python int becomes a float, as in
+    Enzyme (``Active(3)`` is ``Active(3.0)``); integers inside containers or arrays do not.
     """
 
     __slots__ = ()
+
+    def __init__(self, val: Any):
+        self.val = float(val) if type(val) is int else val
 
 
 class Duplicated(Annotation):

@@ -45,9 +45,14 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
     if not isinstance(mode, Mode):
         raise ActivityError(f"the first argument of autodiff must be a mode such as Reverse or "
                             f"Forward, got {mode!r}")
+    if type(f) is Const and callable(f.val):   # Enzyme's autodiff(mode, Const(f), ...)
+        f = f.val
     if not callable(f):
         raise ActivityError(f"autodiff needs a callable function to differentiate, got "
-                            f"{type(f).__name__} {f!r}")
+                            f"{type(f).__name__} {f!r}"
+                            + (" (a function with a shadow, Duplicated(f, df), is not "
+                               "supported: pass what it closes over as arguments)"
+                               if isinstance(f, Annotation) else ""))
     ret_activity = None
     if args and isinstance(args[0], type):
         ret_activity, args = args[0], args[1:]
@@ -373,6 +378,8 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
         no_need = ret_activity in (DuplicatedNoNeed, BatchDuplicatedNoNeed)
         out = trace.call_root(f, call_args, needs_primal=mode.with_primal and not no_need,
                               needs_shadow=ret_activity is not Const)
+        if ret_activity is None and not any(_is_float(x) for x in flatten(out)[0]):
+            ret_activity = Const   # Enzyme's guess: a result without float data (None, int)
         refuse_read_only_tangent_shadows(
             [(arg, i) for arg in groups for i in _written_forward(arg)], width)
         for arg in groups:

@@ -68,7 +68,7 @@ def forward_alone(f, args, wide, diff, direction, eps):
     """(i, J·v along argument i's direction alone, its finite differences) for each
     differentiated argument i."""
     for i in diff:
-        tangent = output_leaves(autodiff(Forward, f, *one_direction(args, diff, i,
+        tangent = output_leaves(autodiff(Forward, f, Duplicated, *one_direction(args, diff, i,
                                                                     direction[i]))[0])
         yield i, tangent, Estimate(f, wide, only(direction, i), eps)
 

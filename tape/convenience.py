@@ -265,7 +265,7 @@ def hvp(f: Callable, x: Any, v: Any):
     >>> hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
-    return autodiff(Forward, _grad_fn(f), Duplicated(x, v))[0]
+    return autodiff(Forward, _grad_fn(f), Duplicated, Duplicated(x, v))[0]
 
 
 def hvp_(res: Any, f: Callable, x: Any, v: Any):
@@ -285,7 +285,7 @@ def hvp_and_gradient_(res: Any, grad: Any, f: Callable, x: Any, v: Any):
     >>> hvp_and_gradient_(res, g, lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.ones(2))
     (array([ 6., 12.]), array([ 3., 12.]))
     """
-    tangent, value = autodiff(ForwardWithPrimal, _grad_fn(f), Duplicated(x, v))
+    tangent, value = autodiff(ForwardWithPrimal, _grad_fn(f), Duplicated, Duplicated(x, v))
     return _write_into(res, tangent, "res"), _write_into(grad, value, "grad")
 
 

@@ -234,14 +234,14 @@ def forward_columns(f, args, i, chunk=None, check=None, point=None, directions=N
         call[i] = BatchDuplicated(x, tuple(directions[j] for j in rows))
         point.before_call()
         try:
-            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, *call)
+            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, Duplicated, *call)
         except ConstWriteError:
             # `f` writes a value computed from argument i into another argument (`q[0] =
             # p[0]`): that one carries zero tangents instead of being held Const
             call = [c if k == i else _zero_tangents(c.val, len(rows))
                     for k, c in enumerate(call)]
             point.before_call()
-            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, *call)
+            tangents, primal = autodiff(with_flags(ForwardWithPrimal, flags), f, Duplicated, *call)
         if check is not None and not columns:
             check(primal)
         columns.extend(tangents)

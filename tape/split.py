@@ -28,7 +28,7 @@ import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
                          Duplicated, Mode)
-from .api import (_argument_names, _check_shadow, _describe, _is_float, _strip,
+from .api import (autodiff, _argument_names, _check_shadow, _describe, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
 from .backend import array_module
@@ -339,7 +339,9 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
 
 
 def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type):
-    """Split reverse mode: returns ``(forward, reverse)`` for `f` with these activities.
+    """Split reverse mode: returns ``(forward, reverse)`` for `f` with these activities. In a
+    forward mode it returns one function, ``forward(*args)``, that returns what `autodiff`
+    does (Enzyme's forward thunk).
 
     - ``forward(*args) -> (tape, primal, shadow)``: `primal` is None under
       ReverseSplitNoPrimal; `shadow` is a zero shadow of the result for a Duplicated return
@@ -359,18 +361,37 @@ def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type
     >>> dx
     array([ 2., 20.])
     """
-    if not isinstance(mode, Mode) or not mode.split:
-        raise ActivityError(f"autodiff_thunk takes ReverseSplitWithPrimal or "
-                            f"ReverseSplitNoPrimal, got {mode!r}")
+    forward_mode = isinstance(mode, Mode) and mode.kind == "forward"
+    if not isinstance(mode, Mode) or not (mode.split or forward_mode):
+        raise ActivityError(f"autodiff_thunk takes ReverseSplitWithPrimal, ReverseSplitNoPrimal "
+                            f"or a forward mode, got {mode!r}")
     if not callable(f):
         raise ActivityError(f"autodiff_thunk needs a callable, got {type(f).__name__}")
     for t in (ret_activity,) + arg_types:
         if not (isinstance(t, type) and t in ACTIVITY_TYPES):
             raise ActivityError(f"autodiff_thunk takes activity types (Const, Active, "
                                 f"Duplicated, ...), got {t!r}")
+    if forward_mode:
+        return _forward_thunk(mode, f, ret_activity, arg_types)
     for i, t in enumerate(arg_types):
         if t is Active or t is Const or issubclass(t, Duplicated):
             continue
         raise ActivityError(f"argument {i}: {t.__name__} is not supported in reverse mode")
     thunk = _Thunk(mode, f, ret_activity, arg_types)
     return thunk.forward, thunk.reverse
+
+
+def _forward_thunk(mode, f, ret_activity, arg_types):
+    """Enzyme's forward-mode thunk: one function that takes the annotated arguments and returns
+    what ``autodiff(mode, f, ret_activity, *args)`` returns (the shadow, and the primal under
+    ForwardWithPrimal)."""
+    def forward(*args):
+        if len(args) != len(arg_types):
+            raise ActivityError(f"the forward thunk was made for {len(arg_types)} arguments, "
+                                f"called with {len(args)}")
+        for i, (a, t) in enumerate(zip(args, arg_types)):
+            if type(a) is not t:
+                raise ActivityError(f"argument {i}: the forward thunk was made for "
+                                    f"{t.__name__}, called with {type(a).__name__}")
+        return autodiff(mode, f, ret_activity, *args)
+    return forward

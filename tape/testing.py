@@ -82,8 +82,8 @@ def check_grads(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "
     inner products compared, the root of the sum of their squares (so it fits functions of
     any magnitude, and one wrong entry of a large array still shows); the small absolute
     ``atol`` absorbs the rounding noise of derivatives that are zero (a value computed by
-    cancellation): pass ``atol=0`` for functions whose derivatives are themselves below 1e-9. Arguments must be
-    float64 (or complex128): `check_rule` takes float32 ones. Raises
+    cancellation): pass ``atol=0`` for functions whose derivatives are themselves below
+    1e-9. Arguments must be float64 (or complex128): `check_rule` takes float32 ones. Raises
     `GradientCheckError` naming the mode, the order, the argument at fault and the size of
     the discrepancy (and saying so when `f` is not differentiable at the point).
 
@@ -197,7 +197,7 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
     if "fwd" in modes:
         annotated = [Duplicated(a, d) if d is not None else a
                      for a, d in zip(_copied(args), _copied(direction))]
-        tangent, = autodiff(Forward, f, *annotated)
+        tangent, = autodiff(Forward, f, Duplicated, *annotated)
         ok, together = agrees(lambda d: scalar_gap(output_leaves(tangent), d, u), numeric,
                               rtol, atol, u)
         if not ok:
@@ -308,7 +308,7 @@ def _forward_tangent(f, direction):
         # value into an argument, and then into its tangent too.
         annotated = [Duplicated(x, make_zero(x) + d) if d is not None else x
                      for x, d in zip(_copied(xs), direction)]
-        return autodiff(Forward, f, *annotated)[0]
+        return autodiff(Forward, f, Duplicated, *annotated)[0]
     return jvp
 
 
@@ -360,11 +360,11 @@ def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):
               for i, a in enumerate(args)]
     batched = [BatchDuplicated(a, (d, e)) if d is not None else a
                for a, d, e in zip(_copied(args), _copied(direction), _copied(second))]
-    tangents, = autodiff(Forward, f, *batched)
+    tangents, = autodiff(Forward, f, Duplicated, *batched)
     for w, dirs in enumerate((direction, second)):
         single = [Duplicated(a, d) if d is not None else a
                   for a, d in zip(_copied(args), _copied(dirs))]
-        expected, = autodiff(Forward, f, *single)
+        expected, = autodiff(Forward, f, Duplicated, *single)
         got_leaves, want_leaves = output_leaves(tangents[w]), output_leaves(expected)
         k, diff_, tol, where = leafwise_gap(got_leaves, want_leaves, rtol, atol)
         if k is not None:
@@ -425,7 +425,7 @@ def _check_full_jacobian(f, args, wide, diff, eps, rtol, atol, labels):
             d = [None] * len(args)
             d[i] = direction
             annotated = _one_direction(args, diff, i, direction)
-            tangent = output_leaves(autodiff(Forward, f, *annotated)[0])
+            tangent = output_leaves(autodiff(Forward, f, Duplicated, *annotated)[0])
             est = Estimate(f, wide, d, eps * float(scales[flat]))
             if leafwise_gap(tangent, est.value, rtol, atol)[0] is None:
                 continue
@@ -452,7 +452,7 @@ def traced_value(f: Callable, *args: Any, mode: str = "forward") -> Any:
         return not isinstance(a, Const) and any(is_float(v) for v in flatten(a)[0])
     if mode == "forward":
         annotated = [Duplicated(a, make_zero(a)) if traced(a) else a for a in args]
-        return autodiff(ForwardWithPrimal, f, *annotated)[1]
+        return autodiff(ForwardWithPrimal, f, Duplicated, *annotated)[1]
     if mode != "reverse":
         raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
     seen = []

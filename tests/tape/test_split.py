@@ -161,7 +161,7 @@ def test_wrong_activities_and_tapes_are_refused():
         other_rev(Active(1.0), 1.0, tape)
     with pytest.raises(ActivityError, match="needs a seed"):
         rev(Active(1.0), tape)
-    with pytest.raises(ActivityError, match="ReverseSplitWithPrimal or ReverseSplitNoPrimal"):
+    with pytest.raises(ActivityError, match="ReverseSplitWithPrimal, ReverseSplitNoPrimal"):
         autodiff_thunk(Reverse, lambda x: x, Active, Active)
     with pytest.raises(ActivityError, match="takes activity types"):
         autodiff_thunk(ReverseSplitNoPrimal, lambda x: x, Active, type("Odd", (), {}))
