@@ -9,7 +9,8 @@ here reads quantities the forward run has formed anyway and costs far less than 
 - `transitions_cancel`: a transition far smaller than the decay (the keys erase the state much
   faster than the retention does): the call runs the sequential loop.
 - `updates_cancel`: a token's updates computed as a difference that cancels along its own key
-  (the tokens before it in its chunk erased that direction while others only decay): the loop.
+  (`erased_tokens`: the tokens before it in its chunk erased that direction while others only
+  decay) in a chunk whose updates are all as small as that cancellation's error: the loop.
 - `transitions_grow` (or `thin_transitions_grow` for chunks of fewer tokens than d, where the
   transition is not formed): a float32 transition grown against the decay: the call runs the
   chunked form in float64.
@@ -26,6 +27,7 @@ proportional to the updates ``u_i = theta_i (v_i - M_{i-1} k_i)``: the WY form c
 state part through ``W_i^T = theta_i Phi_{<i} k_i`` (the transition up to token i along its key)
 as ``theta_i g_i k_i`` less corrections, and where that direction was erased ``W_i`` is many
 orders smaller than ``theta_i g_i |k_i|`` with an absolute error of a few eps of the latter.
+The update then carries an absolute error of a few eps times ``theta_i g_i |k_i| |M0|``;
 Titans' momentum is a sum of updates, and ``dtheta`` multiplies the prediction errors, so these
 are the results that go wrong (the memory itself keeps its decaying direction's scale).
 Measured there before `updates_cancel` (against a long double loop, relative to each result's
@@ -34,6 +36,10 @@ delta, period 16) and 3e13 (float32), against the loop's 1e-15 and 3e-6; with d 
 32 tokens, fewer than d, where the transitions are not checked) dtheta 1e63 of scale (float64
 delta, period 64) and s_final 12 (float32 Titans). ``|W_i| / (theta_i g_i |k_i|)`` measured 0 to
 6e-8 on those calls. The cases are tests in tests/kernels/test_memory_redteam_round3.py.
+That error matters only where the chunk's updates are all about as small: there the values are
+0 and every update is the erased direction's remnant. With values written the updates are of
+their size; a model's calls (`hecate train`, default config) meet erased tokens in about half
+the calls. `updates_cancel` compares the two (`UPDATE_RATIO`).
 
 Not seen by `updates_cancel`: a direction erased by a chunk's last tokens that no later key of
 the chunk reads (the transition's smallest singular value would show it, at about ``d^3`` per
@@ -57,11 +63,11 @@ from tape.backend import array_module
 # tolerances against the loop (1e-10 float64, 1e-4 float32) in the erasing regime only at
 # ratios below 5e-6 (float64) and 1.3e-2 (float32): margins of 200x and 8x.
 CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
-# The smallest ``|W_i| / (theta_i g_i |k_i|)`` of a token that the chunked form accepts
-# (`updates_cancel`), any dtype (the ratio is the inputs', not the precision's: a float64 run
+# The smallest ``|W_i| / (theta_i g_i |k_i|)`` of a token whose updates are not taken as erased
+# (`erased_tokens`), any dtype (the ratio is the inputs', not the precision's: a float64 run
 # of a float32 call would measure the same). Keys erasing one direction (d = 2, every key e_1,
 # values 0, theta / (1 - alpha) drawn from 0-0.1 up to 0.9-1, 64 tokens) measured errors,
-# before the check, against the bound of test_keys_erasing_one_direction (8 times the loop's
+# before `updates_cancel`, against the bound of test_keys_erasing_one_direction (8 times the loop's
 # error + RTOL / 10) of about 1 / ratio: float64 1x at 3e-6 and 0.2x at 3e-5 (delta, period
 # 16), 0.2x at 1e-4 and 40x at 1e-6 (Titans); float32 0.4x to 0.5x at 2e-2 and 2x to 4x at 2e-3
 # (delta, period 16), 0.1x to 0.3x at 5e-2, 3x at 8e-3 and 40x to 100x at 1e-5 to 4e-5
@@ -80,6 +86,25 @@ CANCELLATION_RATIO = {"float64": 1e-3, "float32": 0.1}
 # Titans), 8e-3 and 9e11 (float32 Titans and delta, period 16), and the chunked form's without
 # the check 0.6x to 12x those.
 ERASURE_RATIO = 1e-3
+# The smallest ratio, per dtype, of a chunk's largest update ``max_j |u_j|`` to the scale of
+# its erased tokens' cancellation ``max_i theta_i g_i |k_i| |M0|_F`` that the chunked form
+# accepts (`updates_cancel`): about 1000 eps, where the updates' relative error from the
+# cancellation is of order 1e-3. Measured ratios: 0 (float32) and 2.6e-48 to 5.3e-20 (float64)
+# on the eight calls of test_keys_erasing_one_direction; over 200 steps of `hecate train`
+# (default config, float32) at least 5.5e-3 (median 5.9e-2) on the 471 of 880 calls with
+# erased tokens: none went to the loop (the former check on the erased tokens alone sent them
+# all). Between them the results are no longer
+# noise but lose precision like eps / ratio: with every key e_1 and random values scaled to
+# put the ratio at 8e-4, 8e-3 and 8e-2 (delta, period 16, float32), dalpha measured 5e-4, 5e-5
+# and 5e-6 of its scale against 1e-7 for the loop; the loop keeps the precision only because
+# every key is one axis: with the keys and queries turned by 0.7 rad in the plane (ratios 1e-3,
+# 1e-2 and 0.1) the loop's own dtheta measured 4e-4, 2e-5 and 4e-7 of scale, the chunked
+# form's 1.3e-3, 1.3e-4 and 1.2e-5; float64 (ratios 1e-11 to 1e-9) 9e-5 to 2e-7 for the loop,
+# 4e-4 to 2e-6 chunked. Not caught: on those axis-aligned keys with values written, periodic
+# Titans' ds0 measured 7e-3 of scale (float32; float64 8e-12) against the loop's 2.5e-7 (3e-16),
+# at any value scale (the reverse carry along the erased key, not the updates); turned keys
+# give the loop 1.7e-3 (1.6e-12) and the chunked form 2.5e-3 (5e-12).
+UPDATE_RATIO = {"float64": 2e-13, "float32": 1e-4}
 # How far a chunk transition may grow against its decay before a float32 call runs in float64
 # (`transitions_grow`): its squared Frobenius norm may exceed the decay's own, ``d decay^2``,
 # by as much as one direction grown GROWTH_RATIO-fold, ``(GROWTH_RATIO^2 - 1) decay^2``
@@ -151,37 +176,71 @@ def transitions_cancel(parts) -> bool:
     return _in_some_chunk(parts, below)
 
 
-def updates_cancel(W, th, g, K) -> bool:
-    """Whether some token's updates were computed as a difference that cancels along its own
-    key (`ERASURE_RATIO`): ``|W_i| < ERASURE_RATIO * theta_i g_i |k_i|`` for some
-    token, from the rows ``W [B, N, C, d]`` of the WY form's state coefficients (``U = U0 - W
-    M0^T``; Titans: the M0 half of ``Wms``), the inner learning rates ``th``, the retention's
-    decay before each token ``g`` (``gp``; Titans ``gr_{i-1}``) and the keys ``K``
-    (``O(C d)`` per chunk). ``W_i^T = theta_i Phi_{<i} k_i`` carries the chunk's transition up
-    to token i along that token's key: ``theta_i g_i k_i`` less the delta corrections of the
-    tokens before, with an absolute error of a few eps times ``theta_i g_i |k_i|``. Where the
-    tokens before erased the direction of ``k_i`` (``theta |k|^2`` near ``1 - alpha`` along it)
-    while other directions only decay, ``W_i`` is far smaller and loses its relative precision,
-    and with it the update ``u_i``, the reads of that direction, the prediction errors that
-    ``dtheta`` multiplies and (Titans) the momentum built from the updates; the sequential
-    loop keeps it. Checked in chunks of any length (``W`` is formed in all). A token without a
-    learning rate, key or decay (0) is not checked (NaN or inf compare false). Measured at 4096
-    tokens, one sequence: 0.09 ms (d = 16, float32) to 0.4 ms (d = 64, float64), against 8 to
-    70 ms for the chunked forward and backward (delta and Titans, per token and period 64, d =
-    16 and 64, float32 and float64); their times with the check over without it, medians of 31
-    runs in random order: 0.99 to 1.016.
+def erased_tokens(W, th, g, K):
+    """The tokens whose updates were computed as a difference that cancels along their own
+    key (`ERASURE_RATIO`): the mask ``[B, N, C]`` of ``|W_i| < ERASURE_RATIO * theta_i g_i
+    |k_i|``, or None where no token is, from the rows ``W [B, N, C, d]`` of the WY form's state
+    coefficients (``U = U0 - W M0^T``; Titans: the M0 half of ``Wms``), the inner learning
+    rates ``th``, the retention's decay before each token ``g`` (``gp``; Titans ``gr_{i-1}``)
+    and the keys ``K`` (``O(C d)`` per chunk). ``W_i^T = theta_i Phi_{<i} k_i`` carries the
+    chunk's transition up to token i along that token's key: ``theta_i g_i k_i`` less the
+    delta corrections of the tokens before, with an absolute error of a few eps times
+    ``theta_i g_i |k_i|``. Where the tokens before erased the direction of ``k_i``
+    (``theta |k|^2`` near ``1 - alpha`` along it) while other directions only decay, ``W_i``
+    is far smaller and loses its relative precision, and the update ``u_i`` gets an absolute
+    error of a few eps times ``theta_i g_i |k_i| |M0|``. Whether that matters is
+    `updates_cancel`'s question. Checked in chunks of any length (``W`` is formed in all). A
+    token without a learning rate, key or decay (0) is not checked (NaN or inf compare false).
 
     >>> K = np.ones((1, 1, 3, 1)); g = np.ones((1, 1, 3)); th = np.full((1, 1, 3), 0.5)
     >>> W = 0.5 * np.array([1.0, 0.5, 0.25]).reshape(1, 1, 3, 1)    # factors 1 - 0.5 per token
-    >>> updates_cancel(W, th, g, K), updates_cancel(W * [[[[1], [1], [1e-6]]]], th, g, K)
-    (False, True)
+    >>> erased_tokens(W, th, g, K), erased_tokens(W * [[[[1], [1], [1e-6]]]], th, g, K)
+    (None, array([[[False, False,  True]]]))
     """
     xp = array_module(W)
     ratio = ERASURE_RATIO
     with np.errstate(all="ignore"):      # th g = 0 gives NaN or inf: not checked
         scaled = W / (th * g)[..., None]
-        return bool(xp.any(xp.einsum("bnci,bnci->bnc", scaled, scaled)
-                           < (ratio * ratio) * xp.einsum("bnci,bnci->bnc", K, K)))
+        erased = (xp.einsum("bnci,bnci->bnc", scaled, scaled)
+                  < (ratio * ratio) * xp.einsum("bnci,bnci->bnc", K, K))
+    return erased if bool(xp.any(erased)) else None
+
+
+def updates_cancel(erased, th, g, K, X0, U=None, U0=None, W=None) -> bool:
+    """Whether the cancellation of `erased_tokens` (the mask ``erased``, or None: no) reaches
+    the updates' own scale in some chunk (`UPDATE_RATIO`): ``max_j |u_j| < UPDATE_RATIO[dtype]
+    * max_i theta_i g_i |k_i| |X0|_F`` over the chunk's tokens j and its erased tokens i, with
+    ``X0 [B, N, d, w]`` the states entering the chunks (Titans: the M0 half) and the updates
+    ``U [B, N, C, d]``, or ``U0 - W X0^T`` formed for the chunks with erased tokens alone where
+    the forward run does not form ``U`` (the delta rule's chunked forward). The erased token's
+    update carries an absolute error of a few eps times ``theta_i g_i |k_i| |X0|``; results
+    made of the chunk's updates (the momentum, the reads, the ``dtheta`` they multiply) lose
+    their relative precision only where every update of the chunk is that small (keys that
+    erase a direction of a state with no values to write: each update is the erased
+    direction's remnant). Where the chunk writes values its updates are of their size and the
+    cancellation stays at rounding level. ``O(C d + d w)`` per chunk (with ``U``); NaN: no.
+
+    >>> K = np.ones((1, 1, 2, 1)); g = np.ones((1, 1, 2)); th = np.full((1, 1, 2), 0.5)
+    >>> erased = np.array([[[False, True]]]); X0 = np.ones((1, 1, 1, 1))
+    >>> U = np.array([0.5, 1e-3]).reshape(1, 1, 2, 1)                # a value written: no
+    >>> updates_cancel(erased, th, g, K, X0, U), updates_cancel(erased, th, g, K, X0, U * 1e-15)
+    (False, True)
+    """
+    if erased is None:
+        return False
+    xp = array_module(K)
+    with np.errstate(all="ignore"):
+        rows = xp.any(erased, axis=-1)                                   # [B, N]
+        size = xp.where(erased[rows], th[rows] * g[rows], 0.0) * xp.sqrt(
+            xp.einsum("rci,rci->rc", K[rows], K[rows]))
+        state = xp.sqrt(xp.einsum("rij,rij->r", X0[rows], X0[rows]))
+        if U is None:
+            U = U0[rows] - W[rows] @ X0[rows].swapaxes(-1, -2)
+        else:
+            U = U[rows]
+        scale = xp.sqrt(xp.max(xp.einsum("rci,rci->rc", U, U), axis=-1))
+        ratio = UPDATE_RATIO.get(str(K.dtype), UPDATE_RATIO["float64"])
+        return bool(xp.any(scale < ratio * xp.max(size, axis=-1) * state))
 
 
 def transitions_grow(parts, d: int) -> bool:

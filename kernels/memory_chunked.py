@@ -49,7 +49,8 @@ The backward falls back in the same way when its gradients do. Calls where some 
 transition decays far faster than the retention alone (`transitions_cancel`) run the loop too:
 there the WY form's difference cancels and loses the small transition's relative precision;
 so do calls where the tokens of a chunk erase the direction of a later token's key while other
-directions only decay (`updates_cancel`: the delta rule's ``W``).
+directions only decay (`erased_tokens`: the delta rule's ``W``) and the chunk writes no values
+that keep its updates above that cancellation's error (`updates_cancel`, after the carry).
 Float32 calls run in float64 where a chunk's transition grows against the decay
 (`transitions_grow`) or, for the delta rule, where its triangular solve sums many terms of
 alternating signs (`solve_amplifies`: tokens that reflect the state along clustered keys).
@@ -65,8 +66,8 @@ from tape.backend import array_module
 
 from . import memory_ref as ref
 from ._common import input_growth, max_abs, within_range
-from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
-                                     transitions_grow, updates_cancel)
+from .memory_chunk_precision import (erased_tokens, solve_amplifies, squared_norms,
+                                     transitions_cancel, transitions_grow, updates_cancel)
 
 CHUNK: Optional[int] = None   # None: `chunk_size` decides; an int forces every call's chunk
 RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
@@ -372,17 +373,20 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
     if not grow < np.inf:
         return sequential_forward(spec, x, init, checkpoint_every, C)
     ch = _Chunks(spec.name, x, C, ops)
+    erased = None
     if ch.PhiT is not None:
         parts = [(squared_norms(ch.PhiT, ch.gC), 1.0)]
         if C >= x.k.shape[-1] and transitions_cancel(parts):
             return sequential_forward(spec, x, init, checkpoint_every, C)
-        if updates_cancel(ch.W, ch.th, ch.gp, ch.K):
-            return sequential_forward(spec, x, init, checkpoint_every, C)
+        erased = erased_tokens(ch.W, ch.th, ch.gp, ch.K)
         if (transitions_grow(parts, x.k.shape[-1])
                 or solve_amplifies(ch.T, ch.th, ch.K)):
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)
+    if erased is not None and updates_cancel(erased, ch.th, ch.gp, ch.K, starts, U0=ch.U0,
+                                             W=ch.W):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
     if not within_range(xp, (Y, M, starts, ch.U0, getattr(ch, "W", None)), grow, x.k.dtype):
         return sequential_forward(spec, x, init, checkpoint_every, C)

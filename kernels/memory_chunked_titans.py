@@ -26,7 +26,8 @@ The backward differentiates the chunk function by hand; the gate gradients go th
 `memory_chunked`). Decay ratios are summed over their own spans (`memory_chunked.span_decays`),
 and calls fall back to the sequential reference as in `memory_chunked` (its module docstring),
 a chunk transition that cancels included (`transition_parts`), and updates that cancel along
-their keys (`memory_chunk_precision.updates_cancel`); float32 calls whose transitions grow
+their keys in a chunk whose updates are all that small (`memory_chunk_precision.updates_cancel`,
+after the carry); float32 calls whose transitions grow
 against the decays run in float64 (`memory_chunk_precision.transitions_grow`).
 """
 from __future__ import annotations
@@ -40,8 +41,8 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from . import memory_chunked
 from ._common import max_abs, within_range
-from .memory_chunk_precision import (growth_limit, transitions_cancel, transitions_grow,
-                                     updates_cancel)
+from .memory_chunk_precision import (erased_tokens, growth_limit, transitions_cancel,
+                                     transitions_grow, updates_cancel)
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
                              _triangles, _unblocks, growth, normal_gates, promoted_backward,
                              promoted_forward,
@@ -200,17 +201,18 @@ class _Chunks:
                                          for a in (self.grC, self.geC)], -1)
         self.Phi = self._transition() if _by_transition(ops, C, d) else None
         self.U = None               # the updates, set by the forward run
+        self.erased = None          # the tokens whose updates cancel (`transition_check`)
 
     def transition_check(self) -> Optional[str]:
         """``"cancel"`` where a chunk's transition lost its relative precision to cancellation
-        (`memory_chunk_precision.transitions_cancel`; never with fewer tokens than d), or a
-        token's updates along its key did (`memory_chunk_precision.updates_cancel` of the M0
-        half of ``Wms``; chunks of any length),
+        (`memory_chunk_precision.transitions_cancel`; never with fewer tokens than d),
         ``"grow"`` where a float32 call should run in float64
         (`memory_chunk_precision.transitions_grow`, on the parts of M0's rows and S0's rows and
         M_C's columns: S_C's columns against the momentum's decay alone are far above it for
         ordinary gates; with fewer tokens than d, where the transition is not formed on NumPy,
-        by `thin_transitions_grow`), else None."""
+        by `thin_transitions_grow`), else None. Keeps in ``erased`` the tokens whose updates
+        cancel along their keys (`memory_chunk_precision.erased_tokens` of the M0 half of
+        ``Wms``, chunks of any length) for `updates_cancel` after the carry."""
         C, d = self.K.shape[-2:]
         decays = tuple(a[..., 0, 0] for a in (self.grC, self.cC, self.geC))
         if C < d and self.Phi is None:
@@ -222,9 +224,15 @@ class _Chunks:
             if C >= d and transitions_cancel(parts):
                 return "cancel"
             grow = transitions_grow(parts[:3], d)
-        if updates_cancel(self.Wms[..., :d], self.th, self.grp, self.K):
-            return "cancel"
+        self.erased = erased_tokens(self.Wms[..., :d], self.th, self.grp, self.K)
         return "grow" if grow else None
+
+    def updates_cancel(self, starts) -> bool:
+        """`memory_chunk_precision.updates_cancel` of the tokens `transition_check` found
+        erased, given the pairs entering the chunks `starts` (their M0 half) and the updates
+        ``U`` the carry made."""
+        d = self.K.shape[-1]
+        return updates_cancel(self.erased, self.th, self.grp, self.K, starts[..., :d], self.U)
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
@@ -330,6 +338,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         if check == "grow":
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
         starts, ch.U, MS = ch.carry(MS)
+        if ch.updates_cancel(starts):
+            return sequential_forward(spec, x, init, checkpoint_every, C)
         ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
         all_starts.append(starts)
         all_chunks.append(ch)

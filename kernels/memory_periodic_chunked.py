@@ -28,7 +28,8 @@ re-runs a call with it when `forward` or `backward` report a result near overflo
 cancels (`memory_chunk_precision.transitions_cancel`: the keys erase the state far faster than
 the retention decays it, and ``Lam - P Q`` loses the small transition's relative precision) or
 updates that cancel along their keys (`memory_chunk_precision.updates_cancel`: the tokens of a
-chunk erase one direction while others only decay); it runs a float32 call in float64 where
+chunk erase one direction while others only decay, and no value written keeps the chunk's
+updates above that cancellation's error); it runs a float32 call in float64 where
 `forward` reports transitions that grow against the decays
 (`memory_chunk_precision.transitions_grow`) or, for the delta rule, triangular solves that sum
 large terms of alternating signs (`memory_chunk_precision.solve_amplifies`).
@@ -136,11 +137,16 @@ class _DeltaHebbian:
         eye = xp.eye(self.K.shape[-1], dtype=self.K.dtype)
         return [(squared_norms(self.gC[..., None, None] * eye - self.P @ self.Q, self.gC), 1.0)]
 
-    def updates_cancel(self) -> bool:
-        """`memory_chunk_precision.updates_cancel` of every chunk's ``W`` (never for the Hebbian
+    def erased_tokens(self):
+        """`memory_chunk_precision.erased_tokens` of every chunk's ``W`` (never for the Hebbian
         rule, whose updates do not depend on the state)."""
-        return self.P is not None and memory_chunk_precision.updates_cancel(
+        return None if self.P is None else memory_chunk_precision.erased_tokens(
             self.W, self.th, self.gp, self.K)
+
+    def updates_cancel(self, erased, X0, U) -> bool:
+        """`memory_chunk_precision.updates_cancel` of the `erased` tokens, given the states
+        entering the chunks `X0` and the updates `U` the carry made."""
+        return memory_chunk_precision.updates_cancel(erased, self.th, self.gp, self.K, X0, U)
 
     def thin_transitions_grow(self) -> bool:
         """`memory_chunk_precision.thin_transitions_grow` of every chunk's transition (never for
@@ -232,10 +238,16 @@ class _Titans:
         Phi[..., d:, d:] += geC[..., None, None] * eye
         return transition_parts(Phi, grC, cC, geC)
 
-    def updates_cancel(self) -> bool:
-        """`memory_chunk_precision.updates_cancel` of the M0 half of every chunk's ``[WM WS]``."""
-        return memory_chunk_precision.updates_cancel(_tr(self.P)[..., :self.d], self.th,
-                                                     self.grp, self.K)
+    def erased_tokens(self):
+        """`memory_chunk_precision.erased_tokens` of the M0 half of every chunk's ``[WM WS]``."""
+        return memory_chunk_precision.erased_tokens(_tr(self.P)[..., :self.d], self.th,
+                                                    self.grp, self.K)
+
+    def updates_cancel(self, erased, X0, U) -> bool:
+        """`memory_chunk_precision.updates_cancel` of the `erased` tokens, given the joint
+        states entering the chunks `X0` (their M half) and the updates `U` the carry made."""
+        return memory_chunk_precision.updates_cancel(erased, self.th, self.grp, self.K,
+                                                     X0[..., :self.d], U)
 
     def thin_transitions_grow(self) -> bool:
         """`memory_chunked_titans.thin_transitions_grow` of every chunk's transition."""
@@ -343,10 +355,10 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     per state of the rule) of ``[B, N + 1, d, d]`` arrays, index c the state entering chunk c
     (N: the final state); ``(None, None)`` when they come near overflow for the input growth
     `grow` (`growth`), or when a chunk's transition cancels (`transitions_cancel`; never with
-    fewer tokens than d) or a token's updates cancel (`updates_cancel`, any chunk length): the
-    caller then runs the sequential loop; ``(None, GROW)`` for a float32 call to run in float64
-    (`transitions_grow`; with fewer tokens than d, where the transitions are not formed,
-    `thin_transitions_grow`; for the delta rule also `solve_amplifies`)."""
+    fewer tokens than d) or a token's updates cancel (`updates_cancel`, any chunk length, after
+    the carry): the caller then runs the sequential loop; ``(None, GROW)`` for a float32 call to
+    run in float64 (`transitions_grow`; with fewer tokens than d, where the transitions are not
+    formed, `thin_transitions_grow`; for the delta rule also `solve_amplifies`)."""
     xp = array_module(b.k)
     B, N, C, d = b.k.shape
     ch = _Titans(b, ops) if rule == "titans" else _DeltaHebbian(rule, b, ops)
@@ -358,13 +370,14 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
             return None, GROW
     elif ch.thin_transitions_grow():
         return None, GROW
-    if ch.updates_cancel():
-        return None, None
+    erased = ch.erased_tokens()
     if rule == "delta" and solve_amplifies(ch.T, ch.th, ch.K):
         return None, GROW
     X0 = xp.concatenate(init, -1) if rule == "titans" else init[0]
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
+    if erased is not None and ch.updates_cancel(erased, states[:, :N], U):
+        return None, None
     if not within_range(xp, (states, ch.U0, ch.P, U), grow, X0.dtype):
         return None, None
     split = (states[..., :d], states[..., d:]) if rule == "titans" else (states,)

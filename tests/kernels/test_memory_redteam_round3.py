@@ -106,6 +106,30 @@ def test_keys_erasing_one_direction(rule, dtype, period, d):
     assert worse == {}
 
 
+@pytest.mark.parametrize("rule,period", [("delta", None), ("delta", 16), ("titans", None),
+                                         ("titans", 16)])
+def test_erased_keys_writing_values_stay_chunked(rule, period):
+    """Every key e_1 with theta near 1 - alpha (the updates' WY coefficients cancel) but random
+    values written: the updates are of the values' size, the cancellation's error is rounding
+    next to them, and the call stays chunked (no sequential loop) with the loop's results."""
+    args = list(one_direction_args(rule, 64, 2, np.float64))
+    i = NAMES[rule].index("v")
+    args[i] = np.random.default_rng(3).standard_normal(args[i].shape)
+    fn = kernel(rule, period)
+    calls = []
+    real = kernels.memory_chunk_precision.updates_cancel
+
+    def spy(erased, *a, **k):
+        calls.append((erased is not None, real(erased, *a, **k)))
+        return calls[-1][1]
+    with pytest.MonkeyPatch.context() as mp:
+        for mod in (kernels.memory_chunk_precision, kernels.memory_chunked,
+                    kernels.memory_chunked_titans):
+            mp.setattr(mod, "updates_cancel", spy)
+        assert compare(fn, tuple(args), NAMES[rule]) == {}
+    assert calls and all(erased for erased, _ in calls) and not any(c for _, c in calls)
+
+
 # -- coverage ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rule", ["delta", "hebbian"])
