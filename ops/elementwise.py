@@ -26,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from tape.core import Tracer, nondiff_value, primal
+from tape.core import STRONG_ZERO, Tracer, nondiff_value, primal
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
@@ -172,9 +172,17 @@ arctanh = unary(np.arctanh, lambda x: 1.0 / ((1.0 - x) * (1.0 + x)))
 
 
 # -- binary -------------------------------------------------------------------------------------
-def binary(ufunc, d_first, d_second, uses_ans=False):
+def binary(ufunc, d_first, d_second, uses_ans=False, times_second=None):
     """A broadcasting binary ufunc with partial derivatives ``d_first(x, y, ans)`` and
-    ``d_second(x, y, ans)``; the result `ans` is saved only when ``uses_ans``."""
+    ``d_second(x, y, ans)``; the result `ans` is saved only when ``uses_ans``.
+    ``times_second(g, x, y, ans)``, when given, is ``g * d_second(x, y, ans)`` in an order
+    that keeps it finite where the partial alone under- or overflows (outside strong-zero
+    mode, whose zero cotangents need the plain product)."""
+
+    def second_term(g, x, y, ans):
+        if times_second is None or STRONG_ZERO.get():
+            return times_partial(g, d_second(x, y, ans))
+        return times_second(g, x, y, ans)
 
     def augmented_primal(cfg, x, y):
         ans = ufunc(x, y)
@@ -186,7 +194,7 @@ def binary(ufunc, d_first, d_second, uses_ans=False):
         if cfg.active[0]:
             gx = unbroadcast(times_partial(g, d_first(x, y, ans)), shape_of(x))
         if cfg.active[1]:
-            gy = unbroadcast(times_partial(g, d_second(x, y, ans)), shape_of(y))
+            gy = unbroadcast(second_term(g, x, y, ans), shape_of(y))
         return gx, gy
 
     def forward(cfg, primals, tangents):
@@ -194,13 +202,13 @@ def binary(ufunc, d_first, d_second, uses_ans=False):
         ans = ufunc(x, y)
         tx, ty = tangents
         t = add_tangents(None if tx is None else times_partial(tx, d_first(x, y, ans)),
-                         None if ty is None else times_partial(ty, d_second(x, y, ans)))
+                         None if ty is None else second_term(ty, x, y, ans))
         return ans, broadcast_tangent(t, shape_of(ans))
 
     prim = defprimitive(ufunc.__name__, ufunc, augmented_primal, reverse, forward)
     # For compiled programs, when nothing broadcasts: the cotangents are g * d_first(x, y, ans)
-    # and g * d_second(x, y, ans), ans passed only when the rule saves it.
-    prim.inline = ("binary", d_first, d_second, uses_ans)
+    # and g * d_second(x, y, ans) (or times_second), ans passed only when the rule saves it.
+    prim.inline = ("binary", d_first, d_second, uses_ans, times_second)
     prim.reverse_results = "fresh"   # never None for an active argument; new arrays
     return route_ufunc(ufunc, prim)
 
@@ -277,8 +285,11 @@ def _reciprocal_of_divisor(x, y, ans):
     return 1.0 / y
 
 
+# d(x / y)/dy = -ans / y, applied as -(g * ans) / y: the partial alone is -1/y^2 for x = 1,
+# which underflows beyond |y| = 1e154 (the second derivative of log(y) lost its -(f'/f)^2 term
+# there) and overflows below 1e-154, where the product with g is a number.
 true_divide = binary(np.true_divide, _reciprocal_of_divisor, lambda x, y, ans: -ans / y,
-                     uses_ans=True)
+                     uses_ans=True, times_second=lambda g, x, y, ans: -(g * ans) / y)
 
 
 def _power_partials(ufunc):

@@ -98,7 +98,9 @@ def multigammaln(a, d: int):
     if np.any(primal(a) <= 0.5 * (d - 1)):
         raise ValueError(f"multigammaln: condition a > 0.5 * (d - 1) = {0.5 * (d - 1)} is not "
                          f"met by a = {primal(a)!r}")
-    total = 0.25 * d * (d - 1) * math.log(math.pi)
-    for j in range(d):
-        total = total + _sc.gammaln(a - 0.5 * j)
-    return total
+    # As SciPy: the log-gammas summed in a's precision, then added to a float64 constant (a
+    # float32 `a` gives a float64 result).
+    terms = _sc.gammaln(a)
+    for j in range(1, d):
+        terms = terms + _sc.gammaln(a - 0.5 * j)
+    return np.float64(0.25 * d * (d - 1) * math.log(math.pi)) + terms

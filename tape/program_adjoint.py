@@ -212,12 +212,18 @@ def inline_terms(inline, active, g, operands, out, const, batched=None):
             if active[k]:
                 yield k, on_data(f"{g} * {operands[1 - k]}", f"{g}.data * {operands[1 - k]}"), True
     elif kind == "binary":
-        _, d_first, d_second, uses_ans = inline
+        _, d_first, d_second, uses_ans, times_second = inline
         ans = out if uses_ans else "None"
         for k, d in enumerate((d_first, d_second)):
-            if active[k]:
-                partial = f"{const(d, 'partial')}({operands[0]}, {operands[1]}, {ans})"
-                yield k, on_data(f"{g} * {partial}", f"{g}.data * {partial}"), True
+            if not active[k]:
+                continue
+            if k == 1 and times_second is not None:
+                times = const(times_second, 'times')
+                rest = f"{operands[0]}, {operands[1]}, {ans}"
+                yield k, on_data(f"{times}({g}, {rest})", f"{times}({g}.data, {rest})"), True
+                continue
+            partial = f"{const(d, 'partial')}({operands[0]}, {operands[1]}, {ans})"
+            yield k, on_data(f"{g} * {partial}", f"{g}.data * {partial}"), True
     elif kind == "map":
         adjoint = const(inline[1], 'adjoint')
         yield 0, on_data(f"{adjoint}({g})", f"{adjoint}({g}.data)", False), True

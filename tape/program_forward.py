@@ -364,11 +364,13 @@ def _inline_tangent(inline, tangents, operands, out, const) -> str:
         tx, ty = tangents
         return _sum(tx and f"{tx} * {operands[1]}", ty and f"{ty} * {operands[0]}")
     if kind == "binary":
-        _, d_first, d_second, _ = inline
+        _, d_first, d_second, _, times_second = inline
         tx, ty = tangents
         x, y = operands
-        return _sum(tx and f"{tx} * {const(d_first, 'partial')}({x}, {y}, {out})",
-                    ty and f"{ty} * {const(d_second, 'partial')}({x}, {y}, {out})")
+        second = (ty and f"{const(times_second, 'times')}({ty}, {x}, {y}, {out})"
+                  if times_second is not None
+                  else ty and f"{ty} * {const(d_second, 'partial')}({x}, {y}, {out})")
+        return _sum(tx and f"{tx} * {const(d_first, 'partial')}({x}, {y}, {out})", second)
     raise ValueError(f"unknown inline rule {kind!r}")
 
 

@@ -92,7 +92,7 @@ def det(a: Array, overwrite_a: bool = False, check_finite: bool = True) -> Array
         return scipy.linalg.det(a, check_finite=check_finite)
     _check_finite(check_finite, "det", a)
     # SciPy computes determinants in double precision (float32 input gives float64).
-    return np.linalg.det(a).astype(np.result_type(_float_dtype(a), np.float64))
+    return np.linalg.det(a.astype(np.result_type(_float_dtype(a), np.float64)))
 
 
 _GENERAL = {None, "gen", "general"}
