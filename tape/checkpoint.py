@@ -36,7 +36,8 @@ enclosing function. Such closures are found while the call runs, not declared:
   values the step closes over.
 
 Restrictions, checked where cheap: `f` must be deterministic (the recomputation must read the same
-differentiated values), and must not write into arrays it did not create (its arguments and
+differentiated values; draws from np.random's global generator are replayed, a Generator's are
+not), and must not write into arrays it did not create (its arguments and
 closures are snapshots). The plain arrays it reads (a closure's workspace, a Const argument, the
 scanned xs) are not copied: the record keeps a digest of `f`'s results, and a recomputation
 whose results differ (such an array was written before the reverse pass) raises instead of
@@ -148,6 +149,7 @@ class _Saved(NamedTuple):
     reads: dict        # id -> (weak reference, {`read_digest`}) of the plain arrays f read
     temporaries: dict  # (shape, dtype, place) -> {weighted sums} of those that died (`retire`)
     operations: set    # `operation_key` of each operation on the noted inputs
+    random_state: Any = None   # np.random's global state before the call, if `f` drew from it
 
 
 def _record(prim, f, trace, args, kwargs):
@@ -159,10 +161,13 @@ def _record(prim, f, trace, args, kwargs):
     arguments = (flatten((args, kwargs)) if any(_mutable(a) for a in (*args, *kwargs.values()))
                  else ((args, kwargs), None))
     temporaries: dict = {}
+    random_state = np.random.get_state(legacy=False)
     with _overridden(trace, process=_transparent_process(trace, seen, prim.name, reads,
                                                          operations, temporaries),
                      constant=_enclosing_constant(trace)):
         out = f(*args, **kwargs)
+    if _same_random_state(random_state, np.random.get_state(legacy=False)):
+        random_state = None   # f drew nothing from np.random's global generator
     for key, entry in list(reads.items()):
         if entry[0]() is None:
             retire(temporaries, entry)
@@ -180,7 +185,8 @@ def _record(prim, f, trace, args, kwargs):
         return unflatten(treedef, values)
     inputs = list(seen.values())
     saved = _Saved(f, prim.name, trace, arguments, inputs, treedef, positions,
-                   [result_digest(values[i]) for i in positions], reads, temporaries, operations)
+                   [result_digest(values[i]) for i in positions], reads, temporaries, operations,
+                   random_state)
     first = trace.n_slots
     trace.n_slots = first + len(positions)
     trace.records.append((prim, config_for((True,) * len(inputs)), saved,
@@ -375,7 +381,7 @@ def _recompute_and_sweep(cfg, saved: _Saved, g: tuple) -> tuple:
         try:
             guard = (_overridden(level, process=_unexpected_input(saved.name))
                      if level.alive else contextlib.nullcontext())
-            with guard:
+            with guard, _replayed_random_state(saved.random_state):
                 leaves, structure = saved.arguments
                 args, kwargs = leaves if structure is None else unflatten(structure, leaves)
                 out = saved.f(*args, **kwargs)
@@ -421,6 +427,28 @@ def _check_recomputation(saved, inner, out) -> None:
         gc.collect()   # (a cycle that holds a temporary is no escape)
         if escaped():
             raise CheckpointError(_ESCAPED.format(name=saved.name))
+
+
+def _same_random_state(a, b) -> bool:
+    return (a["bit_generator"] == b["bit_generator"] and a["state"]["pos"] == b["state"]["pos"]
+            and a.get("has_gauss") == b.get("has_gauss") and a.get("gauss") == b.get("gauss")
+            and np.array_equal(a["state"]["key"], b["state"]["key"]))
+
+
+@contextlib.contextmanager
+def _replayed_random_state(state):
+    """The recomputation draws what the first run drew from np.random's global generator (a
+    dropout mask: the gradient is the one of the mask the results used), and leaves the
+    generator where the caller's code has it since."""
+    if state is None:
+        yield
+        return
+    now = np.random.get_state(legacy=False)
+    np.random.set_state(state)
+    try:
+        yield
+    finally:
+        np.random.set_state(now)
 
 
 def _repoint(obj, trace, value):
