@@ -88,34 +88,41 @@ def _is_number(v) -> bool:
 
 
 # -- unary --------------------------------------------------------------------------------------
-def elementwise(name, fn, derivative, of="x"):
+def elementwise(name, fn, derivative, of="x", times=None):
     """A primitive for the elementwise function `fn`. ``derivative(v)`` is fn' written in terms
     of the input (``of="x"``) or of the result (``of="ans"``), whichever is cheaper; only that
-    one is saved for the reverse sweep."""
+    one is saved for the reverse sweep. ``times(g, v)``, when given, is ``g * derivative(v)``
+    in an order that stays finite where the derivative alone under- or overflows (outside
+    strong-zero mode, whose zero cotangents need the plain product)."""
     use_ans = of == "ans"
+
+    def applied(g, v):
+        if times is None or STRONG_ZERO.get():
+            return times_partial(g, derivative(v))
+        return times(g, v)
 
     def augmented_primal(cfg, x):
         ans = fn(x)
         return ans, (ans if use_ans else x)
 
     def reverse(cfg, v, g):
-        return (times_partial(g, derivative(v)),)
+        return (applied(g, v),)
 
     def forward(cfg, primals, tangents):
         x, = primals
         ans = fn(x)
-        return ans, times_partial(tangents[0], derivative(ans if use_ans else x))
+        return ans, applied(tangents[0], ans if use_ans else x)
 
     prim = defprimitive(name, fn, augmented_primal, reverse, forward)
     # The same rule as straight-line code for a compiled program (tape/program.py): the
-    # result is fn(x), the cotangent of x is g * derivative(ans or x).
-    prim.inline = ("unary", derivative, use_ans)
+    # result is fn(x), the cotangent of x is g * derivative(ans or x) (or times(g, ans or x)).
+    prim.inline = ("unary", derivative, use_ans, times)
     return prim
 
 
-def unary(ufunc, derivative, of="x"):
+def unary(ufunc, derivative, of="x", times=None):
     """A unary ufunc with derivative `derivative` (see `elementwise`), routed from NumPy."""
-    return route_ufunc(ufunc, elementwise(ufunc.__name__, ufunc, derivative, of))
+    return route_ufunc(ufunc, elementwise(ufunc.__name__, ufunc, derivative, of, times))
 
 
 def self_adjoint(ufunc):
@@ -137,13 +144,16 @@ rad2deg = self_adjoint(np.rad2deg)
 degrees = self_adjoint(np.degrees)
 
 square = unary(np.square, lambda x: 2.0 * x)
-reciprocal = unary(np.reciprocal, lambda ans: -np.square(ans), of="ans")
+# -ans^2 applied as -(g * ans) * ans: the square alone underflows beyond |x| = 1e154 (and
+# overflows below 1e-154) where the product with g is a number.
+reciprocal = unary(np.reciprocal, lambda ans: -np.square(ans), of="ans",
+                   times=lambda g, ans: -(g * ans) * ans)
 sqrt = unary(np.sqrt, lambda ans: 0.5 / ans, of="ans")
 cbrt = unary(np.cbrt, lambda ans: 1.0 / (3.0 * np.square(ans)), of="ans")
 
 exp = unary(np.exp, lambda ans: ans, of="ans")
 exp2 = unary(np.exp2, lambda ans: LN2 * ans, of="ans")
-expm1 = unary(np.expm1, lambda ans: ans + 1.0, of="ans")
+expm1 = unary(np.expm1, lambda x: np.exp(x))   # (ans + 1 cancels to 0 from x = -37 on)
 log = unary(np.log, lambda x: 1.0 / x)
 log2 = unary(np.log2, lambda x: 1.0 / (LN2 * x))
 log10 = unary(np.log10, lambda x: 1.0 / (LN10 * x))

@@ -57,13 +57,20 @@ def _dawsn_slope(x, ans):
 
 dawsn = special_ufunc(sc.dawsn, _dawsn_slope, uses_ans=True, complex_ok=True)
 exp1 = special_ufunc(sc.exp1, lambda x, ans: -np.exp(-x) / x)
-expi = special_ufunc(sc.expi, lambda x, ans: np.exp(x) / x)
+def _expi_slope(x, ans):
+    """e^x / x, as exp(x - log x) for large x, where e^x alone overflows (709.8 < x < 716)."""
+    big = x > 700
+    return np.where(big, np.exp(x - np.log(np.where(big, x, 1.0))),
+                    np.exp(np.where(big, 0.0, x)) / x)
+
+
+expi = special_ufunc(sc.expi, _expi_slope)
 ndtri_exp = special_ufunc(sc.ndtri_exp, lambda y, ans: _SQRT_2PI * np.exp(y + 0.5 * (ans * ans)),
                           uses_ans=True)
 
 exp2 = special_ufunc(sc.exp2, lambda x, ans: _LN2 * ans, uses_ans=True)
 exp10 = special_ufunc(sc.exp10, lambda x, ans: _LN10 * ans, uses_ans=True)
-expm1 = special_ufunc(sc.expm1, lambda x, ans: ans + 1.0, uses_ans=True, complex_ok=True)
+expm1 = special_ufunc(sc.expm1, lambda x, ans: np.exp(x), complex_ok=True)   # (not ans + 1)
 # np.add, not +: a Python float x = -1 gives inf (the limit), not a ZeroDivisionError.
 log1p = special_ufunc(sc.log1p, lambda x, ans: 1.0 / np.add(1.0, x), complex_ok=True)
 cbrt = special_ufunc(sc.cbrt, lambda x, ans: 1.0 / (3.0 * (ans * ans)), uses_ans=True)

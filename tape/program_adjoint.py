@@ -199,9 +199,14 @@ def inline_terms(inline, active, g, operands, out, const, batched=None):
 
     kind = inline[0]
     if kind == "unary":
-        _, derivative, use_ans = inline
-        d = f"{const(derivative, 'derivative')}({out if use_ans else operands[0]})"
-        yield 0, on_data(f"{g} * {d}", f"{g}.data * {d}"), True
+        _, derivative, use_ans, times = inline
+        at = out if use_ans else operands[0]
+        if times is not None:
+            t = const(times, 'times')
+            yield 0, on_data(f"{t}({g}, {at})", f"{t}({g}.data, {at})"), True
+        else:
+            d = f"{const(derivative, 'derivative')}({at})"
+            yield 0, on_data(f"{g} * {d}", f"{g}.data * {d}"), True
     elif kind == "linear":
         for k in range(2):
             if active[k]:

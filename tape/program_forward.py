@@ -350,8 +350,10 @@ def _inline_tangent(inline, tangents, operands, out, const) -> str:
     strong-zero mode (which runs eagerly), ``add_tangents`` a sum where both are set."""
     kind = inline[0]
     if kind == "unary":
-        _, derivative, use_ans = inline
+        _, derivative, use_ans, times = inline
         at = out if use_ans else operands[0]
+        if times is not None:
+            return f"{const(times, 'times')}({tangents[0]}, {at})"
         return f"{tangents[0]} * {const(derivative, 'derivative')}({at})"
     if kind == "map":
         return f"{const(inline[1], 'ufunc')}({tangents[0]})"
