@@ -163,9 +163,18 @@ def _train_on(args: argparse.Namespace, world: Any) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from .train import load_run, sample_text
+    from .evaluation import streamed_text
+    from .train import load_run
     cfg, _, params, _, xp = load_run(args.run, args.device)
-    print(sample_text(params, cfg, args.prompt, args.length, args.temperature, args.seed, xp))
+    try:   # printed as the bytes are drawn: a long --length shows its progress, Ctrl-C keeps it
+        for piece in streamed_text(params, cfg, args.prompt, args.length, args.temperature,
+                                   args.seed, xp):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        print()
+        return 130
+    print()
     return 0
 
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -321,11 +321,30 @@ def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
     >>> out.shape, bool(out.max() < 11)
     ((7,), True)
     """
+    seq = [int(t) for t in np.asarray(prompt_tokens).reshape(-1)]
+    seq += sampled_tokens(params, seq, cfg, n_new, temperature, seed)
+    return np.asarray(seq, dtype=np.int64)
+
+
+def sampled_tokens(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
+                   temperature: float = 1.0, seed: int = 0) -> Iterator[int]:
+    """The `n_new` tokens `generate` samples after `prompt_tokens`, one at a time as each is
+    drawn (`hecate sample` prints them as they come).
+
+    >>> from models.model import init_params
+    >>> cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8)
+    >>> len(list(sampled_tokens(init_params(cfg, seed=0), [1, 2], cfg, n_new=3)))
+    3
+    """
     if isinstance(n_new, bool) or not isinstance(n_new, (int, np.integer)) or n_new < 0:
         raise ValueError(f"generate: n_new must be an int >= 0; got {n_new!r}")
     seq = [int(t) for t in np.asarray(prompt_tokens).reshape(-1)]
     if not seq:
         raise ValueError("generate: prompt_tokens must hold at least one token")
+    return _sampled(params, seq, cfg, n_new, temperature, seed)
+
+
+def _sampled(params, seq, cfg, n_new, temperature, seed):
     rng = np.random.default_rng(seed)
     state = init_state(params, cfg, batch=1)
     out = None
@@ -333,10 +352,10 @@ def generate(params: Params, prompt_tokens: Any, cfg: ModelConfig, n_new: int,
         out, state = step(params, cfg, state, np.array([t], dtype=np.int64))
     for i in range(n_new):
         last = np.asarray(_to_numpy(out[0]), dtype=np.float64)
-        seq.append(_pick(last, temperature, rng))
+        token = _pick(last, temperature, rng)
+        yield token
         if i + 1 < n_new:
-            out, state = step(params, cfg, state, np.array([seq[-1]], dtype=np.int64))
-    return np.asarray(seq, dtype=np.int64)
+            out, state = step(params, cfg, state, np.array([token], dtype=np.int64))
 
 
 def _to_numpy(a: Any) -> np.ndarray:

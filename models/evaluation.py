@@ -9,10 +9,11 @@ run by the training loop), sampled text (`sample_text`), the array module of a d
 """
 from __future__ import annotations
 
+import codecs
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -83,11 +84,25 @@ def sample_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature:
     """`prompt` followed by `n` sampled bytes, decoded as UTF-8 (invalid bytes replaced).
     Incremental decoding (`models.decode.generate`): each byte sees the whole history, at a
     cost per byte that does not grow with the length. `params` already live on `xp`."""
+    return "".join(streamed_text(params, cfg, prompt, n, temperature, seed, xp))
+
+
+def streamed_text(params: Any, cfg: ModelConfig, prompt: str, n: int, temperature: float = 0.8,
+                  seed: int = 0, xp: Any = np) -> Iterator[str]:
+    """`sample_text` in pieces as the bytes are drawn: the prompt first, then the text each
+    new byte completes (a UTF-8 character over several bytes comes out once whole)."""
     # surrogateescape: the bytes of a command-line argument that is not UTF-8, as they were
     raw = prompt.encode("utf-8", "surrogateescape") or b"\n"
-    out = decode.generate(params, np.frombuffer(raw, np.uint8).astype(np.int64), cfg, n,
-                          temperature=temperature, seed=seed)
-    return bytes(int(t) for t in out).decode("utf-8", errors="replace")
+    prompt_tokens = np.frombuffer(raw, np.uint8).astype(np.int64)
+    tokens = decode.sampled_tokens(params, prompt_tokens, cfg, n, temperature=temperature,
+                                   seed=seed)
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    yield text.decode(raw)
+    for token in tokens:
+        piece = text.decode(bytes((token,)))
+        if piece:
+            yield piece
+    yield text.decode(b"", final=True)
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> tuple:

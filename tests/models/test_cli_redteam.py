@@ -185,6 +185,32 @@ def test_sample_non_ascii_and_empty_prompt(capsys, run_dir):
     assert out.endswith("\n") and len(out.encode("utf-8", "surrogateescape")) >= 2
 
 
+def test_sample_prints_as_it_draws_and_stops_cleanly_on_ctrl_c(capsys, run_dir, monkeypatch):
+    # The text printed piece by piece is the whole sample's; a KeyboardInterrupt part way (a
+    # --length far too long) keeps what was printed and exits 130 without a traceback.
+    from models import evaluation
+    from models.evaluation import load_run, sample_text
+    cfg, _, params, _, xp = load_run(run_dir)
+    assert main(["sample", "--run", str(run_dir), "--prompt", "pr", "--length", "40",
+                 "--seed", "3"]) == 0
+    assert capsys.readouterr().out == sample_text(params, cfg, "pr", 40, 0.8, 3, xp) + "\n"
+    streamed = evaluation.streamed_text
+
+    def interrupted(*args):
+        for k, piece in enumerate(streamed(*args)):
+            if k == 5:
+                raise KeyboardInterrupt
+            yield piece
+    monkeypatch.setattr(evaluation, "streamed_text", interrupted)
+    assert main(["sample", "--run", str(run_dir), "--prompt", "pr", "--length", "10**11",
+                 "--seed", "3"]) == 2   # (not an integer: refused)
+    capsys.readouterr()
+    assert main(["sample", "--run", str(run_dir), "--prompt", "pr", "--length", "100000000000",
+                 "--seed", "3"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out.startswith("pr") and "Traceback" not in captured.err
+
+
 def test_sample_prompt_with_non_utf8_bytes(capsys, run_dir):
     code = main(["sample", "--run", str(run_dir), "--prompt", "\udcff\udcfe", "--length", "3",
                  "--temperature", "0"])
