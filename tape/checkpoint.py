@@ -121,6 +121,10 @@ def checkpoint(f: Callable) -> Callable:
     def checkpointed(*args, **kwargs):
         stack = _TRACE_STACK.get()
         trace = stack[-1] if stack else None
+        if trace is not None and trace.records_inactive:
+            # A compiling trace cannot replay a recomputation (its results would be slots no
+            # step computes): it stops here and the call runs eagerly.
+            trace.nested_opened()
         # Nested in another checkpointed call's forward run, the trace records nothing anyway.
         if isinstance(trace, ReverseTrace) and not getattr(trace.process, "serving", False):
             return _record(prim, f, trace, args, kwargs)

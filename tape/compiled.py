@@ -112,6 +112,8 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
         types_ = activities if f is None else (f,) + activities
         return lambda fn: compile(mode, fn, *types_, max_traces=max_traces,
                                   max_programs=max_programs)
+    if type(f) is Const and callable(f.val):   # Enzyme's annotated function, as autodiff
+        f = f.val
     if not callable(f) and not isinstance(f, classmethod):   # (a class body's classmethod)
         raise ActivityError(f"compile needs a callable function, got {type(f).__name__}")
     for t in activities:
@@ -389,8 +391,16 @@ class CompiledFunction:
         if reason is None:
             changed = [what for what, get, seen in states.watched
                        if get() is not seen and not same_value(get(), seen)]
+            written = states.const_written()
             if states.drew():
                 future = RANDOM_DRAWS
+            elif written:   # a side effect on the caller's object: each call runs eagerly
+                future = f"the function writes into {written}"
+                traced = None
+                self._compile_seconds += time.perf_counter() - start
+                _restore(states, calls, mark)
+                self._remember(key, future)
+                return self._eager(annotated, future, calls)
             elif changed:
                 future = f"the function changed {changed[0]} while it ran"
                 if key not in self._changed_once:   # a cache it filled (a mask per shape):

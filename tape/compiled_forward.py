@@ -75,7 +75,11 @@ class ForwardSignature(CompiledSignature):
                 first_slot = arg.first_slots[i]
                 if first_slot is not None and t.slot != first_slot:
                     writes.append((g, i, t.slot, True))
-        wants_tangent = owner.ret_activity is not Const and out is not None
+        # Eager forward mode's guess without a return activity: Const for a result without
+        # float data (tape/api.py `_forward`).
+        guessed_const = owner.ret_activity is None and not any(
+            _is_float(x) for x in out_leaves)
+        wants_tangent = owner.ret_activity is not Const and out is not None and not guessed_const
         result_slots = [s for s in out_slots if s is not None] + [w[2] for w in writes]
         tangent_results = ([s for s in out_slots if s is not None] if wants_tangent else []) + [
             w[2] for w in writes]
@@ -86,6 +90,7 @@ class ForwardSignature(CompiledSignature):
             for x in out_leaves])
         compiled = cls(program, template, out_slots, writes, [], watched, None, owner)
         compiled.wants_tangent = wants_tangent
+        compiled.guessed_const = guessed_const
         compiled.width = next((a.width for a in annotated if isinstance(a, BatchDuplicated)),
                               None)   # (the trace checked that they agree)
         compiled.plain = compiled.width is None and not writes and all(
@@ -149,7 +154,7 @@ class ForwardSignature(CompiledSignature):
         ``(primal,)`` or ``()`` (tape/api.py `_forward`)."""
         mode, ret = self.owner.mode, self.owner.ret_activity
         primal_out = self._primal(values)
-        if ret is Const:
+        if ret is Const or self.guessed_const:
             return (primal_out,) if mode.with_primal else ()
         tangent_out = None
         if self.wants_tangent:

@@ -3,6 +3,7 @@ function sees them, the random generators it may draw from, and the memory check
 arguments."""
 from __future__ import annotations
 
+import collections
 import functools
 import random
 
@@ -18,8 +19,27 @@ from .errors import NonDifferentiableError
 from .modifiers import is_complex
 from .program import CompileTrace, GuardFailed, Uncompilable, same_value
 from .pytree import flatten, unflatten
-from .closure_watch import (Snapshotter, _argument_classes, _rng_key, _watch,
+from .closure_watch import (Snapshotter, _argument_classes, _rng_key, _shallow, _watch,
                             generator_state, set_generator_state)
+
+
+def _containers(value, depth=0) -> list:
+    """The lists, dicts, deques and sets in a Const argument, and the attribute dicts of the
+    objects in it (`cfg.training = False`), four levels deep."""
+    if depth > 4 or isinstance(value, (np.ndarray, str, bytes, int, float, complex)):
+        return []
+    if isinstance(value, dict):
+        items, own = list(value.values()), [value]
+    elif isinstance(value, (list, collections.deque, set)):
+        items, own = list(value), [value]
+    elif isinstance(value, tuple):
+        items, own = list(value), []
+    elif hasattr(value, "__dict__") and not isinstance(value, type) and \
+            type(value).__module__.partition(".")[0] not in ("numpy", "tape", "builtins"):
+        items, own = list(vars(value).values()), [vars(value)]
+    else:
+        return []
+    return own + [c for item in items for c in _containers(item, depth + 1)]
 
 
 def trace_once(owner, annotated, names, watched, calls=None):
@@ -280,6 +300,12 @@ class RandomStates:
 
     def __init__(self, f, annotated=()):
         self.watched, self.generators, self.before = _watch(f, _argument_classes(annotated))
+        # The containers of Const arguments (a config dict, a list): a write into them is a
+        # side effect a replay would not make, noted here and undone like the others.
+        self.const_containers = [(i, c, _shallow(c)) for i, ann in enumerate(annotated)
+                                 if type(ann) is Const for c in _containers(ann.val)]
+        for _, c, _ in self.const_containers:
+            self.before.container(c)
         self.states = [generator_state(g) for g in self.generators]
         self.numpy = np.random.get_state(legacy=False)
         self.python = random.getstate()
@@ -292,6 +318,13 @@ class RandomStates:
                 or random.getstate() != self.python
                 or any(not same_value(generator_state(g), s)
                        for g, s in zip(self.generators, self.states)))
+
+    def const_written(self) -> str | None:
+        """Which Const argument the trace wrote into (None: none)."""
+        for i, c, seen in self.const_containers:
+            if _shallow(c) != seen:
+                return f"its Const argument {i}"
+        return None
 
     def restore(self) -> bool:
         """Put the generators and the watched values back; whether a watched value had

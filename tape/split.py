@@ -361,6 +361,8 @@ def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type
     >>> dx
     array([ 2., 20.])
     """
+    if type(f) is Const and callable(f.val):   # Enzyme's annotated function, as autodiff
+        f = f.val
     forward_mode = isinstance(mode, Mode) and mode.kind == "forward"
     if not isinstance(mode, Mode) or not (mode.split or forward_mode):
         raise ActivityError(f"autodiff_thunk takes ReverseSplitWithPrimal, ReverseSplitNoPrimal "
