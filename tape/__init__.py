@@ -17,8 +17,8 @@ checks that there is no cycle):
    ``rules`` / ``rule_calls`` / ``easy_rule`` (how the ops and users register theirs),
    ``inactive_code`` (`tape.inactive`);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``
-   (`autodiff_thunk`), ``checkpoint`` (with ``checkpoint_digests``) and ``checkpointed_scan``,
-   ``convenience`` and ``jacobians``, ``visualize``,
+   (`autodiff_thunk`), ``checkpoint`` (with ``checkpoint_checks`` and ``checkpoint_digests``)
+   and ``checkpointed_scan``, ``convenience`` and ``jacobians``, ``visualize``,
    ``testing`` (with ``finite_differences``, ``rule_check`` and ``check_parts``);
 5. trace -> program -> replay: ``program`` (the compiling trace) and ``program_*`` (the
    generated program: adjoint, forward, CSE, the cut of long programs), ``signature`` (what a
