@@ -12,8 +12,8 @@ checks that there is no cycle):
    (dual numbers); ``backend``,
    ``pytree``, ``aliasing``, ``constbuffer``;
 3. what a traced value can do: ``rule_tables`` (the rules ops/ registers), ``views``
-   (NumPy's views), ``tracer`` (ndarray methods, NumPy protocols), ``batching``
-   and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
+   (NumPy's views), ``tracer`` (ndarray methods, NumPy protocols) with ``operators``,
+   ``batching`` and ``batched_numpy`` (batched tangents), ``modifiers`` (strong zero, NaN checks), and
    ``rules`` / ``rule_calls`` / ``easy_rule`` (how the ops and users register theirs),
    ``inactive_code`` (`tape.inactive`);
 4. eager mode, trace and sweep at once: ``arguments``, ``api`` (`autodiff`), ``split``

@@ -14,122 +14,15 @@ from .batching import Batched
 from .constbuffer import ConstBuffer
 from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .forward_trace import DualTracer, ForwardTrace
-from .errors import NonDifferentiableError, TracerConversionError, refuse_matrix_or_masked
+from .errors import NonDifferentiableError, TracerConversionError
 # The tables are read from here too (tape.program, the tests): one module, two names.
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
                           _rule, _ufunc_name)
+from .operators import _NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow
 from .views import _is_view_index, _refresh_views, _same, mark_view
 
-def _operator(ufunc, tracer, other, args):
-    # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
-    # with a constant on the other side, go straight to the tracer's level.
-    prim = UFUNC_PRIMITIVES.get(ufunc)
-    if prim is None:
-        return _call_ufunc(ufunc, *args)
-    if not isinstance(other, Tracer):
-        if type(other) is Batched:
-            return NotImplemented   # see _defers_to_batched
-        if isinstance(other, np.ndarray) and type(other) is not np.ndarray:
-            refuse_matrix_or_masked(other, f"the operator for np.{ufunc.__name__}")
-        if tracer.level.alive:
-            return tracer.level.process(prim, args, _NO_PARAMS)
-    return prim(*args)
-
-
-def _defers_to_batched(values) -> bool:
-    """Whether a tracer meets a batched tangent (an inner batch mode's rule): it declines, and
-    Batched answers with outer tracers per direction (Primitive.__call__ says why)."""
-    return any(type(v) is Batched for v in values)
-
-
-def _binary(ufunc):
-    def op(self, other):
-        return _operator(ufunc, self, other, (self, other))
-
-    def reflected(self, other):
-        return _operator(ufunc, self, other, (other, self))
-    return op, reflected
-
-
-_NO_PARAMS: dict = {}
-
-
-def _inplace(ufunc):
-    def iop(self, other):
-        result = _call_ufunc(ufunc, self, other)
-        got, mine = peek(result), peek(self)
-        if type(mine) is np.ndarray and type(got) is np.ndarray and got.dtype is not mine.dtype:
-            _check_same_kind(ufunc, mine, other, got)
-        return self._write(result)
-    return iop
-
-
-# NumPy's ndarray `**` (fast_scalar_power in numpy/_core/src/multiarray/number.c) calls a unary
-# ufunc for some constant exponents of a floating or complex array instead of np.power, and
-# the values differ where np.power gives NaN: np.sqrt(inf+1j) is inf, np.reciprocal(inf+1j) is
-# 0, np.square(1e300+1e300j) is -inf+inf j. Since NumPy 2.3 only a Python int -1 or 2 and a
-# Python float 0.5 qualify; before, any integer or floating scalar (a 0-d array too) equal to
-# -1, 0.5, 2 or 1 did. (Exponent 0 took ones and, before 2.3, integer arrays took np.square
-# for 2: np.power gives the same values there.)
-_POWER_SHORTCUT_LEGACY = np.lib.NumpyVersion(np.__version__) < "2.3.0"
-_POWER_SHORTCUTS = {-1.0: np.reciprocal, 0.5: np.sqrt, 2.0: np.square, 1.0: np.positive}
-
-
-def _power_shortcut(base, exponent):
-    """The unary ufunc that NumPy's `base ** exponent` calls, or None where it calls np.power
-    (and for a traced exponent, whose derivative needs np.power)."""
-    value = peek(base)
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "fc":
-        return None   # NumPy scalars, integer and boolean arrays take np.power
-    if _POWER_SHORTCUT_LEGACY:
-        if isinstance(exponent, Tracer) or isinstance(exponent, np.bool_):
-            return None
-        if isinstance(exponent, np.ndarray):
-            if exponent.ndim or exponent.dtype.kind not in "iuf":
-                return None
-        elif not isinstance(exponent, (int, float, np.integer, np.floating)):
-            return None
-        try:
-            return _POWER_SHORTCUTS.get(float(exponent))
-        except OverflowError:   # an int beyond a C long
-            return None
-    if type(exponent) is int:
-        return np.reciprocal if exponent == -1 else np.square if exponent == 2 else None
-    return np.sqrt if type(exponent) is float and exponent == 0.5 else None
-
-
-def _pow(self, other):
-    shortcut = _power_shortcut(self, other)
-    if shortcut is None:
-        return _operator(np.power, self, other, (self, other))
-    return _operator(shortcut, self, other, (self,))
-
-
-def _ipow(self, other, _power=_inplace(np.power)):
-    shortcut = _power_shortcut(self, other)
-    if shortcut is None:
-        return _power(self, other)
-    return self._write(_call_ufunc(shortcut, self))   # the dtype stays: no cast to check
-
-
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
-
-
-def _check_same_kind(ufunc, target: np.ndarray, other, result: np.ndarray) -> None:
-    """NumPy's ``a += b`` keeps a's dtype and refuses a result that does not cast 'same_kind'
-    into it (a float into an integer buffer); a traced array refuses it too, with NumPy's own
-    error, rather than truncate."""
-    kept, got = target.dtype, result.dtype
-    if got == kept or np.can_cast(got, kept, "same_kind"):
-        return
-    empty = (0, 0) if ufunc is np.matmul else (0,)
-    theirs = peek(other)
-    if isinstance(theirs, np.ndarray):
-        theirs = np.empty(empty, theirs.dtype)
-    ufunc(np.empty(empty, kept), theirs, out=np.empty(empty, kept))   # raises NumPy's error
-    raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {got!r} to {kept!r} "
-                    "with casting rule 'same_kind'")
 
 
 def _refuse_array(self, *args, **kwargs):

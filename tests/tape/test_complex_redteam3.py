@@ -349,7 +349,7 @@ def test_power_operator_of_a_numpy_scalar_matches_numpy(dtype):
 def test_power_operator_shortcuts_before_numpy_2_3(monkeypatch):
     # NumPy < 2.3 took the unary ufunc for any integer or floating scalar exponent (a 0-d array
     # too) equal to -1, 0.5, 2 or 1.
-    monkeypatch.setattr(tape.tracer, "_POWER_SHORTCUT_LEGACY", True)
+    monkeypatch.setattr(tape.operators, "_POWER_SHORTCUT_LEGACY", True)
     x = np.array([complex(np.inf, 1.0), 1 - 2j])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
