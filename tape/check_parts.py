@@ -9,8 +9,8 @@ import numpy as np
 
 from .activities import Duplicated, Forward
 from .api import autodiff, make_zero
-from .finite_differences import (Estimate, agrees, inner, leafwise_gap, output_leaves,
-                                 scalar_gap, worst_entry)
+from .finite_differences import (Estimate, agrees, entrywise_gap, inner, leafwise_gap,
+                                 output_leaves, scalar_gap, worst_entry)
 from .rule_check import magnitude_tree, masked, reverse_parts
 
 
@@ -50,6 +50,38 @@ def each_leaf_forward(tangent, est, u, rtol, atol, label=()) -> tuple | None:
             where = ", ".join([*label, *([f"output {k}"] if len(u) > 1 else [])])
             return where, "uᵀ(J·v) = " + description
     return None
+
+
+# The engine's rounding in float64, relative to the largest entry of an output (an entry
+# computed by cancellation of larger terms).
+_ENGINE_FLOOR = 64 * float(np.finfo(np.float64).eps)
+
+
+def each_entry_forward(tangent, est, rtol, atol) -> tuple | None:
+    """(output k, index j, engine, finite differences, difference, tolerance) of the entry of
+    the tangent J·v that disagrees with the finite differences `est` at its own size (rtol of
+    the entry plus its error bar), or None: in a projection uᵀ(J·v), or against the largest
+    entry, an entry 1000 times smaller may be wrong by any factor."""
+    if entrywise_gap(tangent, est.value, est.noise, rtol, atol, _ENGINE_FLOOR)[0] is None:
+        return None
+    value, err, _ = est.refined()
+    k, j, diff, tol = entrywise_gap(tangent, value, [2 * e for e in err], rtol, atol,
+                                    _ENGINE_FLOOR)
+    if k is None:
+        return None
+    if j is None:
+        return k, (), np.nan, np.nan, diff, tol
+    return (k, j, number(np.asarray(tangent[k])[j]), number(np.asarray(value[k])[j]), diff,
+            tol)
+
+
+def describe_entry(found, several_outputs) -> str:
+    k, j, got, want, diff, tol = found
+    where = ", ".join([*([f"output {k}"] if several_outputs else []),
+                       f"index {j}" if j else "(a single entry)"])
+    return (f"J·v entry by entry, {where}: {got!r} vs finite differences {want!r} (difference "
+            f"{diff:.3g}, tolerance {tol:.3g}: the entry's own size times rtol plus its error "
+            "bar)")
 
 
 def each_part_reverse(f, args, wide, diff, direction, u, grads, labels, eps, rtol, atol,

@@ -141,14 +141,38 @@ class Estimate:
         return [_axpy(step, v, x) if v is not None else x
                 for x, v in zip(self.args, self.direction)]
 
+    def _point_rounding(self, step) -> float:
+        """The typical relative error of the step that the rounding of ``x ± step v`` makes:
+        eps |x_j| / (step |v_j|) averaged over the moved entries j (a step 1e-12 |x| is
+        rounded by 1e-4 of itself). The average, not the largest: an entry whose random
+        direction is near zero would swamp the error bar of every output, though it moves
+        only those that depend on it."""
+        total, count = 0.0, 0
+        for x, v in zip(self.args, self.direction):
+            if v is None:
+                continue
+            ax, av = np.abs(np.asarray(x)), np.abs(np.asarray(v))
+            moved = av > 0
+            if np.any(moved):
+                with np.errstate(all="ignore"):
+                    ratio = np.broadcast_to(ax, av.shape)[moved] / av[moved]
+                ratio = ratio[np.isfinite(ratio)]
+                total += float(np.sum(ratio))
+                count += ratio.size
+        return total / max(count, 1) * np.finfo(np.float64).eps / step
+
     def _evaluate(self, step):
         if step not in self._at:
             with np.errstate(all="ignore"):
                 yp = output_leaves(self.f(*self._shifted(step)))
                 ym = output_leaves(self.f(*self._shifted(-step)))
-            self._at[step] = ([(a - b) / (2 * step) for a, b in zip(yp, ym)],
-                              [(np.abs(a) + np.abs(b)) * np.finfo(np.float64).eps / step
-                               for a, b in zip(yp, ym)])
+                values = [(a - b) / (2 * step) for a, b in zip(yp, ym)]
+                point = self._point_rounding(step)
+                # The rounding of f's values, and that of the shifted points (relative to
+                # the estimate, as |x f'| eps / step).
+                noise = [(np.abs(a) + np.abs(b)) * np.finfo(np.float64).eps / step
+                         + point * np.abs(d) for a, b, d in zip(yp, ym, values)]
+            self._at[step] = (values, noise, [np.asarray(a == b) for a, b in zip(yp, ym)])
         return self._at[step]
 
     @property
@@ -163,14 +187,31 @@ class Estimate:
 
     def refined(self) -> tuple:
         """(estimate, error bar, step): among the steps tried, the one whose estimate its
-        neighbours agree with best; the error bar is that disagreement plus rounding."""
+        neighbours agree with best; the error bar is that disagreement plus rounding.
+
+        An end step (the largest or the smallest) is compared with its two nearest steps, not
+        with one alone (the two smallest may share a rounding artefact). An entry whose two
+        shifted values are exactly equal at a step while a larger step moved it is unresolved
+        there (the change was below the rounding of f or of an intermediate, such as 1 + x²):
+        its error bar is the size of the estimate at the nearest larger step that moved it."""
         steps = sorted({self.eps} | {self.eps * s for s in _FALLBACK_STEPS}, reverse=True)
         values = [self._evaluate(s) for s in steps]
+        n = len(values)
+        unresolved = []
+        last = None   # per leaf, |estimate| at the nearest larger step where f moved
+        for value, _, equal in values:
+            if last is None:
+                last = [np.zeros(np.shape(v)) for v in value]
+            unresolved.append([np.where(e, m, 0.0) for e, m in zip(equal, last)])
+            last = [np.where(e, m, np.abs(v)) for e, m, v in zip(equal, last, value)]
         best, best_err, best_bad = 0, None, np.inf
-        for k, (value, noise) in enumerate(values):
-            neighbours = [values[j][0] for j in (k - 1, k + 1) if 0 <= j < len(values)]
-            err = [sum(np.abs(v - n[i]) for n in neighbours) / len(neighbours) + noise[i]
-                   for i, v in enumerate(value)]
+        for k, (value, noise, _) in enumerate(values):
+            near = [j for j in (k - 1, k + 1) if 0 <= j < n]
+            if len(near) == 1 and n > 2:
+                near.append(2 * near[0] - k)
+            neighbours = [values[j][0] for j in near]
+            err = [sum(np.abs(v - nb[i]) for nb in neighbours) / len(neighbours) + noise[i]
+                   + unresolved[k][i] for i, v in enumerate(value)]
             bad = sum(float(np.sum(e)) for e in err)
             if np.isfinite(bad) and all(np.all(np.isfinite(v)) for v in value) and bad < best_bad:
                 best, best_err, best_bad = k, err, bad
@@ -324,6 +365,38 @@ def leafwise_gap(got: list, want: list, rtol: float, atol: float) -> tuple:
     return worst
 
 
+def entrywise_gap(got: list, want: list, bar: list, rtol: float, atol: float,
+                  floor: float = 0.0) -> tuple:
+    """(index of the leaf, index in it, difference, tolerance) of the entry of `got` that
+    exceeds its own tolerance by most, or (None, ...) when every entry agrees with `want`.
+    An entry's tolerance is ``atol + rtol * |entry| + bar + floor * (largest entry of the
+    leaf)``: its own size and its finite-difference error bar `bar`, so an entry much smaller
+    than another of the same leaf is still compared at its own size (`floor`: the rounding of
+    the engine, relative to the leaf's largest entry)."""
+    worst, worst_excess = (None, None, 0.0, 0.0), 0.0
+    for k, (g, w, e) in enumerate(zip(got, want, bar)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            return k, None, np.inf, 0.0
+        if not g.size:
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            size = np.maximum(np.abs(g), np.abs(w))
+            top = float(np.max(np.where(np.isfinite(size), size, 0.0)))
+            tol = atol + rtol * size + np.asarray(e) + floor * top
+            diff = np.abs(g - w)
+            excess = diff - tol
+        both_nan = np.isnan(g) & np.isnan(w)
+        excess = np.where(both_nan, -1.0, np.where(np.isnan(excess), np.inf, excess))
+        j = int(np.argmax(excess))
+        if excess.flat[j] > worst_excess:
+            where = tuple(int(n) for n in np.unravel_index(j, g.shape)) if g.ndim else ()
+            worst_excess = float(excess.flat[j])
+            worst = (k, where, float(np.broadcast_to(diff, g.shape).flat[j]),
+                     float(np.broadcast_to(tol, g.shape).flat[j]))
+    return worst
+
+
 _ENTRY_BY_ENTRY = 32   # entries compared one by one; a larger argument is halved first
 
 
@@ -424,4 +497,4 @@ def _worst_entry(est, i, grad, u, rtol, atol) -> str:
 
 
 __all__: list[Any] = ["GradientCheckError", "Estimate", "agrees", "scalar_gap", "leafwise_gap",
-                      "check_options", "term_size", "worst_entry"]
+                      "entrywise_gap", "check_options", "term_size", "worst_entry"]

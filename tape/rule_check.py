@@ -23,9 +23,10 @@ from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
 from .api import autodiff
 from .core import Primitive, primal
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
-                                 fitting_rtol, function_name, inner, input_scale, is_float,
-                                 leafwise_gap, output_leaves, precision_bits, random_like,
-                                 scalar_gap, term_size, widened, worst_entry)
+                                 entrywise_gap, fitting_rtol, function_name, inner,
+                                 input_scale, is_float, leafwise_gap, output_leaves,
+                                 precision_bits, random_like, scalar_gap, term_size, widened,
+                                 worst_entry)
 from .pytree import flatten, is_inactive, unflatten
 from .split import TapeMutatedError, autodiff_thunk
 
@@ -110,6 +111,9 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
                 "wrong derivative from rounding noise (a rule wrong by a factor 1.9 would "
                 "pass); check the rule at float32 or float64 (x.astype(np.float32))")
     rtol = fitting_rtol([args[i] for i in diff], rtol)
+    # The engine's rounding, relative to the largest entry of an output (an entry computed by
+    # cancellation of larger terms).
+    floor = 64 * max(np.finfo(np.result_type(args[i])).eps for i in diff)
 
     def only(d, i):
         return [d[i] if k == i else None for k in range(len(args))]
@@ -160,28 +164,30 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
                     f"a {np.result_type(flatten(raw_primal)[0][k])} primal: the rule lost "
                     "precision")
         got = output_leaves(got)
+        if len(got) != len(want_primal):
+            raise GradientCheckError(f"{name}, {combo}: the {what} has {len(got)} outputs, "
+                                     f"expected {len(want_primal)}")
+        # Entry by entry, each at its own size and error bar: an entry 1000 times smaller
+        # than another of the same output may be wrong by any factor in a comparison scaled
+        # by the largest.
         want = [sum(estimates[i].value[k] for i in on) for k in range(len(want_primal))]
-        if len(got) == len(want) and leafwise_gap(got, want, rtol, atol)[0] is None:
+        bar = [sum(estimates[i].noise[k] for i in on) for k in range(len(want_primal))]
+        if entrywise_gap(got, want, bar, rtol, atol, floor)[0] is None:
             return
         refined = [estimates[i].refined() for i in on]
         want = [sum(r[0][k] for r in refined) for k in range(len(want_primal))]
-        bar = [sum(r[1][k] for r in refined) for k in range(len(want_primal))]
-        if len(got) != len(want):
-            raise GradientCheckError(f"{name}, {combo}: the {what} has {len(got)} outputs, "
-                                     f"expected {len(want)}")
-        for k, (g, w, e) in enumerate(zip(got, want, bar)):
+        bar = [2 * sum(r[1][k] for r in refined) for k in range(len(want_primal))]
+        k, j, gap, tol = entrywise_gap(got, want, bar, rtol, atol, floor)
+        if k is not None:
+            g, w = got[k], want[k]
             scale = max(float(np.max(np.abs(w), initial=0.0)),
                         float(np.max(np.abs(g), initial=0.0)))
-            excess = np.abs(g - w) - (atol + rtol * scale + 2 * e)
-            if g.shape != w.shape or np.any(~(excess <= 0)):
-                j = (tuple(int(n) for n in np.unravel_index(int(np.nanargmax(
-                    np.where(np.isnan(excess), np.inf, excess))), g.shape))
-                     if g.shape == w.shape and g.ndim else ())
-                raise GradientCheckError(
-                    f"{name}, {combo}: the {what} of output {k} is wrong: largest difference "
-                    f"{float(np.max(np.abs(g - w))) if g.shape == w.shape else np.inf:.3g} "
-                    f"at index {j} (values up to {scale:.3g}); got {_short([g])}, expected "
-                    f"{_short([w])}")
+            at = (f"got {g[j].item()!r}, expected {w[j].item()!r}"
+                  if j is not None and g.ndim else f"got {_short([g])}, expected {_short([w])}")
+            raise GradientCheckError(
+                f"{name}, {combo}: the {what} of output {k} is wrong: at index {j}, {at} "
+                f"(difference {gap:.3g}, tolerance {tol:.3g}; values up to {scale:.3g}); got "
+                f"{_short([g])}, expected {_short([w])}")
 
     for direction, kinds in _combinations(args, diff, modes):
         on = [i for i in diff if kinds[i] != "Const"]
@@ -227,9 +233,10 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
             elif kinds[i] == "Duplicated":
                 shadows[i] = (_shadow_like(args[i], rng),)
                 ann[i] = Duplicated(args[i], shadows[i][0].copy())
-            else:
-                shadows[i] = (_shadow_like(args[i], rng), _shadow_like(args[i], rng))
-                ann[i] = BatchDuplicated(args[i], tuple(s.copy() for s in shadows[i]))
+            else:   # (a Python number as a 0-d array: a batch needs shadows to add into)
+                x = args[i] if isinstance(args[i], np.ndarray) else np.asarray(args[i])
+                shadows[i] = (_shadow_like(x, rng), _shadow_like(x, rng))
+                ann[i] = BatchDuplicated(x, tuple(s.copy() for s in shadows[i]))
         combo = f"ReverseWithPrimal with ({where}) and return Active"
         seen: dict = {}
         probes = {i: _cotangent_probe(seen, i) for i in on}
@@ -257,16 +264,19 @@ def check_rule_first_order(f: Callable, args: Sequence, modes: Sequence[str], ep
             grads = ([derivs[i]] if kinds[i] == "Active" else
                      [d - s for d, s in zip(_as_tuple(ann[i].dval), shadows[i])])
             for w, grad in enumerate(grads):
-                got = inner(grad, dirs[i])
-                terms = term_size(grad, dirs[i])
-                ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), jvp[i], rtol,
-                                         atol, u)
-                if not ok:
-                    which = f" (shadow {w})" if len(grads) > 1 else ""
-                    raise GradientCheckError(
-                        f"{name}, {combo}: the derivative of {labels[i]}{which} disagrees with "
-                        f"finite differences: (uᵀJ)·v = {description}"
-                        + worst_entry(jvp[i], i, grad, u, rtol, atol))
+                # Along two directions: one projection (uᵀJ)·v may weigh an entry of the
+                # gradient by next to nothing.
+                for v, est in ((dirs[i], jvp[i]), (dirs2[i], jvp2[i])):
+                    got = inner(grad, v)
+                    terms = term_size(grad, v)
+                    ok, description = agrees(lambda d: scalar_gap(got, d, u, terms), est, rtol,
+                                             atol, u)
+                    if not ok:
+                        which = f" (shadow {w})" if len(grads) > 1 else ""
+                        raise GradientCheckError(
+                            f"{name}, {combo}: the derivative of {labels[i]}{which} disagrees "
+                            f"with finite differences: (uᵀJ)·v = {description}"
+                            + worst_entry(est, i, grad, u, rtol, atol))
         combo = f"ReverseWithPrimal with ({where}) and return Const"
         derivs, value = run(combo, ReverseWithPrimal, f, Const, *ann)
         n_checked += 1
@@ -377,8 +387,7 @@ def _combinations(args, diff, modes):
         for pick in itertools.product(*options):
             yield "reverse", dict(zip(diff, pick))
     if "rev" in modes and "batch" in modes:
-        options = [("Const", "BatchDuplicated") if isinstance(args[i], np.ndarray)
-                   else ("Const",) for i in diff]
+        options = [("Const", "BatchDuplicated") for i in diff]
         for pick in itertools.product(*options):
             yield "reverse", dict(zip(diff, pick))
 

@@ -26,16 +26,18 @@ import numpy as np
 from .activities import (Active, BatchDuplicated, Const, Duplicated, Forward,
                          ForwardWithPrimal, Reverse, ReverseSplitNoPrimal)
 from .api import autodiff, make_zero
-from .check_parts import (copied as _copied, each_leaf_forward as _each_leaf_forward,
+from .check_parts import (copied as _copied, describe_entry as _describe_entry,
+                          each_entry_forward as _each_entry_forward,
+                          each_leaf_forward as _each_leaf_forward,
                           each_part_reverse as _each_part_reverse, forward_alone as _forward_alone,
                           locate_forward as _locate_forward, locate_reverse as _locate_reverse,
                           one_direction as _one_direction)
 from .core import primal
 from .errors import OnceDifferentiableError
 from .finite_differences import (Estimate, GradientCheckError, agrees, argument_labels,
-                                 check_options, inner, input_scale, is_float, leafwise_gap,
-                                 output_leaves, plain_function, random_like, scalar_gap,
-                                 widened)
+                                 check_options, function_name, inner, input_scale, is_float,
+                                 leafwise_gap, output_leaves, plain_function, random_like,
+                                 scalar_gap, widened)
 from .pytree import flatten, flatten_with_paths, format_path, is_inactive, tree_map, unflatten
 from .rule_check import (check_rule_first_order, magnitude_tree as _magnitude_tree,
                          vjp_function, weighted_sum)
@@ -214,6 +216,17 @@ def _check(f, args, labels, modes, order, eps, rtol, atol, full_jacobian, seed, 
                     break
         if wrong is not None:
             raise fail("forward mode (J·v)", *wrong)
+        found = _each_entry_forward(output_leaves(tangent), numeric, rtol, atol)
+        if found is not None:
+            label = labels[diff[0]] if len(diff) == 1 else (
+                "every argument at once (each alone agrees entry by entry)")
+            if len(diff) > 1:
+                for i, alone, est in _forward_alone(f, args, wide, diff, direction, eps):
+                    found_alone = _each_entry_forward(alone, est, rtol, atol)
+                    if found_alone is not None:
+                        label, found = labels[i], found_alone
+                        break
+            raise fail("forward mode (J·v)", label, _describe_entry(found, len(u) > 1))
 
     if "rev" in modes or order > 1:
         vjp_fn = vjp_function(f, diff, u)
@@ -261,8 +274,9 @@ def check_rule(f: Callable, *args: Any, modes: Sequence[str] = ("fwd", "rev", "b
 
     Each floating-point argument is tried Const and differentiated: forward mode Duplicated
     ("fwd"), reverse mode Active, and Duplicated for arrays (gradients added into a non-zero
-    shadow) ("rev"); with "batch", BatchDuplicated of width 2 in both modes. Arguments given
-    as ``Const(x)`` (and integers, and instances of `inactive_type` classes) stay constant.
+    shadow) ("rev"); with "batch", BatchDuplicated of width 2 in both modes (a Python number as
+    a 0-d array in reverse mode). Arguments given as ``Const(x)`` (and integers, and
+    instances of `inactive_type` classes) stay constant.
     Each combination is run with every return activity: forward Duplicated with and without
     the primal, and Const (so the rule also sees ``needs_primal`` and ``needs_shadow``
     False); reverse Active (the result projected onto a random cotangent, so the reverse rule
@@ -343,14 +357,21 @@ def _check_rule_second_order(f, args, modes, eps, rtol, atol, seed):
     rng = np.random.default_rng(seed + 1)
     u = [random_like(y, rng) for y in output_leaves(f(*values))]
     points = [values[i] for i in diff]
-    if "rev" in modes:
-        gradient = vjp_function(on_differentiated, list(range(len(diff))), u)
-        _check(gradient, points, [labels[i] for i in diff],
-               [m for m in modes if m in ("fwd", "rev")], 1, eps, rtol, atol, False, seed + 2, 2)
-    if "fwd" in modes:
-        direction = [random_like(x, rng, input_scale(x)) for x in points]
-        _check_forward_over_forward(on_differentiated, points, [labels[i] for i in diff],
-                                    direction, eps, rtol, atol, seed + 3, 2)
+    try:
+        if "rev" in modes:
+            gradient = vjp_function(on_differentiated, list(range(len(diff))), u)
+            _check(gradient, points, [labels[i] for i in diff],
+                   [m for m in modes if m in ("fwd", "rev")], 1, eps, rtol, atol, False,
+                   seed + 2, 2)
+        if "fwd" in modes:
+            direction = [random_like(x, rng, input_scale(x)) for x in points]
+            _check_forward_over_forward(on_differentiated, points, [labels[i] for i in diff],
+                                        direction, eps, rtol, atol, seed + 3, 2)
+    except GradientCheckError as e:
+        message = str(e)
+        if message.startswith("check_grads: "):
+            message = message[len("check_grads: "):]
+        raise GradientCheckError(f"check_rule(`{function_name(f)}`): {message}") from None
 
 
 def _check_batch(f, args, diff, direction, u, rng, rtol, atol, what, labels):

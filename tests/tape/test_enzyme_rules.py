@@ -414,8 +414,9 @@ def _mul_rule(wrong_when_y_const=False, wrong_without_primal=False, wrong_batch=
 
 def test_check_rule_passes_a_correct_rule_in_every_combination():
     # 2 args: forward 3 non-Const patterns x 3 returns, batch the same; reverse: an array
-    # and a Python float give 3*2 - 1 = 5 patterns, batch reverse 1 (x), each x 2 returns.
-    assert check_rule(_mul_rule(), np.array([0.5, -1.0]), 0.7) == 9 + 9 + 5 * 2 + 1 * 2
+    # and a Python float give 3*2 - 1 = 5 patterns, batch reverse 3 (x, y, both), each x 2
+    # returns.
+    assert check_rule(_mul_rule(), np.array([0.5, -1.0]), 0.7) == 9 + 9 + 5 * 2 + 3 * 2
 
 
 @pytest.mark.parametrize("kind, match", [
