@@ -21,6 +21,7 @@ returns; reversing it after any of them changed raises `TapeMutatedError`.
 """
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Any, Callable
 
@@ -57,6 +58,8 @@ class SplitTape:
         self._primals = [a.val for a in annotated]
         self._arguments = [a.val for a in annotated]
         self._fingerprints = self._fingerprint_all()
+        self._structures = [_structure(v) for v in self._arguments]
+        self._reversing = threading.RLock()
 
     def _fingerprint_all(self) -> list:
         # The arguments too: a tape reversed after its inputs changed would return the
@@ -85,6 +88,11 @@ class SplitTape:
 
     def check_unchanged(self) -> None:
         """Raise `TapeMutatedError` if an array the tape saved was modified since `forward`."""
+        if [_structure(v) for v in self._arguments] != self._structures:
+            raise TapeMutatedError(
+                "an argument of this tape changed after the forward pass (a number in a dict, "
+                "list or dataclass, or an array replaced); the tape holds the derivative at the "
+                "old values. Run forward again")
         now = self._fingerprint_all()
         for (i, name, before), (_, _, after) in zip(self._fingerprints, now):
             if _same(before, after):
@@ -129,6 +137,18 @@ def _saved_arrays(saved, found: dict):
         _saved_arrays(flatten(saved.val if isinstance(saved, Annotation) else saved)[0], found)
     elif isinstance(saved, np.ndarray) or hasattr(saved, "__cuda_array_interface__"):
         found.setdefault(id(saved), saved)
+
+
+def _structure(value) -> tuple:
+    """An argument's pytree structure and its number leaves (arrays by identity only: their
+    contents are fingerprinted), for `check_unchanged`: a number changed in place in a dict or
+    a dataclass, or an array replaced by a number, changes it."""
+    leaves, treedef = flatten(value)
+    return treedef, tuple(
+        ("array", id(x)) if isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")
+        else ("nan",) if isinstance(x, (float, complex, np.inexact)) and x != x
+        else (type(x).__name__, x) if isinstance(x, (int, float, complex, np.generic)) else
+        ("other", id(x)) for x in leaves)
 
 
 def _fingerprint(a):
@@ -226,16 +246,17 @@ class _Thunk:
                     f"reverse: the Const argument {i} holds other values than forward "
                     "recorded; the tape holds the derivative at forward's values. Run "
                     "forward again with the new values")
-        tape.check_unchanged()
-        for arg, ann in zip(tape._groups, [a for a in annotated if type(a) is not Const]):
-            arg.annotation = ann
-            if isinstance(ann, Duplicated):
-                _check_shadow(arg)   # the shadows to add into are the ones given now
-        seeds = {}
-        _seed(tape, dret, seeds)
-        with strong_zero_scope(self.mode.strong_zero):
-            cts = sweep(tape._trace, tape._groups, seeds, tape.width, consume=False)
-        return (derivatives(annotated, tape._groups, cts, tape.width),)
+        with tape._reversing:   # the groups take this call's shadows: one reversal at a time
+            tape.check_unchanged()
+            for arg, ann in zip(tape._groups, [a for a in annotated if type(a) is not Const]):
+                arg.annotation = ann
+                if isinstance(ann, Duplicated):
+                    _check_shadow(arg)   # the shadows to add into are the ones given now
+            seeds = {}
+            _seed(tape, dret, seeds)
+            with strong_zero_scope(self.mode.strong_zero):
+                cts = sweep(tape._trace, tape._groups, seeds, tape.width, consume=False)
+            return (derivatives(annotated, tape._groups, cts, tape.width),)
 
 
 def _same_argument(value, recorded) -> bool:
@@ -320,8 +341,10 @@ def _seed(tape: SplitTape, dret, seeds: dict):
 def _seed_leaves(dret, td, leaves, trace) -> list:
     seed_leaves, seed_td = flatten(dret)
     if seed_td != td:
-        raise ActivityError(f"the seed has the structure of {_describe(dret)}, not the "
-                            "structure of the function's result")
+        hint = (" (a None in the seed is no leaf: seed a result you do not differentiate "
+                "with 0.0 or zeros of its shape)" if _holds_none(dret) else "")
+        raise ActivityError(f"the seed's structure ({seed_td!r}) is not the function "
+                            f"result's ({td!r}): give one seed per result leaf{hint}")
     out = []
     for k, (x, d) in enumerate(zip(leaves, seed_leaves)):
         value = x.value if isinstance(x, Tracer) and x.level is trace else x
@@ -336,6 +359,16 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
         # A complex seed is conjugated into the sweep's convention (docs/complex.md).
         out.append(to_user(xp.asarray(d, dtype=getattr(value, "dtype", np.float64))))
     return out
+
+
+def _holds_none(tree) -> bool:
+    if tree is None:
+        return True
+    if isinstance(tree, (tuple, list)):
+        return any(_holds_none(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(_holds_none(t) for t in tree.values())
+    return False
 
 
 def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type):
@@ -391,6 +424,7 @@ def _forward_thunk(mode, f, ret_activity, arg_types):
         if len(args) != len(arg_types):
             raise ActivityError(f"the forward thunk was made for {len(arg_types)} arguments, "
                                 f"called with {len(args)}")
+        args = tuple(a if isinstance(a, Annotation) else Const(a) for a in args)
         for i, (a, t) in enumerate(zip(args, arg_types)):
             if type(a) is not t:
                 raise ActivityError(f"argument {i}: the forward thunk was made for "
