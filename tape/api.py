@@ -255,6 +255,13 @@ def _write_primals(arg):
             arg.leaves[i][...] = t.value
 
 
+def _added(number, g):
+    """A number leaf of a shadow plus its gradient, of the leaf's type; a gradient an enclosing
+    differentiation traces (a nested autodiff) stays traced, as a container can hold it."""
+    total = number + g
+    return total if isinstance(total, Tracer) else type(number)(total)
+
+
 def _accumulate_shadows(arg, cts, width=None):
     """Add the gradients into the shadows. MixedDuplicated returns the derivatives of its
     immutable leaves (which have no memory to add into) in a container like its primal."""
@@ -273,7 +280,7 @@ def _accumulate_shadows(arg, cts, width=None):
                     _refuse_plain_buffer(arg, i, "shadow", shadow, gw)
                     shadow += gw
                 else:   # a float leaf of shadow w's container (`+=` would only rebind it)
-                    set_at(arg.annotation.dval[w], arg.paths[i], type(shadow)(shadow + gw),
+                    set_at(arg.annotation.dval[w], arg.paths[i], _added(shadow, gw),
                            root=f"shadow {w} of {arg.name.root}")
             continue
         shadow = arg.shadows[i]
@@ -283,7 +290,7 @@ def _accumulate_shadows(arg, cts, width=None):
         elif mixed:
             immutable[i] = _cast_like(g, arg.leaves[i])
         else:
-            set_at(arg.annotation.dval, arg.paths[i], type(shadow)(shadow + g),
+            set_at(arg.annotation.dval, arg.paths[i], _added(shadow, g),
                    root=f"shadow of {arg.name.root}")
     if not mixed:
         return None

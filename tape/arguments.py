@@ -93,7 +93,9 @@ class _Leaves:
 
 def _describe(x):
     if hasattr(x, "dtype") and hasattr(x, "shape"):
-        return f"{type(x).__name__} of dtype {x.dtype} and shape {tuple(x.shape)}"
+        # (a value an enclosing differentiation traces is an array to the user)
+        kind = "array" if isinstance(x, Tracer) else type(x).__name__
+        return f"{kind} of dtype {x.dtype} and shape {tuple(x.shape)}"
     return type(x).__name__
 
 

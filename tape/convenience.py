@@ -245,7 +245,7 @@ def _check_mode(mode, caller):
 # Hessian-vector products: forward over reverse
 
 
-def _grad_fn(f):
+def _grad_fn(f, caller="hvp"):
     name = getattr(f, "__name__", "f")
 
     def grad(x):
@@ -253,8 +253,8 @@ def _grad_fn(f):
             return autodiff(Reverse, f, Active, Active(x))[0][0]
         except ActivityError as e:
             if "scalar" in str(e):
-                raise ActivityError(f"hvp needs a scalar function: `{name}` does not return a "
-                                    f"real scalar ({e})") from None
+                raise ActivityError(f"{caller} needs a scalar function: `{name}` does not "
+                                    f"return a real scalar ({e})") from None
             raise
     return grad
 
@@ -392,17 +392,17 @@ def hessian(f: Callable, x: Any, chunk: int | None = None):
             "arrays (lambda re, im: f(re + 1j * im)) and differentiate those")
     if is_tree(x):
         g, call, _ = on_float_leaves(f, [x], 0)
-        columns, _ = forward_columns(_flat_grad_fn(g), call, 0, chunk)
+        columns, _ = forward_columns(_flat_grad_fn(g, "hessian"), call, 0, chunk)
         xp = array_module(columns[0] if hasattr(columns[0], "shape") else np.asarray(0.0))
         return xp.stack([xp.asarray(c) for c in columns], axis=-1)
     if isinstance(x, float) and not isinstance(x, Tracer):
         x = np.asarray(x, dtype=float)
-    return forward_jacobian(_grad_fn(f), [x], 0, chunk)[0]
+    return forward_jacobian(_grad_fn(f, "hessian"), [x], 0, chunk)[0]
 
 
-def _flat_grad_fn(g):
+def _flat_grad_fn(g, caller):
     """x (a list of float leaves) -> the gradient of `g` there, raveled into one vector."""
-    grad = _grad_fn(g)
+    grad = _grad_fn(g, caller)
 
     def flat_grad(leaves):
         return np.concatenate([np.reshape(d, -1) for d in grad(leaves)])

@@ -345,7 +345,8 @@ def test_mixed_real_complex_pytree():
         np.testing.assert_allclose(g["t"], ref["t"], rtol=1e-6)
         np.testing.assert_allclose(g["k"], ref["k"], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(g["psi"][0], ref["psi0"], rtol=1e-6, atol=1e-7)
-        assert g["phase"] == pytest.approx(float(ref["phase"]), rel=1e-6)
+        # (a global phase: the derivative is 0, the finite difference rounding noise)
+        assert g["phase"] == pytest.approx(float(ref["phase"]), rel=1e-6, abs=1e-7)
         assert g["psi"][1] == pytest.approx(float(ref["psi1"]), rel=1e-6)
 
 
