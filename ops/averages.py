@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
 from ._util import numpy_scalar, shape_of
@@ -44,16 +44,20 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     shape = shape_of(a)
     axes = normalize_axis(axis, len(shape))
     a, mask = masked(a, where, 0)
-    total = sum_(a, axis=axes, dtype=dtype, keepdims=bool(keepdims))
+    # As NumPy: float16 is summed and divided in float32, and the mean cast back (a float16
+    # sum overflows at 65504, and so does a float16 count).
+    half = dtype is None and np.result_type(peek(a)) == np.float16
+    total = sum_(a, axis=axes, dtype=np.float32 if half else dtype, keepdims=bool(keepdims))
     if mask is not None:   # NumPy's nan (and warning) for a slice with nothing selected
         with np.errstate(invalid="warn", divide="warn"):
-            return total / _selected_count(mask, axes, keepdims).astype(
+            mean = total / _selected_count(mask, axes, keepdims).astype(
                 np.result_type(primal(total)), copy=False)
+        return mean.astype(np.float16) if half else mean
     count = _count(shape, axes)
     if count == 0:   # NumPy's nan for an empty slice, with its warning
         warnings.warn("Mean of empty slice.", RuntimeWarning, stacklevel=3)
         return total * math.nan
-    return total / count
+    return (total / count).astype(np.float16) if half else total / count
 
 
 # -- var / std ------------------------------------------------------------------------------------

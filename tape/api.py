@@ -405,9 +405,7 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(tangents, scalars)])
             else:
-                tangent_out = tuple(unflatten(td, [
-                    _python_scalar(_tangent_direction(t, w)) if k else _tangent_direction(t, w)
-                    for t, k in zip(tangents, scalars)]) for w in range(width))
+                tangent_out = batch_tangents(tangents, td, primal_leaves, scalars, width)
     if ret_activity is Const:
         return (primal_out,) if mode.with_primal else ()
     if mode.with_primal and not no_need:
@@ -427,10 +425,24 @@ def _tangent_of(x, trace):
     return array_module(x).zeros_like(x)
 
 
-def _tangent_direction(t, w):
+def batch_tangents(tangents, td, primal_leaves, scalars, width) -> tuple:
+    """Batch forward mode's W tangents of the result leaves, each direction in the primal's
+    structure and dtype (the W tangents of a Python float argument travel as one float64
+    array, where the float itself was weak: a float32 result keeps float32 tangents)."""
+    dtypes = ([getattr(p, "dtype", None) for p in primal_leaves]
+              if len(primal_leaves) == len(tangents) else [None] * len(tangents))
+    return tuple(unflatten(td, [
+        _python_scalar(_tangent_direction(t, w)) if k else _tangent_direction(t, w, dt)
+        for t, k, dt in zip(tangents, scalars, dtypes)]) for w in range(width))
+
+
+def _tangent_direction(t, w, dtype=None):
     if not isinstance(t, Batched):
         return t        # a zero: the same in every direction
     v = t.data[w]
+    if (dtype is not None and getattr(v, "dtype", dtype) != dtype
+            and v.dtype.kind == np.dtype(dtype).kind and v.dtype.kind in "fc"):
+        v = v.astype(dtype)
     return v if np.ndim(v) else v[()]
 
 

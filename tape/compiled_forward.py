@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
-from .api import (refuse_read_only_tangent_shadows, write_tangent, _forward_argument, _is_float,
-                  _python_scalar, _tangent_direction, _tangent_of, batch_width)
+from .api import (batch_tangents, refuse_read_only_tangent_shadows, write_tangent,
+                  _forward_argument, _is_float, _python_scalar, _tangent_of, batch_width)
 from .batching import stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
@@ -176,9 +176,7 @@ class ForwardSignature(CompiledSignature):
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(out, scalars)])
             else:   # a W-tuple, as eager batch mode gives it
-                tangent_out = tuple(unflatten(td, [
-                    _python_scalar(_tangent_direction(t, w)) if k else _tangent_direction(t, w)
-                    for t, k in zip(out, scalars)]) for w in range(self.width))
+                tangent_out = batch_tangents(out, td, primal_leaves, scalars, self.width)
         if mode.with_primal and ret not in (DuplicatedNoNeed, BatchDuplicatedNoNeed):
             return (tangent_out, primal_out)
         return (tangent_out,)
