@@ -216,9 +216,31 @@ def _pinv_vjp(a, x, g):
             + (xt @ xc) @ (gh - (gh @ xc) @ ac))
 
 
+def _refuse_truncation(a, cutoff, name: str) -> None:
+    """Golub & Pereyra's derivative is that of a rank that does not change: exact where the
+    singular values a cutoff drops are zero (to rounding). A cutoff (`rcond`, `rtol`) that
+    drops nonzero ones truncates the SVD, whose derivative has gap terms it lacks (wrong by
+    about the dropped value): refused."""
+    if cutoff is None:
+        return
+    v = primal(a)
+    xp = array_module(v)
+    s = xp.linalg.svd(v, compute_uv=False)
+    top = xp.max(s, axis=-1, keepdims=True)
+    rounding = 10 * max(shape_of(a)[-2:]) * float(xp.finfo(s.dtype).eps) * top
+    dropped = (s <= xp.asarray(cutoff)[..., None] * top) & (s > rounding)
+    if bool(xp.any(dropped)):
+        raise NotImplementedError(
+            f"the derivative of {name} with a cutoff that drops nonzero singular values (here "
+            f"{float(xp.max(xp.where(dropped, s, 0)))!r}) is not implemented: it is that of a "
+            "truncated SVD. Lower the cutoff to keep them, or truncate explicitly with "
+            "np.linalg.svd, which is differentiated (v[:, :r] / s[:r] @ u[:, :r].T)")
+
+
 # With hermitian=True NumPy reads the lower triangle only: the rules differentiate pinv of the
 # Hermitian matrix built from it, and map the derivative back to that triangle.
 def _pinv_augmented(cfg, a, **kw):
+    _refuse_truncation(a, kw.get("rcond", kw.get("rtol")), "pinv")
     x = pinv(a, **kw)
     hermitian = kw.get("hermitian", False)
     return x, (hermitian_from_triangle(a, True) if hermitian else a, x, hermitian)
@@ -231,6 +253,7 @@ def _pinv_reverse(cfg, saved, g):
 
 
 def _pinv_forward(cfg, primals, tangents, **kw):
+    _refuse_truncation(primals[0], kw.get("rcond", kw.get("rtol")), "pinv")
     a, ta = primals[0], tangents[0]
     if kw.get("hermitian", False):
         a, ta = hermitian_from_triangle(a, True), hermitian_from_triangle(ta, True)
@@ -253,8 +276,9 @@ register_function(np.linalg.pinv, _pinv)
 
 
 # -- lstsq: x = pinv(a) b; computed once by LAPACK, passed in as `solution` -----------------------
-def _lstsq_augmented(cfg, a, b, solution):
-    return lstsq_solution(a, b, solution=solution), (a, b, pinv(a))
+def _lstsq_augmented(cfg, a, b, solution, rcond=None):
+    _refuse_truncation(a, rcond, "lstsq")
+    return lstsq_solution(a, b, solution=solution, rcond=rcond), (a, b, pinv(a))
 
 
 def _lstsq_reverse(cfg, saved, g):
@@ -268,23 +292,24 @@ def _lstsq_reverse(cfg, saved, g):
     return ga, gb
 
 
-def _lstsq_forward(cfg, primals, tangents, solution):
+def _lstsq_forward(cfg, primals, tangents, solution, rcond=None):
+    _refuse_truncation(primals[0], rcond, "lstsq")
     a, b = primals
     ta, tb = tangents
     a_pinv = pinv(a)
     t = add_tangents(None if ta is None else _pinv_jvp(a, a_pinv, ta) @ b,
                      None if tb is None else a_pinv @ tb)
-    return lstsq_solution(a, b, solution=solution), t
+    return lstsq_solution(a, b, solution=solution, rcond=rcond), t
 
 
-lstsq_solution = defprimitive("lstsq", lambda a, b, solution: solution, _lstsq_augmented,
-                              _lstsq_reverse, _lstsq_forward)
+lstsq_solution = defprimitive("lstsq", lambda a, b, solution, rcond=None: solution,
+                              _lstsq_augmented, _lstsq_reverse, _lstsq_forward)
 
 
 def _lstsq(a, b, rcond=None):
     b = _as_array(b)
     x, residuals, rank, s = np.linalg.lstsq(primal(a), primal(b), rcond=rcond)
-    x = lstsq_solution(a, b, solution=x)
+    x = lstsq_solution(a, b, solution=x, rcond=rcond)
     if np.size(residuals):   # NumPy reports them only for a tall, full-rank a
         r = b - a @ x        # |r|^2 per column, real for complex r too
         square = np.real(r) ** 2 + np.imag(r) ** 2 if np.iscomplexobj(r) else r * r

@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer
+from tape.core import Tracer, primal
 
 from ._util import shape_of
 
@@ -81,9 +81,19 @@ def _expand2(x):
 
 
 def _gap_inverse(w):
-    """F[..., i, j] = 1 / (w_j - w_i) off the diagonal, 0 on it (w real or complex)."""
+    """F[..., i, j] = 1 / (w_j - w_i) off the diagonal, 0 on it (w real or complex). A gap
+    within rounding of the values (1000 eps of the largest) counts as none: its inverse is
+    inf, so that a derivative through a double eigenvalue comes out inf or NaN, as at an exact
+    one, rather than finite noise (a double eigenvalue as rounding leaves it, 1e-15 apart)."""
     eye = _eye(shape_of(w)[-1], w)
-    return (1 - eye) / (w[..., None, :] - w[..., :, None] + eye)
+    gaps = w[..., None, :] - w[..., :, None]
+    v = primal(w)
+    xp = array_module(v)
+    scale = xp.max(xp.abs(v), axis=-1, keepdims=True)[..., None] if v.size else 0.0
+    tiny = 1000 * float(xp.finfo(v.dtype).eps) * scale
+    none = (xp.abs(primal(gaps)) <= tiny) & (primal(eye) == 0)
+    with np.errstate(divide="ignore"):
+        return (1 - eye) / xp.where(none, 0.0, 1.0) / (gaps + eye)
 
 
 def _as_array(x):
