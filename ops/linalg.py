@@ -18,7 +18,8 @@ Conventions and assumptions (derivatives exist only where the function is smooth
   derivative, and a symmetric input gets no special treatment. For the derivative "with respect
   to a symmetric matrix", symmetrise before the call: eigh(0.5 * (a + a.T)).
 - eigh (vectors): derivatives divide by eigenvalue gaps, so they are undefined (inf/nan) for
-  degenerate eigenvalues. Eigenvalues alone are fine there: eigvalsh, or eigh in reverse mode
+  degenerate eigenvalues, and for a gap within rounding of them (1000 eps of the largest),
+  which rounding leaves between a double eigenvalue's two copies. Eigenvalues alone are fine there: eigvalsh, or eigh in reverse mode
   with only `w` used (forward mode still computes the undefined eigenvector tangent). Complex
   eigenvectors are unique up to a phase per column: the derivative takes the phase fixed by
   diag(V^H dV) = 0, so only phase-invariant functions of them (|v|, v v^H, ...) have derivatives
@@ -35,7 +36,9 @@ Conventions and assumptions (derivatives exist only where the function is smooth
   a non-square input raises NotImplementedError (the extra columns are not unique).
 - qr: mode 'reduced' (or 'complete' for square input) and 'r', with m >= n and full rank.
 - pinv and lstsq: the rank must be locally constant (full rank in practice); lstsq's
-  residuals and singular values are differentiable, its rank is not.
+  residuals and singular values are differentiable, its rank is not. A cutoff (rcond, rtol)
+  that drops nonzero singular values truncates the SVD, whose derivative is not implemented:
+  refused (one that drops only zero ones, a rank-deficient product, is differentiated).
 
 The factorisations live in `ops.linalg_factor` (cholesky, eigh, eigvalsh, qr), `ops.linalg_svd`
 (svd, svdvals) and `ops.linalg_eig` (eig, eigvals); the norms (norm, vector_norm, matrix_norm,
