@@ -11,7 +11,7 @@ import numpy as np
 
 from .checkpoint import checkpoint
 from .core import primal
-from .pytree import flatten, flatten_with_paths, format_path, unflatten
+from .pytree import flatten, flatten_with_paths, format_path, key_order_hint, unflatten
 
 __all__ = ["checkpointed_scan"]
 
@@ -179,7 +179,8 @@ class _Loop:
         leaves, td = flatten(carry)
         if td is not self.carry_td and td != self.carry_td:   # speed-up: `is` for leaves
             raise TypeError(f"checkpointed_scan: step changed the structure of the carry at step "
-                            f"{i}: the initial carry is {self.carry_td!r}, step returned {td!r}")
+                            f"{i}: the initial carry is {self.carry_td!r}, step returned {td!r}"
+                            f"{key_order_hint(self.carry_td, td)}")
         for x, (where, shape, dtype) in zip(leaves, self.carry_spec):
             x = primal(x)   # speed-up: shape and dtype of a tracer go through properties
             if _shape(x) != shape:

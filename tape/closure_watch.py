@@ -227,7 +227,8 @@ def _watch(f, classes=()) -> tuple:
             # An attribute added to a subclass hides its base's; a method, a staticmethod or
             # a callable (`act = np.tanh`) rebound on the class: compared by identity.
             watched.append((f"the attribute names of class `{klass.__name__}`",
-                            (lambda k=klass: frozenset(vars(k))), frozenset(vars(klass))))
+                            (lambda k=klass: frozenset(vars(k)) - _CLASS_BOOKKEEPING),
+                            frozenset(vars(klass)) - _CLASS_BOOKKEEPING))
             for name, item in vars(klass).items():
                 if name in _CLASS_BOOKKEEPING:
                     continue
@@ -329,9 +330,10 @@ def _attribute_names(obj) -> list:
 _GONE = object()
 # A class's own entries that are not the user's attributes (and change by themselves: an ABC's
 # caches), left out of the identity checks of `visit_class`.
+# (`__slotnames__`: copyreg adds it to a class at its first copy.copy, as unflatten makes.)
 _CLASS_BOOKKEEPING = frozenset(("__dict__", "__weakref__", "__doc__", "__module__",
                                 "__qualname__", "__slots__", "_abc_impl", "__annotations__",
-                                "__parameters__", "__orig_bases__"))
+                                "__parameters__", "__orig_bases__", "__slotnames__"))
 
 
 def _is_library_module(value) -> bool:

@@ -38,7 +38,26 @@ class TreeDef:
                 and _aux_key(self) == _aux_key(other) and self.children == other.children)
 
     def __repr__(self):
+        if self.kind == "dict":   # the keys, in order: two dicts differing in order show it
+            return f"TreeDef(dict with keys {list(self.aux)!r})"
+        if self.kind in ("dataclass", "fields"):
+            return f"TreeDef({self.aux[0].__name__} with fields {list(self.aux[1])!r})"
         return f"TreeDef({self.kind}, {len(self.children)} children)"
+
+
+def key_order_hint(a: TreeDef, b: TreeDef) -> str:
+    """For an error about two structures that differ: where a dict has the same keys in
+    another order (flattening follows the order of the keys), else ''."""
+    if a.kind == "dict" and b.kind == "dict" and list(a.aux) != list(b.aux) \
+            and set(a.aux) == set(b.aux):
+        return (f"; a dict has the same keys in another order ({list(a.aux)!r} against "
+                f"{list(b.aux)!r}): build it in the same order")
+    if a.kind == b.kind and len(a.children) == len(b.children):
+        for x, y in zip(a.children, b.children):
+            hint = key_order_hint(x, y)
+            if hint:
+                return hint
+    return ""
 
 
 def _aux_key(td):

@@ -36,7 +36,7 @@ from .backend import array_module
 from .batching import Batched, stack_directions
 from .core import ReverseTrace, Tracer, primal
 from .errors import ActivityError, HecateError
-from .pytree import flatten, is_inactive
+from .pytree import flatten, is_inactive, key_order_hint
 from .residuals import _map_items
 from .modifiers import strong_zero_scope, to_user
 
@@ -344,7 +344,8 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
         hint = (" (a None in the seed is no leaf: seed a result you do not differentiate "
                 "with 0.0 or zeros of its shape)" if _holds_none(dret) else "")
         raise ActivityError(f"the seed's structure ({seed_td!r}) is not the function "
-                            f"result's ({td!r}): give one seed per result leaf{hint}")
+                            f"result's ({td!r}): give one seed per result leaf{hint}"
+                            f"{key_order_hint(seed_td, td)}")
     out = []
     for k, (x, d) in enumerate(zip(leaves, seed_leaves)):
         value = x.value if isinstance(x, Tracer) and x.level is trace else x
