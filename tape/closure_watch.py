@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import array
 import collections
+import contextvars
 import functools
 import os
 import types
+import weakref
 
 import numpy as np
 
@@ -128,6 +130,29 @@ def _watch(f, classes=()) -> tuple:
             if isinstance(value, types.MethodType):
                 visit_value(value.__self__, depth + 1)
             return
+        if isinstance(value, _BUILTIN_METHODS):   # `lookup = CFG.get`, `total = W.sum`
+            owner = getattr(value, "__self__", None)
+            if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+                visit_value(owner, depth + 1)
+            return
+        if isinstance(value, weakref.ref) and depth <= _MAX_DEPTH:   # a parent model's
+            target = value()                                         # back-reference
+            watched.append(("the object a weak reference it reads points to",
+                            (lambda r=value: _Same(r())), _Same(target)))
+            if target is not None:
+                visit_value(target, depth + 1)
+            return
+        if isinstance(value, contextvars.ContextVar):
+            now = value.get(_GONE)
+            watched.append((f"context variable `{value.name}`",
+                            (lambda v=value: _seen(v.get(_GONE))), _seen(now)))
+            if now is not _GONE:
+                visit_value(now, depth + 1)
+            return
+        if isinstance(value, memoryview):
+            watched.append(("a memoryview it reads", (lambda v=value: v.tobytes()),
+                            value.tobytes()))
+            return
         if (isinstance(value, (*_SCALARS, types.ModuleType)) or depth > _MAX_DEPTH
                 or seen.get(id(value), _MAX_DEPTH + 1) <= depth):
             return   # (a module reached as a value is not walked: that would be the world)
@@ -235,6 +260,12 @@ def _watch(f, classes=()) -> tuple:
                 method = _method_function(item)
                 if method is not None:   # the globals and closures a method reads
                     visit_function(method, depth + 1)
+                elif hasattr(type(item), "__get__") and not callable(item) \
+                        and type(item).__module__.partition(".")[0] not in _LIBRARIES:
+                    # a descriptor of the user's (`scale = FromConfig()`): what its __get__
+                    # reads, and its own state
+                    visit_function(type(item).__get__, depth + 1)
+                    visit_value(item, depth + 1)
                 if method is not None or callable(item) or hasattr(item, "__get__"):
                     watched.append((f"class attribute `{klass.__name__}.{name}`",
                                     (lambda k=klass, n=name: vars(k).get(n, _GONE)), item))
@@ -328,6 +359,8 @@ def _attribute_names(obj) -> list:
                   if n not in ("__dict__", "__weakref__") and n not in names]
     return names
 _GONE = object()
+# Bound methods of builtin objects (`CFG.get`, `W.sum`, `L.__getitem__`): their object is read.
+_BUILTIN_METHODS = (types.BuiltinMethodType, type("".__add__), type([].__getitem__))
 # A class's own entries that are not the user's attributes (and change by themselves: an ABC's
 # caches), left out of the identity checks of `visit_class`.
 # (`__slotnames__`: copyreg adds it to a class at its first copy.copy, as unflatten makes.)
