@@ -354,3 +354,17 @@ _DATA_CASES = {
 def test_data_dependent_user_functions(case, mode_name):
     f, calls, n_const = _DATA_CASES[case]
     _compare(mode_name, f, calls(), n_const=n_const)
+
+
+def test_np_ix_of_computed_indices_is_inactive():
+    # np.ix_ only builds index arrays; it had no rule (NotImplementedError when the indices
+    # came from traced values through argsort).
+    x = np.random.default_rng(9).standard_normal((4, 4))
+
+    def f(x):
+        return np.sum(x[np.ix_(np.argsort(x.sum(1))[:2], np.argsort(x.sum(0))[-2:])] ** 2)
+    rows, cols = np.argsort(x.sum(1))[:2], np.argsort(x.sum(0))[-2:]
+    want = np.zeros_like(x)
+    want[np.ix_(rows, cols)] = 2 * x[np.ix_(rows, cols)]
+    for mode in (Reverse, Forward):
+        np.testing.assert_allclose(tape.gradient(mode, f, x)[0], want, rtol=1e-14)
