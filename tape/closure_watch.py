@@ -153,6 +153,13 @@ def _watch(f, classes=()) -> tuple:
             watched.append(("a memoryview it reads", (lambda v=value: v.tobytes()),
                             value.tobytes()))
             return
+        if isinstance(value, np.void) and value.base is not None:   # a structured array's
+            watched.append(("a row of a structured array it reads",   # row: a view of it
+                            (lambda v=value: v.tobytes()), value.tobytes()))
+            return
+        if isinstance(value, np.flatiter):   # `it = w.flat`: the array behind it
+            visit_value(value.base, depth + 1)
+            return
         if (isinstance(value, (*_SCALARS, types.ModuleType)) or depth > _MAX_DEPTH
                 or seen.get(id(value), _MAX_DEPTH + 1) <= depth):
             return   # (a module reached as a value is not walked: that would be the world)
@@ -194,6 +201,8 @@ def _watch(f, classes=()) -> tuple:
             copy = value.copy()
             watched.append(("an array it reads", (lambda v=value: v), copy))
             state.array(value, copy)
+            if type(value) is not np.ndarray and getattr(value, "__dict__", None):
+                visit_object(value, depth)   # a subclass's own attributes (`w.scale`)
         elif isinstance(value, _CONTAINERS):   # an OrderedDict of weights, a namedtuple...
             items = value.values() if isinstance(value, dict) else value
             watched.append(("a container it reads", (lambda v=value: _shallow(v)),
@@ -243,7 +252,11 @@ def _watch(f, classes=()) -> tuple:
 
     def visit_class(cls, depth):
         """Class attributes (read through an instance, or `cls` in a classmethod): the data
-        ones, and the globals and closures of the methods."""
+        ones, and the globals and closures of the methods; and the user's metaclass's
+        (`Config.s` found on `Meta`)."""
+        meta = type(cls)
+        if meta is not type and meta.__module__.partition(".")[0] not in _LIBRARIES:
+            visit_class(meta, depth)
         for klass in cls.__mro__[:-1]:
             if (id(klass) in seen or klass.__module__.partition(".")[0] in _LIBRARIES
                     or klass.__bases__ == (tuple,) and "_fields" in vars(klass)):
@@ -431,8 +444,9 @@ def _changed(watched) -> str | None:
     """What the function reads that changed since it was traced (None: nothing)."""
     for what, get, seen in watched:
         now = get()
-        if now is seen or (type(now) is tuple and now == seen and _shallow_items(now)):
+        if now is seen or (type(now) is tuple and _shallow_items(now) and now == seen):
             continue   # a container's items, unchanged: compared without same_value's walk
+            #            (checked first: `==` of tuples of arrays would compare the arrays)
         if (type(now) is np.ndarray and type(seen) is np.ndarray and now.size <= 4096
                 and now.dtype == seen.dtype and now.dtype.kind != "O"
                 and now.shape == seen.shape and now.tobytes() == seen.tobytes()):
