@@ -51,7 +51,10 @@ def _treedef_key(td):
         raise Uncompilable("an argument holds an inactive_type value")
     # a registered class's own static part (`aux` of its flatten) too, by value (a repr
     # would elide the middle of a long array)
-    aux = (td.aux[0], _static_key(td.aux[1])) if td.kind == "custom" else _aux_key(td)
+    aux = ((td.aux[0], _static_key(td.aux[1])) if td.kind == "custom"
+           # a dict's keys with their type and a zero's sign: {1: ...}, {True: ...} and
+           # {1.0: ...} are equal under == but a function may tell them apart
+           else _static_key(td.aux) if td.kind == "dict" else _aux_key(td))
     try:
         hash(aux)
     except TypeError:
