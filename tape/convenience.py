@@ -132,16 +132,26 @@ def gradient_(mode: Mode, dx: Any, f: Callable, x: Any):
     """
     if mode.kind != "reverse":
         raise ActivityError("gradient_ takes Reverse or ReverseWithPrimal")
-    make_zero_(dx)
-    for leaf, path in zip(*flatten_with_paths(dx)[:2]):
+    dx_leaves, dx_paths, _ = flatten_with_paths(dx)
+    for leaf, path in zip(dx_leaves, dx_paths):
         why = fixed_place(dx, path) if _is_number(leaf) and path else None
         if why is not None:
             raise PytreeError(f"gradient_ cannot accumulate into the number at "
                               f"{format_path(path, 'dx')}: {why}; or use gradient(Reverse, f, "
                               "x), which returns the gradient")
-    result = autodiff(mode, f, Active, Duplicated(x, dx))
+    # Refused before `dx` is zeroed: zeroing a dx that shares memory with x would wipe x.
+    x_arrays = [a for a in flatten(x)[0] if _is_array(a)]
+    for leaf, path in zip(dx_leaves, dx_paths):
+        if _is_array(leaf) and any(np.may_share_memory(leaf, a) for a in x_arrays
+                                   if isinstance(a, np.ndarray) and isinstance(leaf, np.ndarray)):
+            raise ActivityError(f"gradient_: {format_path(path, 'dx')} shares memory with x; the "
+                                "gradient would be written into the values being "
+                                "differentiated. Pass a separate buffer: make_zero(x)")
+    make_zero_(dx)
+    integers = []
+    result = autodiff(mode, _integer_result_is_constant(f, integers), Active, Duplicated(x, dx))
     if mode.with_primal:
-        return GradientResult((dx,), result[1])
+        return GradientResult((dx,), integers[-1] if integers else result[1])
     return dx
 
 
@@ -365,7 +375,7 @@ def _check_shape(dst, value, where):
                             f"{np.shape(value)}; pass arrays shaped like x's (make_zero(x))")
 
 
-def hessian(f: Callable, x: Any, chunk: int | None = None):
+def hessian(f: Callable, x: Any, *, chunk: int | None = None):
     """The Hessian of real scalar `f` at `x`: batched forward-over-reverse, `chunk`
     Hessian-vector products per pass (all by default).
 

@@ -131,7 +131,12 @@ def check_argument(x: Any, i: int, f: Callable, caller: str) -> None:
 
 def check_result(out: Any, f: Callable, caller: str) -> None:
     """A Jacobian needs an array (or scalar) result with real entries."""
-    if not (is_leaf(out) and not isinstance(out, bool)):
+    if isinstance(out, (bool, np.bool_)) or getattr(out, "dtype", None) == np.bool_:
+        raise ActivityError(
+            f"{caller} needs a float result, but `{_name(f)}` returned a boolean "
+            f"({_describe(out)}), which has no derivative: return the float value the "
+            "comparison was made on")
+    if not is_leaf(out):
         raise ActivityError(
             f"{caller} needs an array or scalar result, but `{_name(f)}` returned "
             f"{type(out).__name__}; Jacobians of pytree results are not supported: take one "
