@@ -100,7 +100,7 @@ def sqrt_of_variance(v):
     """sqrt(v) for a variance, with derivative 0 where v == 0 (a constant slice)."""
     if not isinstance(v, Tracer):
         return np.sqrt(v)
-    flat = primal(v) == 0
+    flat = v == 0   # (an inactive comparison: a compiled program computes it at each call)
     # The inner where keeps sqrt away from 0, so no inf reaches the cotangent.
     return numpy_scalar(np.where(flat, 0, np.sqrt(np.where(flat, 1, v))))
 
