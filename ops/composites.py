@@ -1,6 +1,6 @@
 """NumPy functions written with differentiated NumPy calls: the running extrema
 (np.maximum.accumulate, np.minimum.accumulate), np.diagflat, sliding_window_view,
-np.piecewise and np.apply_along_axis.
+np.piecewise, np.apply_along_axis and np.ix_.
 
 The rearranging ones apply NumPy's own function to the *positions* of the elements (an integer
 array) and gather the traced values there, so NumPy decides every shape and edge case and the
@@ -112,6 +112,25 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     return np.moveaxis(out, list(inner), list(range(axis, axis + len(result_shape))))
 
 
+def ix_(*args):
+    """np.ix_: each 1-d argument reshaped to lie along its own axis (a boolean one taken as
+    the indices of its True entries, as NumPy does). Integer indices carry no derivative; a
+    float argument's reshaped copy is differentiated like any reshape.
+
+    >>> [a.shape for a in ix_(np.array([0, 2]), np.array([1.0, 2.0, 3.0]))]
+    [(2, 1), (1, 3)]
+    """
+    out = []
+    for k, a in enumerate(args):
+        if np.ndim(a) != 1:
+            raise ValueError("Cross index must be 1 dimensional")
+        if np.result_type(primal(a)) == np.bool_:
+            a = np.nonzero(primal(a))[0]
+        out.append(np.reshape(a, (1,) * k + (-1,) + (1,) * (len(args) - k - 1)))
+    return tuple(out)
+
+
+register_function(np.ix_, ix_)
 register_function(np.diagflat, diagflat)
 register_function(stride_tricks.sliding_window_view, sliding_window_view)
 register_function(np.piecewise, piecewise)

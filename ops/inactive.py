@@ -16,7 +16,7 @@ INACTIVE_FUNCTIONS = [
     np.round, np.around, np.fix, np.isposinf, np.isneginf, np.isreal, np.iscomplex,
     np.argpartition, np.lexsort, np.nanargmax, np.nanargmin, np.isin, np.array_equiv,
     np.shares_memory, np.may_share_memory, np.tril_indices_from, np.triu_indices_from,
-    np.diag_indices_from, np.ix_,
+    np.diag_indices_from,
 ]
 
 INACTIVE_UFUNCS = [

@@ -168,6 +168,9 @@ class _Surface:
     itemsize = property(lambda self: _dtype_of(peek(self)).itemsize)
     nbytes = property(lambda self: np.size(peek(self)) * _dtype_of(peek(self)).itemsize)
     strides = property(lambda self: _strides_of(peek(self)))
+    # The layout flags of the value (np.isfortran, x.flags.c_contiguous), read-only: a write
+    # goes through the tracer, never through its value's flags.
+    flags = property(lambda self: np.asarray(peek(self)).view().flags)
 
     @property
     def real(self):
@@ -433,6 +436,13 @@ def _masked_ufunc(ufunc, inputs, kwargs, out):
     """`ufunc(*inputs, out=out, where=mask)`: only the selected entries are computed and
     written, so `np.divide(a, b, out=c, where=b != 0)` gets no nan derivative from the others."""
     outs = out if isinstance(out, tuple) else (out,)
+    traced = any(isinstance(x, Tracer) for x in inputs)
+    for target in outs:   # as `_write_out` refuses it without `where=`
+        if traced and not isinstance(target, (Tracer, ConstBuffer)):
+            raise NonDifferentiableError(
+                f"numpy.{ufunc.__name__}(..., out=..., where=...) would write a traced value "
+                "into a plain array, which cannot carry a derivative; allocate the output "
+                "with np.zeros_like(x) instead")
     shape = np.shape(peek(outs[0]))
     mask = np.broadcast_to(primal(kwargs.pop("where")), shape)
     picked = [np.broadcast_to(x, shape)[mask] for x in inputs]

@@ -11,6 +11,7 @@ EXAMPLES = {
     "np.apply_along_axis": (lambda a: np.apply_along_axis(lambda r: r * np.sum(r * r), 1, a),
                             (M23,)),
     "np.diagflat": (lambda a: np.diagflat(a * a, k=-1), (M23,)),
+    "np.ix_": (lambda a: np.ix_(a * a, np.sin(a))[0] * np.ix_(a * a, np.sin(a))[1], (x5,)),
     "np.piecewise": (lambda a: np.piecewise(a, [a < 0], [lambda v: v ** 3, np.sin]), (x5,)),
     "np.sliding_window_view": (lambda a: sliding_window_view(a * a, 3) ** 2, (x5,)),
 }
