@@ -19,8 +19,8 @@ from .errors import NonDifferentiableError
 from .modifiers import is_complex
 from .program import CompileTrace, GuardFailed, Uncompilable, same_value
 from .pytree import flatten, unflatten
-from .closure_watch import (Snapshotter, _argument_classes, _rng_key, _shallow, _watch,
-                            generator_state, set_generator_state)
+from .closure_watch import (_LIBRARIES, Snapshotter, _argument_classes, _rng_key, _shallow,
+                            _watch, generator_state, set_generator_state)
 
 
 def _containers(value, depth=0) -> list:
@@ -35,7 +35,7 @@ def _containers(value, depth=0) -> list:
     elif isinstance(value, tuple):
         items, own = list(value), []
     elif hasattr(value, "__dict__") and not isinstance(value, type) and \
-            type(value).__module__.partition(".")[0] not in ("numpy", "tape", "builtins"):
+            type(value).__module__.partition(".")[0] not in _LIBRARIES:
         items, own = list(vars(value).values()), [vars(value)]
     else:
         return []
