@@ -22,6 +22,16 @@ class Const(Annotation):
     __slots__ = ()
 
 
+def unannotated(f):
+    """The function of Enzyme's annotated function ``Const(f)`` (what autodiff, autodiff_thunk
+    and compile take as `f`); anything else as it is.
+
+    >>> unannotated(Const(abs)) is abs, unannotated(abs) is abs
+    (True, True)
+    """
+    return f.val if type(f) is Const and callable(f.val) else f
+
+
 class Active(Annotation):
     """Reverse mode: the derivative with respect to this value is *returned*.
 

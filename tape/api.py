@@ -6,7 +6,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicatedNoNeed, Const,
-                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode)
+                         Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode, unannotated)
 from .backend import array_module
 from .batching import Batched, stack_directions
 from .aliasing import refuse_shared_written_shadows
@@ -45,8 +45,7 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
     if not isinstance(mode, Mode):
         raise ActivityError(f"the first argument of autodiff must be a mode such as Reverse or "
                             f"Forward, got {mode!r}")
-    if type(f) is Const and callable(f.val):   # Enzyme's autodiff(mode, Const(f), ...)
-        f = f.val
+    f = unannotated(f)   # Enzyme's autodiff(mode, Const(f), ...)
     if not callable(f):
         raise ActivityError(f"autodiff needs a callable function to differentiate, got "
                             f"{type(f).__name__} {f!r}"

@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
-                         DuplicatedNoNeed, Mode)
+                         DuplicatedNoNeed, Mode, unannotated)
 from .api import _argument_names, autodiff
 from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
@@ -112,8 +112,7 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
         types_ = activities if f is None else (f,) + activities
         return lambda fn: compile(mode, fn, *types_, max_traces=max_traces,
                                   max_programs=max_programs)
-    if type(f) is Const and callable(f.val):   # Enzyme's annotated function, as autodiff
-        f = f.val
+    f = unannotated(f)   # Enzyme's autodiff(mode, Const(f), ...)
     if not callable(f) and not isinstance(f, classmethod):   # (a class body's classmethod)
         raise ActivityError(f"compile needs a callable function, got {type(f).__name__}")
     for t in activities:

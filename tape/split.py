@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, Mode)
+                         Duplicated, Mode, unannotated)
 from .api import (autodiff, _argument_names, _check_shadow, _describe, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
@@ -395,8 +395,7 @@ def autodiff_thunk(mode: Mode, f: Callable, ret_activity: type, *arg_types: type
     >>> dx
     array([ 2., 20.])
     """
-    if type(f) is Const and callable(f.val):   # Enzyme's annotated function, as autodiff
-        f = f.val
+    f = unannotated(f)   # Enzyme's autodiff(mode, Const(f), ...)
     forward_mode = isinstance(mode, Mode) and mode.kind == "forward"
     if not isinstance(mode, Mode) or not (mode.split or forward_mode):
         raise ActivityError(f"autodiff_thunk takes ReverseSplitWithPrimal, ReverseSplitNoPrimal "
@@ -421,14 +420,8 @@ def _forward_thunk(mode, f, ret_activity, arg_types):
     """Enzyme's forward-mode thunk: one function that takes the annotated arguments and returns
     what ``autodiff(mode, f, ret_activity, *args)`` returns (the shadow, and the primal under
     ForwardWithPrimal)."""
+    checked = _Thunk(mode, f, ret_activity, arg_types).check_args   # as the split thunk's
+
     def forward(*args):
-        if len(args) != len(arg_types):
-            raise ActivityError(f"the forward thunk was made for {len(arg_types)} arguments, "
-                                f"called with {len(args)}")
-        args = tuple(a if isinstance(a, Annotation) else Const(a) for a in args)
-        for i, (a, t) in enumerate(zip(args, arg_types)):
-            if type(a) is not t:
-                raise ActivityError(f"argument {i}: the forward thunk was made for "
-                                    f"{t.__name__}, called with {type(a).__name__}")
-        return autodiff(mode, f, ret_activity, *args)
+        return autodiff(mode, f, ret_activity, *checked(args, "forward"))
     return forward
