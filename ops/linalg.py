@@ -53,7 +53,7 @@ import operator
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import primal
+from tape.core import peek, primal
 from tape.rules import inactive, register_function
 
 from ._util import add_tangents, defprimitive, shape_of, unbroadcast
@@ -309,16 +309,28 @@ lstsq_solution = defprimitive("lstsq", lambda a, b, solution, rcond=None: soluti
                               _lstsq_augmented, _lstsq_reverse, _lstsq_forward)
 
 
+@inactive
+def _lstsq_plain(a, b, rcond):
+    """LAPACK's solution and rank, as arrays: a compiled function replays this call (a step of
+    its program, run again on each call's values) instead of guarding on a and b."""
+    x, _, rank, _ = np.linalg.lstsq(a, b, rcond=rcond)
+    return x, array_module(x).asarray(rank)
+
+
 def _lstsq(a, b, rcond=None):
     b = _as_array(b)
-    x, residuals, rank, s = np.linalg.lstsq(primal(a), primal(b), rcond=rcond)
+    x, rank = _lstsq_plain(a, b, rcond)
     x = lstsq_solution(a, b, solution=x, rcond=rcond)
-    if np.size(residuals):   # NumPy reports them only for a tall, full-rank a
-        r = b - a @ x        # |r|^2 per column, real for complex r too
+    (m, n), b_shape = shape_of(a), shape_of(b)
+    if m > n and rank == n:   # NumPy reports residuals only for a tall, full-rank a
+        r = b - a @ x         # |r|^2 per column, real for complex r too
         square = np.real(r) ** 2 + np.imag(r) ** 2 if np.iscomplexobj(r) else r * r
-        residuals = np.reshape(np.sum(square, axis=0), np.shape(residuals))
+        residuals = np.reshape(np.sum(square, axis=0), (1,) if len(b_shape) == 1 else b_shape[1:])
+    else:
+        x_plain = peek(x)   # its dtype and module only
+        residuals = array_module(x_plain).zeros((0,), dtype=x_plain.real.dtype)
     # np.linalg.svdvals is this same call; CuPy has only the svd form.
-    return x, residuals, rank, np.linalg.svd(a, compute_uv=False)
+    return x, residuals, rank[()], np.linalg.svd(a, compute_uv=False)
 
 
 register_function(np.linalg.lstsq, _lstsq)

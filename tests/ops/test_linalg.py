@@ -260,6 +260,35 @@ def test_lstsq_solution(seed, m, n, rhs_cols):
         check_grads(lambda x, y: np.linalg.lstsq(x, y)[1], a, b)
 
 
+def test_lstsq_compiled_replays_and_follows_the_rank():
+    """A compiled lstsq reads a and b at each call (no guard on their values: one trace for
+    new values of the same rank) and follows a change of rank (residuals, then none), with the
+    eager gradient and NumPy's four results at every call."""
+    import tape
+
+    def f(a, b):
+        x, residuals, rank, s = np.linalg.lstsq(a, b, rcond=None)
+        return np.sum(x ** 2) + np.sum(residuals) + rank + np.sum(s)
+
+    g = tape.compile(Reverse, f, Active, Active, Active)
+    rng = np.random.default_rng(3)
+    deficient = rng.standard_normal((5, 3))
+    deficient[:, 2] = deficient[:, 0]
+    for i, a in enumerate([rng.standard_normal((5, 3)), rng.standard_normal((5, 3)),
+                           deficient, rng.standard_normal((5, 3))]):
+        b = rng.standard_normal(5)
+        expected = autodiff(tape.ReverseWithPrimal, f, Active, Active(a), Active(b))
+        got = g(Active(a), Active(b))
+        for e, o in zip(expected[0], got[0]):
+            np.testing.assert_allclose(o, e, rtol=1e-10, atol=1e-10)
+        if i == 1:
+            assert g.stats.traces == 1 and g.stats.hits == 1
+    assert g.stats.traces == 2   # rank 3, then rank 2; the return to rank 3 finds the first
+    x, residuals, rank, s = np.linalg.lstsq(deficient, np.ones(5), rcond=None)
+    ours = traced_value(lambda p: np.linalg.lstsq(p, np.ones(5), rcond=None), deficient)
+    assert residuals.shape == ours[1].shape == (0,) and ours[2] == rank == 2
+
+
 # -- norms ----------------------------------------------------------------------------------------
 @FAST
 @given(seeds, st.sampled_from([None, 2, 1, np.inf, -np.inf, 3, 0.5, -1]),
