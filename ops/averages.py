@@ -51,7 +51,7 @@ def _mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     if mask is not None:   # NumPy's nan (and warning) for a slice with nothing selected
         with np.errstate(invalid="warn", divide="warn"):
             mean = total / _selected_count(mask, axes, keepdims).astype(
-                np.result_type(primal(total)), copy=False)
+                np.result_type(peek(total)), copy=False)
         return mean.astype(np.float16) if half else mean
     count = _count(shape, axes)
     if count == 0:   # NumPy's nan for an empty slice, with its warning
@@ -84,7 +84,7 @@ def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=No
     if mask is not None:
         count = np.maximum(_selected_count(mask, axes, keepdims) - ddof, 0)
         with np.errstate(invalid="warn", divide="warn"):
-            return total / count.astype(np.result_type(primal(total)), copy=False)
+            return total / count.astype(np.result_type(peek(total)), copy=False)
     return total / max(_count(shape, axes) - ddof, 0)
 
 

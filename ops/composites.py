@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib import stride_tricks
 from numpy.lib.array_utils import normalize_axis_index
 
-from tape.core import primal
+from tape.core import peek, primal
 from tape.rules import register_function, register_method
 
 from ._util import shape_of
@@ -39,7 +39,7 @@ def running_extremum(ufunc):
     """np.maximum.accumulate / np.minimum.accumulate on a traced array."""
     def accumulate(a, axis=0, dtype=None):
         axis = normalize_axis_index(axis, len(shape_of(a)))
-        if dtype is not None and np.dtype(dtype) != primal(a).dtype:
+        if dtype is not None and np.dtype(dtype) != peek(a).dtype:
             a = a.astype(dtype)
         values = np.moveaxis(np.asarray(primal(a)), axis, -1)
         positions = np.moveaxis(_positions(a), axis, -1)
@@ -124,7 +124,7 @@ def ix_(*args):
     for k, a in enumerate(args):
         if np.ndim(a) != 1:
             raise ValueError("Cross index must be 1 dimensional")
-        if np.result_type(primal(a)) == np.bool_:
+        if np.result_type(peek(a)) == np.bool_:
             a = np.nonzero(primal(a))[0]
         out.append(np.reshape(a, (1,) * k + (-1,) + (1,) * (len(args) - k - 1)))
     return tuple(out)

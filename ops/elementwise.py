@@ -26,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from tape.core import STRONG_ZERO, Tracer, nondiff_value, primal
+from tape.core import STRONG_ZERO, Tracer, nondiff_value, peek, primal
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
@@ -319,8 +319,8 @@ def _power_partials(ufunc):
         log_x = np.log(np.where(zero, 1.0, x))
         if _is_number(x):   # a Python base is weak: its log in the result's precision, so
             #                 that 2.0 ** (float32 y) keeps a float32 tangent
-            dtype = getattr(primal(ans), "dtype", None)   # (a CuPy array's too)
-            log_x = np.asarray(log_x, dtype=np.result_type(primal(ans)) if dtype is None
+            dtype = getattr(peek(ans), "dtype", None)   # (a CuPy array's too)
+            log_x = np.asarray(log_x, dtype=np.result_type(peek(ans)) if dtype is None
                                else dtype)
         return np.where(zero, 0.0, ans * log_x)
 

@@ -115,6 +115,12 @@ class Primitive:
                 subclassed = a
         if subclassed is not None and top is not None:
             refuse_matrix_or_masked(subclassed, self.name)
+        if top is None and params:
+            # A compiling trace keeps its nondiff parameters traced (`nondiff_value`): the
+            # condition of np.where(x > 0, 1.0, -1.0) is the call's only traced value.
+            for v in params.values():
+                if isinstance(v, Tracer) and (top is None or v.level.depth > top.depth):
+                    top = v.level
         if top is None:
             if not self.pure:
                 traces = _TRACE_STACK.get()

@@ -34,6 +34,7 @@ import scipy.special as _sc
 
 from ops import nn as _nn
 from tape.core import peek, primal
+from tape.inactive_code import inactive
 from tape.tracer import UFUNC_RULES
 
 # The differentiable ufuncs (their rules are in ops.scipy_special) and the two Python
@@ -86,18 +87,27 @@ def _drop(x, axes: tuple):
     return np.reshape(x, tuple(n for i, n in enumerate(np.shape(x)) if i not in axes))
 
 
+@inactive
+def _shift(a, b, axes: tuple):
+    """The max of a where b != 0 over `axes` (dims kept; 0 where none is finite)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    counted = np.where(b != 0, a, -np.inf)
+    m = np.max(counted, axis=axes, keepdims=True, initial=-np.inf) if a.size else np.zeros(
+        tuple(1 if i in axes else n for i, n in enumerate(a.shape)))
+    return np.where(np.isfinite(m), m, 0.0)
+
+
 def _weighted_lse(a, b, axes: tuple):
     """(log|sum(b exp(a))|, sum) over `axes`, dims kept. The shift by the max of a is a
-    constant (the primal value): the result does not depend on it, so neither do its
-    derivatives at any order, and no max() enters the tape."""
-    pa, pb = np.asarray(primal(a)), np.asarray(primal(b))
-    pa, pb = np.broadcast_arrays(pa, pb)
-    counted = np.where(pb != 0, pa, -np.inf)
-    m = np.max(counted, axis=axes, keepdims=True, initial=-np.inf) if pa.size else np.zeros(
-        tuple(1 if i in axes else n for i, n in enumerate(pa.shape)))
-    m = np.where(np.isfinite(m), m, 0.0)
+    constant (no derivative; a compiled function computes it again at each call): the result
+    does not depend on it, so neither do its derivatives at any order, and no max() enters
+    the tape."""
+    m = _shift(a, b, axes)
     s = np.sum(b * np.exp(a - m), axis=axes, keepdims=True)
     return np.log(np.abs(s)) + m, s
+
+
+_sign_of = inactive(np.sign)
 
 
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
@@ -123,10 +133,10 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     if np.shape(a) != shape:
         a = np.broadcast_to(a, shape)
     out, s = _weighted_lse(a, b, axes)
-    sign = np.sign(primal(s))
+    sign = _sign_of(s)   # no derivative; a compiled function computes it again at each call
     if not return_sign:
         # NaN where the sum is negative, as a factor so that the derivative is NaN there too.
-        out = out * np.where(sign < 0, np.nan, 1.0).astype(np.result_type(primal(out)))
+        out = out * np.where(sign < 0, np.nan, 1.0).astype(np.result_type(peek(out)))
     if not keepdims:
         out, sign = _drop(out, axes), _drop(sign, axes)
     return (out, sign) if return_sign else out

@@ -290,3 +290,21 @@ def test_cache_is_bounded():
     for n in range(1, 7):
         g(Duplicated(np.ones(n), np.zeros(n)))
     assert g.stats.programs <= 3 and g.stats.traces == 6
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(x * np.where(x > 0, 1.0, -1.0)),              # scalar branches
+    lambda x: np.sum(x * np.where(x > 0.5, np.ones(3), np.arange(3.0))),   # constant arrays
+    lambda x: np.sum(x * np.where(np.abs(x) < 1, 0.5, np.float32(2))),   # mixed scalar types
+    lambda x: np.sum(x ** 2 * (x > 0)),                           # a traced mask as a factor
+], ids=["where-scalars", "where-constants", "where-mixed-scalars", "mask-factor"])
+def test_a_traced_condition_on_constant_branches_replays(f):
+    """The traced condition is the only traced value of such a step: it is recorded (it used to
+    recurse until Python's limit, and every call ran eagerly), replayed with each call's
+    condition."""
+    g = tape.compile(Reverse, f, Active, Active)
+    for x in ([1.0, -2.0, 0.7], [-1.0, 3.0, 0.2], [0.1, 0.2, -5.0]):
+        got = g(Active(np.array(x)))
+        want = autodiff(Reverse, f, Active, Active(np.array(x)))
+        np.testing.assert_allclose(got[0][0], want[0][0], rtol=1e-12)
+    assert g.stats.eager_calls == 0 and g.stats.traces == 1, g.stats
