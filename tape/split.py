@@ -28,10 +28,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
-                         Duplicated, Mode, unannotated)
+                         Duplicated, MixedDuplicated, Mode, unannotated)
 from .api import (autodiff, _argument_names, _check_shadow, _describe, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
+from .arguments import _check_shadow_not_read_only, _check_shadow_writable
 from .backend import array_module
 from .batching import Batched, stack_directions
 from .core import ReverseTrace, Tracer, primal
@@ -152,6 +153,8 @@ def _structure(value) -> tuple:
 
 
 def _fingerprint(a):
+    if isinstance(a, np.ndarray) and a.dtype.hasobject:   # the objects it holds, by identity
+        return zlib.crc32(np.array([id(o) for o in a.flat], dtype=np.int64).view(np.uint8))
     if isinstance(a, np.ndarray):
         return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
     return a.copy()     # a device array: compare on the device later
@@ -246,12 +249,22 @@ class _Thunk:
                     f"reverse: the Const argument {i} holds other values than forward "
                     "recorded; the tape holds the derivative at forward's values. Run "
                     "forward again with the new values")
+        width = batch_width(annotated, _argument_names(self.f, len(annotated)))
+        if width != tape.width:
+            raise ActivityError(
+                f"reverse: the arguments carry {width or 1} shadows each but forward recorded "
+                f"{tape.width or 1}; pass as many shadows as forward had")
         with tape._reversing:   # the groups take this call's shadows: one reversal at a time
             tape.check_unchanged()
             for arg, ann in zip(tape._groups, [a for a in annotated if type(a) is not Const]):
                 arg.annotation = ann
                 if isinstance(ann, Duplicated):
-                    _check_shadow(arg)   # the shadows to add into are the ones given now
+                    # The shadows to add into are the ones given now: each is checked as
+                    # forward checks them, before any is written.
+                    _check_shadow(arg)
+                    _check_shadow_not_read_only(arg)
+                    if not isinstance(ann, MixedDuplicated):
+                        _check_shadow_writable(arg)
             seeds = {}
             _seed(tape, dret, seeds)
             with strong_zero_scope(self.mode.strong_zero):
@@ -357,8 +370,14 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
             out.append(None)
             continue
         xp = array_module(value)
-        # A complex seed is conjugated into the sweep's convention (docs/complex.md).
-        out.append(to_user(xp.asarray(d, dtype=getattr(value, "dtype", np.float64))))
+        if np.iscomplexobj(d) and not np.iscomplexobj(value):
+            where = f" of result leaf {k}" if len(leaves) > 1 else ""
+            raise ActivityError(f"the seed{where} is complex but the result is real; seed a "
+                                "real result with real values (its real part)")
+        # A complex seed is conjugated into the sweep's convention (docs/complex.md). A copy:
+        # a rule may pass the seed through as a derivative it returns, and the caller may
+        # refill the seed array for the next reverse.
+        out.append(to_user(xp.array(d, dtype=getattr(value, "dtype", np.float64), copy=True)))
     return out
 
 
