@@ -9,7 +9,7 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicatedNoNe
                          Duplicated, DuplicatedNoNeed, MixedDuplicated, Mode, unannotated)
 from .backend import array_module
 from .batching import Batched, stack_directions
-from .aliasing import refuse_shared_written_shadows
+from .aliasing import overlap, refuse_shared_written_shadows
 from .constbuffer import refuse_unseen_writes
 from .core import ReverseTrace, Tracer, primal
 from .forward_trace import ForwardTrace
@@ -170,7 +170,40 @@ def derivatives(annotated, groups, cts, width) -> tuple:
             derivs.append(_active_result(arg, cts))
         else:
             derivs.append(tuple(_active_result(arg, _direction(cts, w)) for w in range(width)))
-    return tuple(derivs)
+    return distinct_derivatives(derivs)
+
+
+def distinct_derivatives(derivs: list) -> tuple:
+    """The Active derivatives, each leaf an array of its own and writable: a rule may give
+    one cotangent to two operands (x + y) or a read-only broadcast (np.sum's), and a caller
+    that scales one derivative in place (gradient clipping) must not change another."""
+    if all(d is None or (type(d) is np.ndarray and d.flags.writeable) for d in derivs) and \
+            len({id(_root(d)) for d in derivs if d is not None}) == sum(
+                d is not None for d in derivs):
+        return tuple(derivs)   # the common case: separate writable arrays
+    by_root: dict = {}
+
+    def own(g):
+        if type(g) is not np.ndarray:
+            return g
+        others = by_root.setdefault(id(_root(g)), [])
+        if not g.flags.writeable or any(overlap(g, o) for o in others):
+            g = g.copy()
+            others = by_root.setdefault(id(g), [])
+        others.append(g)
+        return g
+    out = []
+    for d in derivs:
+        leaves, td = flatten(d)
+        out.append(d if td is None else unflatten(td, [own(x) for x in leaves]))
+    return tuple(out)
+
+
+def _root(a):
+    """The array that owns the memory of `a` (views chain through .base)."""
+    while isinstance(getattr(a, "base", None), np.ndarray):
+        a = a.base
+    return a
 
 
 def _direction(cts: dict, w: int) -> dict:
@@ -401,6 +434,7 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
             scalars = ([type(p) in (float, complex) for p in primal_leaves]
                        if len(primal_leaves) == len(tangents) else [False] * len(tangents))
             if width is None:
+                tangents = unshared_tangents(tangents, primal_leaves, annotated)
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(tangents, scalars)])
             else:
@@ -410,6 +444,28 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
     if mode.with_primal and not no_need:
         return (tangent_out, primal_out)
     return (tangent_out,)
+
+
+def unshared_tangents(tangents: list, primals: list, annotated) -> list:
+    """The result tangents, each copied where it shares memory with a caller's tangent array
+    while its primal is new memory: a rule passes a tangent through (the tangent of x + 1.0 is
+    x's), and a caller refilling one tangent array direction after direction would see every
+    earlier result change. A result that is an argument or a view of one keeps the tangent
+    that is its shadow or the same view of it, as Enzyme does."""
+    if not any(type(t) is np.ndarray for t in tangents):
+        return tangents
+    shadows, values = [], []
+    for a in annotated:
+        values += [v for v in flatten(a.val)[0] if type(v) is np.ndarray]
+        if isinstance(a, Duplicated) and a.dval is not None:
+            shadows += [d for d in flatten(a.dval)[0] if type(d) is np.ndarray]
+    if not shadows:
+        return tangents
+    primals = primals if len(primals) == len(tangents) else [None] * len(tangents)
+    return [t.copy() if type(t) is np.ndarray
+            and any(np.may_share_memory(t, d) for d in shadows)
+            and not (type(p) is np.ndarray and any(np.may_share_memory(p, v) for v in values))
+            else t for t, p in zip(tangents, primals)]
 
 
 def _tangent_of(x, trace):

@@ -7,7 +7,7 @@ import numpy as np
 
 from .activities import Active, BatchDuplicated, Const, Duplicated, DuplicatedNoNeed
 from .api import (_cast_like, _python_scalar, _reverse_argument, derivatives,
-                  written_seed)
+                  distinct_derivatives, written_seed)
 from .aliasing import refuse_shared_written_shadows
 from .backend import array_module
 from .batching import Batched
@@ -263,7 +263,7 @@ class CompiledSignature:
                 if g is not None:
                     ann.dval += g
                 derivs.append(None)
-        result = (tuple(derivs),)
+        result = (distinct_derivatives(derivs),)
         if self.owner.mode.with_primal:
             result += (self._primal(results),)
         return result

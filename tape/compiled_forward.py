@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
-from .api import (batch_tangents, refuse_read_only_tangent_shadows, write_tangent,
-                  _forward_argument, _is_float, _python_scalar, _tangent_of, batch_width)
+from .api import (batch_tangents, refuse_read_only_tangent_shadows, unshared_tangents,
+                  write_tangent, _forward_argument, _is_float, _python_scalar, _tangent_of,
+                  batch_width)
 from .batching import stack_directions
 from .aliasing import watch_arguments
 from .compiled_call import _AS_COMPUTED, CompiledSignature, _replay
@@ -121,7 +122,7 @@ class ForwardSignature(CompiledSignature):
                                                 result_tangents[n_tangents:]):
             groups[g].leaves[i][...] = value   # as eager mode writes them back, leaf by leaf
             write_tangent(groups[g].shadows[i], tangent, self.width)
-        return self._answer(results[:n_out], result_tangents[:n_tangents])
+        return self._answer(results[:n_out], result_tangents[:n_tangents], annotated)
 
     def _inputs(self, annotated, names):
         """The program's leaves and tangents for a call, and the argument groups."""
@@ -147,9 +148,9 @@ class ForwardSignature(CompiledSignature):
             leaves.append(x)
             tangents.append(dx)
         results, result_tangents = _replay(self.program, leaves, tangents, recorded, calls)
-        return self._answer(results, result_tangents)
+        return self._answer(results, result_tangents, annotated)
 
-    def _answer(self, values, tangents):
+    def _answer(self, values, tangents, annotated):
         """What eager forward mode returns: ``(tangent, primal)``, ``(tangent,)``,
         ``(primal,)`` or ``()`` (tape/api.py `_forward`)."""
         mode, ret = self.owner.mode, self.owner.ret_activity
@@ -173,6 +174,7 @@ class ForwardSignature(CompiledSignature):
             scalars = ([type(p) in (float, complex) for p in primal_leaves]
                        if len(primal_leaves) == len(out) else [False] * len(out))
             if self.width is None:
+                out = unshared_tangents(out, primal_leaves, annotated)
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(out, scalars)])
             else:   # a W-tuple, as eager batch mode gives it
