@@ -20,7 +20,7 @@ from numpy.lib import stride_tricks
 from numpy.lib.array_utils import normalize_axis_index
 
 from tape.core import peek, primal
-from tape.rules import register_function, register_method
+from tape.rules import inactive, register_function, register_method
 
 from ._util import shape_of
 from .indexing import getitem
@@ -41,19 +41,25 @@ def running_extremum(ufunc):
         axis = normalize_axis_index(axis, len(shape_of(a)))
         if dtype is not None and np.dtype(dtype) != peek(a).dtype:
             a = a.astype(dtype)
-        values = np.moveaxis(np.asarray(primal(a)), axis, -1)
-        positions = np.moveaxis(_positions(a), axis, -1)
-        running = ufunc.accumulate(values, axis=-1)
-        before = np.concatenate([running[..., :1], running[..., :-1]], axis=-1)
-        # A new extremum (or the first NaN, which NumPy's extrema propagate) starts here.
-        same = (running == before) | (np.isnan(running) & np.isnan(before))
-        same[..., :1] = False
-        steps = np.arange(values.shape[-1])
-        first = np.maximum.accumulate(np.where(same, 0, steps), axis=-1)
-        chosen = np.take_along_axis(positions, first, axis=-1)
-        return _gather(a, np.moveaxis(chosen, -1, axis))
+        return _gather(a, _running_positions(a, _positions(a), ufunc, axis))
     accumulate.__name__ = f"{ufunc.__name__}_accumulate"
     return accumulate
+
+
+@inactive
+def _running_positions(values, positions, ufunc, axis):
+    """Where each running extremum of `values` along `axis` comes from (flat positions, from
+    `positions`): no derivative, and a compiled function computes it again at each call."""
+    values = np.moveaxis(np.asarray(values), axis, -1)
+    positions = np.moveaxis(positions, axis, -1)
+    running = ufunc.accumulate(values, axis=-1)
+    before = np.concatenate([running[..., :1], running[..., :-1]], axis=-1)
+    # A new extremum (or the first NaN, which NumPy's extrema propagate) starts here.
+    same = (running == before) | (np.isnan(running) & np.isnan(before))
+    same[..., :1] = False
+    steps = np.arange(values.shape[-1])
+    first = np.maximum.accumulate(np.where(same, 0, steps), axis=-1)
+    return np.moveaxis(np.take_along_axis(positions, first, axis=-1), -1, axis)
 
 
 maximum_accumulate = running_extremum(np.maximum)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer, is_complex, primal
+from tape.core import Tracer, is_complex, peek, primal
 from tape.rules import inactive, register_function, register_method, register_ufunc
 
 from ._util import (add_tangents, as_array, broadcast_tangent, defprimitive, shape_of,
@@ -85,7 +85,7 @@ def sign(x, **kw):
     """
     if kw:
         x, = ufunc_inputs("sign", (x,), kw)
-    if not is_complex(primal(x)):
+    if not is_complex(peek(x)):
         return _sign_of_real(x)
     size = absolute(x)
     at_zero = size == 0
@@ -249,8 +249,13 @@ def _heaviside(x, h0, **kw):
     """Step function: constant in x, equal to h0 (and differentiable in it) where x == 0."""
     if kw:
         x, h0 = ufunc_inputs("heaviside", (x, h0), kw)
-    x = primal(x)
-    return np.where(x == 0, h0, np.heaviside(x, 0.0))
+    return np.where(x == 0, h0, _step(x))
+
+
+@inactive
+def _step(x):
+    """np.heaviside(x, 0) of the plain values: a replayed step of a compiled function."""
+    return np.heaviside(x, 0.0)
 
 
 register_ufunc(np.heaviside, _heaviside)
@@ -380,10 +385,13 @@ register_function(np.sinc, sinc)
 # -- nan_to_num ---------------------------------------------------------------------------------
 def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """x where finite (derivative 1), the replacement values elsewhere (derivative 0)."""
-    plain = primal(x)
-    filled = np.nan_to_num(plain, copy=True, nan=primal(nan), posinf=primal(posinf),
-                           neginf=primal(neginf))
-    return np.where(np.isfinite(plain), x, filled)
+    return np.where(np.isfinite(x), x, _filled(x, nan, posinf, neginf))
+
+
+@inactive
+def _filled(x, nan, posinf, neginf):
+    """np.nan_to_num of the plain values (a replayed step of a compiled function)."""
+    return np.nan_to_num(x, copy=True, nan=nan, posinf=posinf, neginf=neginf)
 
 
 register_function(np.nan_to_num, _nan_to_num)

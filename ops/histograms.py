@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek
 from tape.rules import register_function
 
 from ._util import defprimitive, shape_of
@@ -105,7 +105,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     if not isinstance(weights, Tracer):
         return np.histogram(a, bins=bins, range=range, density=density, weights=weights)
     data = np.asarray(a)
-    _, edges = np.histogram(data, bins=bins, range=range, weights=primal(weights))
+    # The edges do not depend on the weights' values (a compiled function replays them).
+    _, edges = np.histogram(data, bins=bins, range=range, weights=peek(weights))
     hist = weighted_histogram(weights, which="histogram", data=data, bins=bins, range_=range,
                               edges=edges)
     if density:
@@ -131,7 +132,7 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
         data = np.asarray(sample)
     except (AttributeError, ValueError):
         data = np.atleast_2d(sample).T
-    _, edges = np.histogramdd(data, bins=bins, range=range, weights=primal(weights))
+    _, edges = np.histogramdd(data, bins=bins, range=range, weights=peek(weights))
     hist = weighted_histogram(weights, which="histogramdd", data=data, bins=bins,
                               range_=range, edges=tuple(edges))
     if density:

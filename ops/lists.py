@@ -46,12 +46,13 @@ _COPY_ERROR = ("Unable to avoid copy while creating an array as requested.")
 # (tape.constbuffer tells the user's own buffers from the rules').
 __hecate_transparent__ = True
 
-def _plain(obj):
-    """`obj` with each traced value replaced by its plain value: what NumPy would see."""
+def _plain(obj, read=primal):
+    """`obj` with each traced value replaced by its plain value: what NumPy would see. `read`
+    is `peek` where only the dtype and shape of what NumPy builds are used."""
     if isinstance(obj, Tracer):
-        return primal(obj)
+        return read(obj)
     if isinstance(obj, (list, tuple)):
-        return [_plain(o) for o in obj]
+        return [_plain(o, read) for o in obj]
     return obj
 
 
@@ -72,7 +73,9 @@ def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0, order: str | Non
     """
     if isinstance(obj, Tracer):
         return _in_layout(_from_tracer(obj, dtype, copy, ndmin, order), order, copy)
-    like = _np_array(_plain(obj), dtype=dtype, copy=copy, ndmin=ndmin)
+    # NumPy's dtype, shape and errors, from the values without deciding on them: a compiled
+    # function replays the stack below for new values (an integer result is the values).
+    like = _np_array(_plain(obj, peek), dtype=dtype, copy=copy, ndmin=ndmin)
     if not has_tracer(obj):
         return like
     if like.dtype.kind not in "fc":
@@ -80,7 +83,7 @@ def traced_array(obj, dtype=None, *, copy=None, ndmin: int = 0, order: str | Non
             raise NonDifferentiableError(
                 f"an array of dtype {like.dtype} built from traced values cannot carry a "
                 "derivative; give numbers of one numeric type (or dtype=float)")
-        return like
+        return _np_array(_plain(obj), dtype=dtype, copy=copy, ndmin=ndmin)
     out = _build(obj, like.dtype)
     return _in_layout(_with_ndmin(out, ndmin), order, copy)
 

@@ -407,8 +407,8 @@ def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wher
 # -- NaN-ignoring reductions -----------------------------------------------------------------------
 def _without_nan(a, fill):
     """`a` with NaN entries replaced by `fill` (which carries no derivative), and the NaN mask."""
-    nan = np.isnan(primal(a))
-    return (np.where(nan, fill, a) if nan.any() else a), nan
+    nan = np.isnan(a)   # no derivative; a compiled function computes it again at each call
+    return (np.where(nan, fill, a) if bool(np.any(nan)) else a), nan
 
 
 def _nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):

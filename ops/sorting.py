@@ -184,9 +184,9 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     n = shape_of(x)[0]
     s = sort(x, axis=0)                  # NaN entries sort last
     xp = array_module(a)
-    nan = xp.isnan(primal(s))
-    nan_count = nan.sum(axis=0)
-    if nan.any():
+    nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
+    nan_count = np.sum(nan, axis=0)
+    if bool(np.any(nan)):
         # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
         s = np.where(nan, 0, s)
     dtype = np.result_type(peek(a))
