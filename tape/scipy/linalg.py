@@ -36,6 +36,7 @@ import scipy.linalg
 
 from ops._util import shape_of
 from tape.core import primal
+from tape.inactive_code import inactive
 
 from .linalg_base import (Array, _as_array, _check_finite, _float_dtype, _matrix_rhs, _mT,
                           _refuse_complex, _square, _symmetric_from, _traced)
@@ -152,6 +153,32 @@ def _unit_signs(negative: np.ndarray, like: np.ndarray) -> np.ndarray:
     return np.where(negative, -1.0, 1.0).astype(np.real(like).dtype)
 
 
+# SciPy's signs carry no derivative; as `inactive` steps, a compiled function computes them
+# again at each call instead of guarding the matrix.
+@inactive
+def _eigh_signs(a, v, lower, driver):
+    """The signs that turn the eigenvectors `v` of `a` into SciPy's."""
+    return _signs_like(v, scipy.linalg.eigh(np.asarray(a), lower=lower, driver=driver)[1])
+
+
+@inactive
+def _svd_signs(a, u, full_matrices, lapack_driver):
+    """The signs that turn the left singular vectors `u` of `a` (and its rows of Vh) into
+    SciPy's."""
+    ref_u = scipy.linalg.svd(np.asarray(a), full_matrices=full_matrices,
+                             lapack_driver=lapack_driver)[0]
+    return _signs_like(u, ref_u)
+
+
+@inactive
+def _qr_signs(a, r):
+    """The signs that turn R's rows (Q's columns) of `a` into SciPy's."""
+    ref_r = scipy.linalg.qr(np.asarray(a), mode="r")[0]
+    diag = np.diagonal(np.asarray(r), axis1=-2, axis2=-1)
+    ref_diag = np.diagonal(ref_r, axis1=-2, axis2=-1)[..., :np.shape(diag)[-1]]
+    return _unit_signs(np.real(diag * np.conj(ref_diag)) < 0, diag)
+
+
 def eigh(a: Array, b: Array | None = None, *, lower: bool = True, eigvals_only: bool = False,
          overwrite_a: bool = False, overwrite_b: bool = False, type: int = 1,
          check_finite: bool = True, subset_by_index=None, subset_by_value=None,
@@ -187,8 +214,7 @@ def eigh(a: Array, b: Array | None = None, *, lower: bool = True, eigvals_only: 
     if eigvals_only:
         return np.linalg.eigvalsh(s)
     w, v = np.linalg.eigh(s)
-    reference = scipy.linalg.eigh(np.asarray(primal(a)), lower=lower, driver=driver)[1]
-    return w, v * _signs_like(v, reference)[..., None, :]
+    return w, v * _eigh_signs(a, v, lower, driver)[..., None, :]
 
 
 def eigvalsh(a: Array, b: Array | None = None, *, lower: bool = True,
@@ -224,9 +250,7 @@ def svd(a: Array, full_matrices: bool = True, compute_uv: bool = True,
     if not compute_uv:
         return np.linalg.svd(a, compute_uv=False)
     u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
-    ref_u = scipy.linalg.svd(np.asarray(primal(a)), full_matrices=full_matrices,
-                             lapack_driver=lapack_driver)[0]
-    signs = _signs_like(u, ref_u)
+    signs = _svd_signs(a, u, full_matrices, lapack_driver)
     return u * signs[..., None, :], s, vh * signs[..., :, None]
 
 
@@ -269,10 +293,7 @@ def qr(a: Array, overwrite_a: bool = False, lwork: int | None = None, mode: str 
                                   "pivoting")
     m, n = shape_of(a)[-2:]
     q, r = np.linalg.qr(a, mode=_QR_MODES.get(mode, "reduced"))
-    ref_r = scipy.linalg.qr(np.asarray(primal(a)), mode="r")[0]
-    diag = np.diagonal(np.asarray(primal(r)), axis1=-2, axis2=-1)
-    ref_diag = np.diagonal(ref_r, axis1=-2, axis2=-1)[..., :shape_of(diag)[-1]]
-    signs = _unit_signs(np.real(diag * np.conj(ref_diag)) < 0, diag)   # R's rows, Q's columns
+    signs = _qr_signs(a, r)   # R's rows, Q's columns
     r = r * signs[..., :, None]
     if mode == "r":
         if m > n:   # SciPy's 'r' is the full (m, n) R

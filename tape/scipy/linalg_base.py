@@ -12,7 +12,7 @@ import numpy as np
 
 from ops._util import shape_of
 from tape.backend import array_module
-from tape.core import Tracer, primal
+from tape.core import Tracer, peek
 
 Array = Any   # an ndarray, or a traced value standing for one
 
@@ -24,7 +24,7 @@ def _mT(x):
 
 def _eye(n: int, like):
     """The identity of `like`'s array module and dtype (a constant)."""
-    like = primal(like)
+    like = peek(like)
     return array_module(like).eye(n, dtype=_float_dtype(like))
 
 
@@ -35,8 +35,9 @@ def _traced(*values) -> bool:
 
 def _check_finite(enabled: bool, where: str, *values) -> None:
     """SciPy's `check_finite` on the traced path: a ValueError for NaN or inf entries (the
-    plain path gets SciPy's own check)."""
-    if enabled and not all(bool(np.all(np.isfinite(primal(v)))) for v in values if v is not None):
+    plain path gets SciPy's own check). The test is made on the traced values, so a compiled
+    function checks again at each call rather than guarding the values."""
+    if enabled and not all(bool(np.all(np.isfinite(v))) for v in values if v is not None):
         raise ValueError(f"{where}: array must not contain infs or NaNs (as SciPy with "
                          "check_finite=True); pass check_finite=False to compute anyway")
 
@@ -48,7 +49,7 @@ def _as_array(x) -> Array:
 
 def _float_dtype(*values) -> np.dtype:
     """The floating-point dtype SciPy computes in for `values` (integers give float64)."""
-    dtype = np.result_type(*[_dtype(primal(v)) for v in values])
+    dtype = np.result_type(*[_dtype(peek(v)) for v in values])
     return dtype if dtype.kind in "fc" else np.dtype(np.float64)
 
 
@@ -110,7 +111,7 @@ def _check_rhs(n: int, b, where: str) -> None:
 
 def _refuse_complex(where: str, *values) -> None:
     """An error for complex traced inputs where the rule assumes real (symmetric) matrices."""
-    if any(np.iscomplexobj(primal(v)) for v in values):
+    if any(np.iscomplexobj(peek(v)) for v in values):
         raise NotImplementedError(
             f"{where}: derivatives for complex matrices are not implemented (the rule assumes "
             "a real symmetric matrix); differentiate the real and imaginary parts as a real "

@@ -1,14 +1,16 @@
-"""Helpers shared by the distributions of tape.scipy.stats: masks computed on primal values,
-the double `where` that keeps NaNs of unused branches out of derivatives, and NaN results for
-invalid parameters (as SciPy gives).
+"""Helpers shared by the distributions of tape.scipy.stats: masks of comparisons, the double
+`where` that keeps NaNs of unused branches out of derivatives, and NaN results for invalid
+parameters (as SciPy gives).
 
-Masks (support, valid parameters) are read from the plain values under any tracers: they are
-piecewise constant, so they carry no derivative. A value outside the support is replaced by a
-safe one *before* the formula (so that log(-1) is never computed: its NaN partial derivative
-would turn the zero cotangent of the unused branch into NaN) and the result is selected after.
+Masks (support, valid parameters) are comparisons of the (traced) values: they are piecewise
+constant, so they carry no derivative, and a compiled function computes them again at each call
+(deciding on `np.all(mask)` replays while the outcome is the same) rather than guarding the
+values. A value outside the support is replaced by a safe one *before* the formula (so that
+log(-1) is never computed: its NaN partial derivative would turn the zero cotangent of the unused
+branch into NaN) and the result is selected after.
 
 >>> x = np.array([0.5, -1.0])                      # log(x) only where x > 0
->>> select(plain(x) > 0, np.log(guard(plain(x) > 0, x, 1.0)), -np.inf)
+>>> select(x > 0, np.log(guard(x > 0, x, 1.0)), -np.inf)
 array([-0.69314718,        -inf])
 """
 from __future__ import annotations
@@ -80,8 +82,9 @@ def standardize(x: Any, loc: Any, scale: Any) -> tuple:
     >>> standardize(3.0, 1.0, np.array([2.0, -1.0]))
     (array([1., 2.]), array([ True, False]))
     """
-    valid = plain(scale) > 0
-    scale = guard(valid, as_value(scale), 1.0)
+    scale = as_value(scale)
+    valid = scale > 0
+    scale = guard(valid, scale, 1.0)
     return (as_value(x) - as_value(loc)) / scale, valid
 
 
@@ -103,7 +106,7 @@ def log_probability(p: Any, q: Any) -> Any:
     >>> float(log_probability(1.0, 1e-20))   # log(1 - 1e-20), which log(p) gives as 0
     -1e-20
     """
-    high = plain(p) >= 0.5
+    high = as_value(p) >= 0.5
     if not np.any(high):
         return np.log(p)
     from_q = np.log1p(-guard(high, as_value(q), 0.5))

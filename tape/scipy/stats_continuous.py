@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike
 from ops.scipy_special_rules import elementwise_rule, no_closed_form
 
 from .stats_common import (_Distribution, as_value, guard, log_probability, log_scale,
-                           nan_where_invalid, plain, select, standardize)
+                           nan_where_invalid, select, standardize)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -126,7 +126,7 @@ def _log_t_normaliser(df):
     """
     df = as_value(df)
     x = 0.5 * df
-    large = plain(x) >= _SERIES_FROM
+    large = x >= _SERIES_FROM
     # (log(pi df), not log(2 pi x): at a subnormal df, x underflows to 0 and the difference of
     # two infinities would be NaN where SciPy, and this, give -inf.)
     df_direct = guard(~large, df, 2.0)
@@ -151,7 +151,7 @@ _stdtr = elementwise_rule("scipy.special.stdtr", sc.stdtr,
 def _log1p_square(w):
     """log(1 + w^2), also where w^2 overflows: 2 log|w| + log1p(w^-2) beyond |w| = 1."""
     w = as_value(w)
-    big = np.abs(plain(w)) > 1.0
+    big = (w > 1.0) | (w < -1.0)   # |w| > 1, by comparisons alone
     if not np.any(big):
         return np.log1p(w * w)
     wb = np.abs(guard(big, w, 2.0))
@@ -189,10 +189,10 @@ _betaincc = elementwise_rule(
 def _t_parts(x, df, loc, scale):
     """(z, df with safe values, where df is finite, where the parameters are valid)."""
     z, valid = standardize(x, loc, scale)
-    df_plain = plain(df)
-    valid = valid & (df_plain > 0)
-    finite = np.isfinite(df_plain)
-    return z, guard(valid & finite, as_value(df), 1.0), finite, valid
+    df = as_value(df)
+    valid = valid & (df > 0)
+    finite = np.isfinite(df)
+    return z, guard(valid & finite, df, 1.0), finite, valid
 
 
 def _norm_logcdf(z):
@@ -283,9 +283,10 @@ t = _T()
 def _gamma_parts(x, a, loc, scale):
     """(z with safe values, a with safe values, z >= 0, where the parameters are valid)."""
     z, valid = standardize(x, loc, scale)
-    valid = valid & (plain(a) > 0)
-    inside = plain(z) >= 0
-    return guard(inside, z, 1.0), guard(valid, as_value(a), 1.0), inside, valid
+    a = as_value(a)
+    valid = valid & (a > 0)
+    inside = z >= 0
+    return guard(inside, z, 1.0), guard(valid, a, 1.0), inside, valid
 
 
 def _gamma_cdf(parts):
@@ -445,13 +446,14 @@ chi2 = _Chi2()
 
 # -- beta ------------------------------------------------------------------------------------------
 def _beta_parts(x, a, b, loc, scale):
-    """(z, safe z, safe a, safe b, 0 <= z <= 1, where the parameters are valid)."""
+    """(z, safe z, safe a, safe b, 0 <= z <= 1, where the parameters are valid); the first z
+    is for comparisons only."""
     z, valid = standardize(x, loc, scale)
-    valid = valid & (plain(a) > 0) & (plain(b) > 0)
-    zp = plain(z)
-    inside = (zp >= 0) & (zp <= 1)
-    a, b = guard(valid, as_value(a), 1.0), guard(valid, as_value(b), 1.0)
-    return zp, guard(inside, z, 0.5), a, b, inside, valid
+    a, b = as_value(a), as_value(b)
+    valid = valid & (a > 0) & (b > 0)
+    inside = (z >= 0) & (z <= 1)
+    a, b = guard(valid, a, 1.0), guard(valid, b, 1.0)
+    return z, guard(inside, z, 0.5), a, b, inside, valid
 
 
 class _Beta(_Distribution):

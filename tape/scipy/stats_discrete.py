@@ -16,7 +16,7 @@ import numpy as np
 import scipy.special as sc
 from numpy.typing import ArrayLike
 
-from .stats_common import as_value, guard, nan_where_invalid, no_derivative, plain, select
+from .stats_common import as_value, guard, nan_where_invalid, no_derivative, select
 from .stats_continuous import _Distribution
 
 
@@ -25,7 +25,7 @@ def _counts(name: str, k, mu, loc):
     no_derivative(name, "k", k)
     no_derivative(name, "loc", loc)
     mu = as_value(mu)
-    valid = plain(mu) >= 0
+    valid = mu >= 0
     return np.asarray(k, dtype=float) - np.asarray(loc), guard(valid, mu, 1.0), valid
 
 

@@ -35,7 +35,8 @@ import scipy.special as sc
 import scipy.stats as _st
 from numpy.typing import ArrayLike
 
-from tape.core import Tracer
+from tape.core import Tracer, peek, primal
+from tape.inactive_code import inactive
 
 from .stats_common import as_value, plain, select, squeeze_output
 from .stats_continuous import _Distribution
@@ -44,14 +45,21 @@ _LOG_2PI = math.log(2 * math.pi)
 
 
 # -- dirichlet -------------------------------------------------------------------------------------
+# SciPy's checks, on the values (no derivative): a compiled function makes them again at each
+# call (a replayed step whose outcome it decides on) instead of guarding the values.
+_min = inactive(np.min)
+
+
 def _dirichlet_alpha(alpha):
-    a = plain(alpha)
-    if a.size and np.min(a) <= 0:
+    alpha = as_value(alpha)
+    a = peek(alpha)   # its shape only
+    if np.size(a) and _min(alpha) <= 0:
         raise ValueError(f"dirichlet: every concentration parameter alpha must be > 0; got "
-                         f"min(alpha) = {np.min(a)}")
-    if a.ndim != 1:
-        raise ValueError(f"dirichlet: alpha must be one-dimensional (K,), got shape {a.shape}")
-    return as_value(alpha)
+                         f"min(alpha) = {np.min(primal(alpha))}")
+    if np.ndim(a) != 1:
+        raise ValueError(f"dirichlet: alpha must be one-dimensional (K,), got shape "
+                         f"{np.shape(a)}")
+    return alpha
 
 
 def _dirichlet_x(alpha, x, check=True):
@@ -70,21 +78,29 @@ def _dirichlet_x(alpha, x, check=True):
         last = 1.0 - np.sum(x, axis=0, keepdims=True)
         x = np.concatenate([x, last], axis=0)
     if check:
-        _check_simplex(plain(alpha), plain(x))
+        _check_simplex(alpha, x)
     return x
 
 
-def _check_simplex(alpha, x):
-    if np.min(x) < 0:
-        raise ValueError("dirichlet: each entry of x must be >= 0")
-    if np.max(x) > 1:
-        raise ValueError("dirichlet: each entry of x must be <= 1")
+@inactive
+def _simplex_failures(alpha, x):
+    """Which of SciPy's checks of a Dirichlet point x fail, in order, as a boolean array."""
     below_one = np.reshape(alpha < 1, (-1,) + (1,) * (x.ndim - 1))
-    if np.any((x == 0) & below_one):
+    return np.array([np.min(x) < 0, np.max(x) > 1, np.any((x == 0) & below_one),
+                     np.any(np.abs(np.sum(x, axis=0) - 1.0) > 1e-9)])
+
+
+def _check_simplex(alpha, x):
+    failed = _simplex_failures(alpha, x)
+    if failed[0]:
+        raise ValueError("dirichlet: each entry of x must be >= 0")
+    if failed[1]:
+        raise ValueError("dirichlet: each entry of x must be <= 1")
+    if failed[2]:
         raise ValueError("dirichlet: each entry of x must be > 0 where its alpha is < 1")
-    if np.any(np.abs(np.sum(x, axis=0) - 1.0) > 1e-9):
+    if failed[3]:
         raise ValueError(f"dirichlet: x must lie on the simplex (its components along axis 0 "
-                         f"summing to 1); the sums are {np.sum(x, axis=0)}")
+                         f"summing to 1); the sums are {np.sum(primal(x), axis=0)}")
 
 
 class _Dirichlet(_Distribution):
@@ -140,7 +156,7 @@ def _mvn_parameters(mean, cov):
         dim = 1 if np.ndim(cov) < 2 else np.shape(cov)[0]
         mean = np.zeros(dim)
     mean = as_value(mean)
-    dim = int(np.size(plain(mean)))
+    dim = int(np.size(peek(mean)))
     if dim == 1:
         mean, cov = np.reshape(mean, (1,)), np.reshape(cov, (1, 1))
     if np.ndim(mean) != 1 or np.shape(mean)[0] != dim:
@@ -173,13 +189,21 @@ def _mvn_quantiles(x, dim):
     return x
 
 
+@inactive
+def _eigh_plain(cov):
+    """The eigendecomposition of the covariance's value (no derivative flows through it): a
+    compiled function computes it again at each call instead of guarding the covariance."""
+    s, u = np.linalg.eigh(np.asarray(cov))
+    return s, u
+
+
 def _spectrum(cov, allow_singular):
     """(eigenvalues, eigenvectors, cutoff) of the plain covariance, with SciPy's checks."""
-    s, u = np.linalg.eigh(plain(cov))
+    s, u = _eigh_plain(cov)
     eps = 1e6 * np.finfo(np.float64).eps * np.max(np.abs(s))
     if np.min(s) < -eps:
         raise ValueError("multivariate_normal: cov must be symmetric positive semidefinite; its "
-                         f"smallest eigenvalue is {np.min(s)}")
+                         f"smallest eigenvalue is {primal(np.min(s))}")
     if np.min(s) <= eps and not allow_singular:
         raise np.linalg.LinAlgError(
             "multivariate_normal: cov is singular; pass allow_singular=True for the degenerate "
@@ -203,6 +227,7 @@ def _singular(dev, s, u, eps, cov):
             "multivariate_normal: the derivative with respect to a singular covariance (the "
             "pseudo-determinant of a rank-deficient matrix) is not implemented; pass cov as a "
             "constant, or regularize it (cov + eps * I) to differentiate it")
+    s, u, eps = primal(s), primal(u), primal(eps)   # the rank decides shapes
     kept = s > eps
     whiten = u[:, kept] / np.sqrt(s[kept])
     white = dev @ whiten
