@@ -93,7 +93,7 @@ def _gap_inverse(w):
     tiny = 1000 * float(xp.finfo(v.dtype).eps) * scale
     none = (xp.abs(primal(gaps)) <= tiny) & (primal(eye) == 0)
     with np.errstate(divide="ignore"):
-        return (1 - eye) / xp.where(none, 0.0, 1.0) / (gaps + eye)
+        return (1 - eye) / (~none).astype(_real_dtype(v)) / (gaps + eye)
 
 
 def _as_array(x):

@@ -132,13 +132,17 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     if edge_order not in (1, 2):
         raise ValueError(f"np.gradient: edge_order must be 1 or 2, got {edge_order!r}")
     spacings = _spacings(shape, axes, varargs, array_module(f))
+    dtype = np.result_type(peek(f))
     out = []
     for ax, h in zip(axes, spacings):
         if shape[ax] < edge_order + 1:
             raise ValueError(
                 "Shape of array too small to calculate a numerical gradient, at least "
                 f"(edge_order + 1) = {edge_order + 1} elements are required along axis {ax}.")
-        out.append(_gradient_along(f, ax, h, edge_order))
+        g = _gradient_along(f, ax, h, edge_order)
+        # NumPy stores each derivative in an array of f's dtype (float64 for integer f),
+        # whatever the spacings' dtype
+        out.append(g if np.result_type(peek(g)) == dtype else g.astype(dtype))
     return out[0] if len(axes) == 1 else tuple(out)
 
 
@@ -164,6 +168,25 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 
 
 # -- interp ---------------------------------------------------------------------------------------
+@inactive
+def _gather(a, index):
+    return a[index]
+
+
+def _take(a, index):
+    """a[index] for an integer index without derivative; for a plain `a` (a constant) the
+    gather is a step of its own, so that a compiled call replays it on each call's index
+    rather than guarding the index's values."""
+    return a[index] if isinstance(a, Tracer) else _gather(a, index)
+
+
+@inactive
+def _multiples(v, p):
+    """The whole multiples of the period p that np.interp takes off v (no derivative)."""
+    k = np.floor(v / p)
+    return array_module(k).asarray(k)
+
+
 def _periodic(x, xp, fp, period):
     """Wrap x and xp into [0, period), sort the samples and extend them by one period on each
     side, as NumPy does. The wrap subtracts an integer multiple of the period (no derivative
@@ -171,12 +194,11 @@ def _periodic(x, xp, fp, period):
     p = np.abs(period)
 
     def wrap(v):
-        k = np.floor(primal(v) / primal(p))
-        return v - p * k
+        return v - p * _multiples(v, p)
 
     x, xp = wrap(x), wrap(xp)
-    order = np.argsort(primal(xp), kind="stable")
-    xp, fp = xp[order], fp[order]
+    order = np.argsort(xp, kind="stable")   # an index without derivative
+    xp, fp = _take(xp, order), _take(fp, order)
     xp = np.concatenate([xp[-1:] - p, xp, xp[:1] + p])
     fp = np.concatenate([fp[-1:], fp, fp[:1]])
     return x, xp, fp
@@ -186,6 +208,14 @@ def _at_least_double(a):
     dtype = np.result_type(peek(a))
     wanted = np.complex128 if dtype.kind == "c" else np.float64
     return a if dtype == wanted else a.astype(wanted)
+
+
+@inactive
+def _segment(xp, x):
+    """The segment of the sorted samples xp that holds each x (0 to len(xp) - 2): an index
+    without derivative, which a compiled call computes again from its own values."""
+    j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, xp.shape[0] - 2)
+    return array_module(j).asarray(j)   # an array for a 0-d x too
 
 
 def interp(x, xp, fp, left=None, right=None, period=None):
@@ -212,21 +242,22 @@ def interp(x, xp, fp, left=None, right=None, period=None):
             raise ValueError("np.interp: period must be a non-zero value")
         x, xp, fp = _periodic(x, xp, fp, period)
         left = right = None
-    xv, xpv = primal(x), primal(xp)
-    n = xpv.shape[0]
+    n = shape_of(xp)[0]
     if n == 1:
         inside = fp[0] + 0 * x   # the one sample, broadcast to x's shape
     else:
-        j = np.clip(np.searchsorted(xpv, xv, side="right") - 1, 0, n - 2)
-        x0, f0 = xp[j], fp[j]
-        width = xp[j + 1] - x0
+        j = _segment(xp, x)
+        x0, f0 = _take(xp, j), _take(fp, j)
+        x1, f1 = _take(xp, j + 1), _take(fp, j + 1)
+        width = x1 - x0
         # A repeated sample point gives a zero-width segment; the where keeps 0/0 out of the
         # derivative (NumPy then returns the segment's end value too).
-        flat = primal(width) == 0
-        slope = (fp[j + 1] - f0) / np.where(flat, 1.0, width)
-        inside = np.where(flat, fp[j + 1], f0 + slope * (x - x0))
-    out = np.where(xv < xpv[0], fp[0] if left is None else left, inside)
-    return numpy_scalar(np.where(xv > xpv[-1], fp[-1] if right is None else right, out))
+        flat = width == 0
+        slope = (f1 - f0) / np.where(flat, 1.0, width)
+        inside = np.where(flat, f1, f0 + slope * (x - x0))
+    # (comparisons of traced values: masks that a compiled call computes again, no guard)
+    out = np.where(x < xp[0], fp[0] if left is None else left, inside)
+    return numpy_scalar(np.where(x > xp[-1], fp[-1] if right is None else right, out))
 
 
 # -- cross ----------------------------------------------------------------------------------------
@@ -276,16 +307,17 @@ def real_if_close(a, tol=100):
     """
     if not np.iscomplexobj(a):
         return a
-    value = as_array(primal(a))   # a Python complex has no dtype
     if tol > 1:
-        tol = np.finfo(value.dtype).eps * tol
-    return np.real(a) if np.all(np.abs(value.imag) < tol) else a
+        tol = np.finfo(as_array(peek(a)).dtype).eps * tol   # (a Python complex has no dtype)
+    # A decision on the traced values: a compiled call checks that it holds again (no guard
+    # on the values themselves)
+    return np.real(a) if bool(np.all(np.abs(np.imag(a)) < tol)) else a
 
 
 # -- unwrap ---------------------------------------------------------------------------------------
 def _unwrap_correction(p, discont, axis, period):
     """The cumulative multiples of `period` that np.unwrap adds to p[1:] along `axis`, by
-    NumPy's own steps (so p[1:] + correction has NumPy's bits), and the result's dtype."""
+    NumPy's own steps (so p[1:] + correction has NumPy's bits)."""
     dd = np.diff(p, axis=axis)
     if discont is None:
         discont = period / 2
@@ -301,7 +333,7 @@ def _unwrap_correction(p, discont, axis, period):
         np.copyto(ddmod, interval_high, where=(ddmod == interval_low) & (dd > 0))
     ph_correct = ddmod - dd
     np.copyto(ph_correct, 0, where=abs(dd) < discont)
-    return ph_correct.cumsum(axis), dtype
+    return ph_correct.cumsum(axis)
 
 
 # The correction depends on the values: a compiling trace replays it on each call's.
@@ -320,7 +352,9 @@ def unwrap(p, discont=None, axis=-1, *, period=2 * np.pi):
             "np.unwrap with a traced `period` is not supported: the result moves by whole "
             "multiples of it; pass a plain period (tape.primal(period))")
     axis = normalize_axis_index(axis, np.ndim(p))
-    correction, dtype = _inactive_unwrap_correction(p, primal(discont), axis, period)
+    correction = _inactive_unwrap_correction(p, primal(discont), axis, period)
+    # NumPy's dtype: that of np.diff(p) (p's own, bool for bool) with the period
+    dtype = np.result_type(as_array(peek(p)).dtype, period)
     later = _along(axis, slice(1, None), np.ndim(p))
     unwrapped = p.astype(dtype)   # a copy, as np.array(p, copy=True, dtype=dtype)
     unwrapped[later] = p[later] + correction

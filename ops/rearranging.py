@@ -108,11 +108,20 @@ def choose(a, choices, out=None, mode="raise"):
 def ediff1d(ary, to_end=None, to_begin=None):
     """np.ediff1d: differences of the flattened array, with optional ends."""
     flat = ravel(_as_array(ary))
+    dtype = np.result_type(peek(flat))   # NumPy's result keeps the array's dtype
     pieces = [flat[1:] - flat[:-1]]
+
+    def end(values, name):
+        values = ravel(_as_array(values))
+        if not np.can_cast(np.result_type(peek(values)), dtype, casting="same_kind"):
+            raise TypeError(f"dtype of `{name}` must be compatible with input `ary` under the "
+                            "`same_kind` rule.")
+        return values if np.result_type(peek(values)) == dtype else values.astype(dtype)
+
     if to_begin is not None:
-        pieces.insert(0, ravel(_as_array(to_begin)))
+        pieces.insert(0, end(to_begin, "to_begin"))
     if to_end is not None:
-        pieces.append(ravel(_as_array(to_end)))
+        pieces.append(end(to_end, "to_end"))
     return concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
@@ -197,7 +206,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
             raise ValueError("fweights cannot be negative")
     if aweights is not None:
         a = _as_array(aweights)
-        if np.any(primal(a) < 0):
+        if bool(np.any(a < 0)):   # on the traced weights: a compiled call guards its truth
             raise ValueError("aweights cannot be negative")
         w = a if w is None else w * a
     avg = np.average(X, axis=1, weights=w)
