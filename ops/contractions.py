@@ -390,10 +390,16 @@ def _dot(a, b, out=None):
     a, b = _sequence_as_array(a), _sequence_as_array(b)
     na, nb = len(shape_of(a)), len(shape_of(b))
     if na == 0 or nb == 0:
-        return np.multiply(a, b)
+        return np.multiply(_strong(a), _strong(b))
     if nb <= 2:
         return matmul(a, b)
     return tensordot(a, b, axes=((na - 1,), (nb - 2,)))
+
+
+def _strong(x):
+    """A Python number as the 0-d array np.dot and np.inner make of it: its dtype counts in
+    the result's (np.dot(float32 array, 0.1) is float64), where `*` would keep float32."""
+    return np.asarray(x) if type(x) in (int, float, complex, bool) else x
 
 
 def _vdot(a, b):
@@ -406,7 +412,7 @@ def _inner(a, b):
     """np.inner: contract the last axes of a and b (a product for scalars)."""
     na, nb = len(shape_of(a)), len(shape_of(b))
     if na == 0 or nb == 0:
-        return np.multiply(a, b)
+        return np.multiply(_strong(a), _strong(b))
     return numpy_scalar(tensordot(a, b, axes=((na - 1,), (nb - 1,))))
 
 

@@ -345,3 +345,18 @@ def test_einsum_of_one_operand_without_sums_is_a_writeable_view_as_in_numpy(subs
     x = np.random.default_rng(0).standard_normal(shape)
     check_traced_primal(f, x)
     check_grads(f, x)
+
+
+@pytest.mark.parametrize("f", [lambda x: np.dot(x, 0.1), lambda x: np.dot(0.1, x),
+                               lambda x: np.inner(x, 0.1), lambda x: np.dot(x, 3),
+                               lambda x: np.dot(x, np.float32(0.1)), lambda x: np.dot(x, 1j)],
+                         ids=["dot-float", "float-dot", "inner-float", "dot-int", "dot-float32",
+                              "dot-complex"])
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_dot_and_inner_with_a_python_number_keep_numpy_dtype(f, mode):
+    """np.dot and np.inner make a 0-d array of a Python number (its dtype counts, as `*`'s weak
+    scalar would not): float32 with 0.1 is float64, computed in float64."""
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    got, want = traced_value(f, x, mode=mode), f(x)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
