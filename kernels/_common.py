@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tape.core import peek
 
 
@@ -22,13 +24,32 @@ def check_same(name: str, ref_name: str, ref, others: dict, expect_shape: tuple,
     if ref_dtype is None or getattr(ref_dtype, "kind", "") != "f":
         raise TypeError(f"{name}: `{ref_name}` must be a floating-point array, got "
                         f"{type(peek(ref)).__name__} with dtype {ref_dtype}")
+    _check_array_form(name, ref_name, ref)
     for arg, x in others.items():
+        if dtype(x) is None:
+            raise TypeError(f"{name}: `{arg}` must be an array of {ref_dtype} (as `{ref_name}`), "
+                            f"got {type(peek(x)).__name__}; pass np.asarray({arg}, "
+                            f"dtype={ref_name}.dtype)")
+        _check_array_form(name, arg, x)
         if shape(x) != expect_shape:
             raise ValueError(f"{name}: `{arg}` must have shape {expect_shape} ({what}); got "
                              f"{shape(x)}")
         if dtype(x) != ref_dtype:
             raise TypeError(f"{name}: `{arg}` has dtype {dtype(x)} but `{ref_name}` has "
                             f"{ref_dtype}; kernel pairs need one floating dtype")
+
+
+def _check_array_form(name: str, arg: str, x) -> None:
+    """Refuse the array forms the kernels would misread: np.matrix (always 2-D), masked arrays
+    (the mask would be ignored) and a non-native byte order (one dispatch keeps it, another
+    does not)."""
+    plain = peek(x)
+    if isinstance(plain, (np.matrix, np.ma.MaskedArray)):
+        raise TypeError(f"{name}: `{arg}` is a {type(plain).__name__}; kernel pairs take plain "
+                        f"arrays: pass np.asarray({arg}) (a masked array's mask is not applied)")
+    if not getattr(plain.dtype, "isnative", True):
+        raise TypeError(f"{name}: `{arg}` has the non-native byte order {plain.dtype.str}; "
+                        f"pass {arg}.astype({arg}.dtype.newbyteorder('='))")
 
 
 def batch_size(lead: tuple) -> int:
