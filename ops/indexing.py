@@ -216,11 +216,10 @@ def copyto(dst, src, casting="same_kind", where=True):
     """np.copyto into a traced buffer (a plain `dst` cannot receive a traced `src`)."""
     if not isinstance(dst, Tracer):
         raise _plain_buffer_error("np.copyto")
-    where = primal(where)
     if isinstance(where, (bool, np.bool_)):
         if where:
             dst[...] = src
-    else:
+    else:   # a traced mask stays traced: a compiled function takes each call's mask
         dst[...] = np.where(where, src, dst)
 
 

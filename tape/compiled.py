@@ -34,6 +34,7 @@ True
 from __future__ import annotations
 
 import collections
+import copy
 import threading
 import time
 import types
@@ -194,7 +195,7 @@ class CompiledFunction:
             return self
         state = getattr(obj, "__dict__", None)
         kept = state.get(self._attribute) if state is not None else None
-        if kept is not None:
+        if kept is not None and kept.f.__self__ is obj:   # (copy.copy shares the __dict__'s)
             return kept
         compiled = CompiledFunction(self.mode, types.MethodType(self.f, obj), self._activities,
                                     self.max_traces, self.max_programs)
@@ -221,6 +222,14 @@ class CompiledFunction:
             return (type(None), ())
         return super().__reduce_ex__(protocol)
 
+    def __deepcopy__(self, memo):
+        """A compiled function of the copied `f` (a bound method of the copied instance), with
+        an empty cache: the programs watch the original's objects."""
+        if self._per_instance:
+            return None   # the copied instance compiles afresh, as after pickling
+        return CompiledFunction(self.mode, copy.deepcopy(self.f, memo), self._activities,
+                                self.max_traces, self.max_programs)
+
     def __call__(self, *args):
         fast, failed = self._fast, None
         if fast is not None and not _TRACE_STACK.get():
@@ -235,6 +244,11 @@ class CompiledFunction:
             key = None if reason is not None else _signature(annotated)
         except (Uncompilable, PytreeError) as e:   # eager mode gives the genuine behaviour
             reason = str(e)
+        if reason is None:
+            try:
+                hash(key)
+            except TypeError as e:   # an unhashable object among the Const numbers
+                reason = f"the signature cannot be a cache key: {e}"
         if reason is not None:
             return self._eager(annotated, reason)
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import functools
 import random
+import threading
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -329,8 +330,12 @@ class RandomStates:
     def restore(self) -> bool:
         """Put the generators and the watched values back; whether a watched value had
         changed (the trace ran code with side effects)."""
-        np.random.set_state(self.numpy)
-        random.setstate(self.python)
+        # The process-wide generators are rewound only while this is the only thread: another
+        # thread may have drawn from them during the trace, and rewinding would hand it the
+        # same numbers again (the eager call then draws afresh, as any concurrent caller may).
+        if threading.active_count() == 1:
+            np.random.set_state(self.numpy)
+            random.setstate(self.python)
         for g, s in zip(self.generators, self.states):
             set_generator_state(g, s)
         return self.before.restore()

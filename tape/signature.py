@@ -114,11 +114,18 @@ def _array_key(x) -> tuple:
 
 
 def _number_key(x):
-    """A Python number baked into a program: its value, and the sign of a zero (-0.0 == 0.0,
-    but `math.copysign` and `1 / x` tell them apart)."""
+    """A Python number baked into a program: its type and plain value (never the object, whose
+    class may define its own ``__eq__`` and ``__hash__``), the sign of a zero (-0.0 == 0.0, but
+    `math.copysign` and `1 / x` tell them apart) and NaN as a marker (NaN equals no NaN)."""
     if isinstance(x, (float, complex, np.floating, np.complexfloating)):
-        z = complex(x)
-        return (type(x), x, math.copysign(1.0, z.real), math.copysign(1.0, z.imag))
+        z = (complex(float.__float__(x)) if isinstance(x, float)
+             else complex.__complex__(x) if isinstance(x, complex) else complex(x.item()))
+        return (type(x),) + tuple(("nan",) if v != v else (v, math.copysign(1.0, v))
+                                  for v in (z.real, z.imag))
+    if isinstance(x, (int, np.integer)):   # (bool too)
+        return (type(x), int.__index__(x) if isinstance(x, int) else int(x))
+    if isinstance(x, (str, bytes)):
+        return (type(x), str.__str__(x) if isinstance(x, str) else bytes(x))
     return (type(x), x)
 
 
