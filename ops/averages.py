@@ -126,10 +126,28 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         if order != tuple(range(len(order))):
             weights = np.transpose(weights, order)
         weights = np.reshape(weights, tuple(n if i in axes else 1 for i, n in enumerate(shape)))
-    scale = np.sum(weights, axis=axes, keepdims=keepdims)
+    # NumPy sums in the common dtype of a and the weights (float64 at least for integer or
+    # bool a): a float16 weight sum of 16 x 5000 would overflow to inf (and the average to 0).
+    a_dtype, w_dtype = _dtype_of(a), _dtype_of(weights)
+    dtype = (np.result_type(a_dtype, w_dtype, "f8") if a_dtype.kind in "biu"
+             else np.result_type(a_dtype, w_dtype))
+    scale = np.sum(weights, axis=axes, keepdims=keepdims, dtype=dtype)
     if bool(np.any(scale == 0)):   # (a decision on the sums only: a compiled function guards it)
         raise ZeroDivisionError("Weights sum to zero, can't be normalized")
-    return np.sum(a * weights, axis=axes, keepdims=keepdims) / scale
+    product = np.multiply(a, weights) if a_dtype == dtype == w_dtype else (
+        np.multiply(_as_dtype(a, dtype), _as_dtype(weights, dtype)))
+    return np.sum(product, axis=axes, keepdims=keepdims) / scale
+
+
+def _dtype_of(x) -> np.dtype:
+    value = peek(x)
+    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype   # (a list too)
+
+
+def _as_dtype(x, dtype):
+    if _dtype_of(x) == dtype:
+        return x
+    return x.astype(dtype) if isinstance(x, Tracer) else np.asarray(x, dtype=dtype)
 
 
 for _fn, _rule in [(np.mean, _mean), (np.var, _var), (np.std, _std), (np.average, _average)]:

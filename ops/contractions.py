@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from tape.backend import array_module
+from tape.core import Tracer, peek
 from tape.rules import inactive, register_function, register_ufunc
 from tape.views import mark_view
 
@@ -399,7 +400,11 @@ def _dot(a, b, out=None):
 def _strong(x):
     """A Python number as the 0-d array np.dot and np.inner make of it: its dtype counts in
     the result's (np.dot(float32 array, 0.1) is float64), where `*` would keep float32."""
-    return np.asarray(x) if type(x) in (int, float, complex, bool) else x
+    value = peek(x)
+    if type(value) not in (int, float, complex, bool):
+        return x
+    strong = np.asarray(value).dtype
+    return x.astype(strong) if isinstance(x, Tracer) else np.asarray(x)
 
 
 def _vdot(a, b):

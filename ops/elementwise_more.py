@@ -385,7 +385,16 @@ register_function(np.sinc, sinc)
 # -- nan_to_num ---------------------------------------------------------------------------------
 def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """x where finite (derivative 1), the replacement values elsewhere (derivative 0)."""
-    return np.where(np.isfinite(x), x, _filled(x, nan, posinf, neginf))
+    out = np.where(np.isfinite(x), x, _filled(x, nan, posinf, neginf))
+    if np.iscomplexobj(peek(x)):
+        return out
+    # A traced replacement value carries its derivative into the entries it replaces.
+    dtype = peek(out).dtype
+    for value, where in ((nan, np.isnan), (posinf, np.isposinf), (neginf, np.isneginf)):
+        if isinstance(value, Tracer):
+            out = np.where(where(x), value if np.result_type(peek(value)) == dtype
+                           else value.astype(dtype), out)
+    return out
 
 
 @inactive

@@ -46,7 +46,6 @@ cond) in `ops.linalg_norms`; shared helpers in `ops.linalg_common`.
 """
 from __future__ import annotations
 
-import functools
 import math
 import operator
 
@@ -344,6 +343,8 @@ def _matrix_power(a, n):
         return np.zeros_like(a) + _eye(shape_of(a)[-1], primal(a))
     if n < 0:
         a, n = inv(a), -n
+    if n == 3:   # NumPy's own order for a cube
+        return (a @ a) @ a
     result = None
     while True:
         if n & 1:
@@ -430,7 +431,45 @@ def _multi_dot(arrays, *, out=None):
                                   "supported on traced values; allocate it with np.zeros_like")
     if len(arrays) < 2:
         raise ValueError("Expecting at least two arrays.")
-    return functools.reduce(np.dot, arrays)
+    if len(arrays) == 2:
+        return np.dot(arrays[0], arrays[1])
+    # NumPy's order of products (the cheapest), so that rounding is NumPy's too: a float32
+    # (a @ a) rounded before meeting a float64 vector is not a @ (a @ v).
+    arrays = [_as_array(a) for a in arrays]
+    first, last = len(shape_of(arrays[0])), len(shape_of(arrays[-1]))
+    if first == 1:
+        arrays[0] = np.reshape(arrays[0], (1, -1))
+    if last == 1:
+        arrays[-1] = np.reshape(arrays[-1], (-1, 1))
+    dims = [shape_of(a)[0] for a in arrays] + [shape_of(arrays[-1])[1]]
+    result = _chain(arrays, _chain_order(dims), 0, len(arrays) - 1)
+    if first == 1 and last == 1:
+        return result[0, 0]
+    return np.reshape(result, (-1,)) if first == 1 or last == 1 else result
+
+
+def _chain_order(dims):
+    """The split of each sub-chain i..j that needs the fewest multiplications (NumPy's
+    matrix-chain order; for three matrices, its cost comparison of (AB)C and A(BC))."""
+    n = len(dims) - 1
+    cost = [[0.0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = math.inf
+            for k in range(i, j):
+                q = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if q < cost[i][j]:
+                    cost[i][j], split[i][j] = q, k
+    return split
+
+
+def _chain(arrays, split, i, j):
+    if i == j:
+        return arrays[i]
+    k = split[i][j]
+    return np.dot(_chain(arrays, split, i, k), _chain(arrays, split, k + 1, j))
 
 
 register_function(np.linalg.multi_dot, _multi_dot)

@@ -131,9 +131,22 @@ def select(condlist, choicelist, default=0):
     result = default
     for cond, choice in zip(reversed(conds), reversed(list(choicelist))):
         result = np.where(cond, choice, result)
+    # NumPy's dtype: its own select on stand-ins (a Python number stays one: weak, so a
+    # float32 choice with 0.5 beside it is float32, where nested np.where made float64).
+    dtype = np.select([np.zeros(1, bool)] * len(conds),
+                      [_stand_in(c) for c in choicelist], default=_stand_in(default)).dtype
+    if peek(result).dtype != dtype:
+        result = result.astype(dtype) if isinstance(result, Tracer) else np.asarray(result, dtype)
     # NumPy's result has the broadcast shape even when default was the only thing selected.
     shape = np.broadcast_shapes(*(shape_of(v) for v in (*conds, *choicelist, default)))
     return result if shape_of(result) == shape else np.broadcast_to(result, shape)
+
+
+def _stand_in(value):
+    """A one-entry array of `value`'s dtype; a Python number as it is (NumPy's weak scalar)."""
+    if type(value) in (bool, int, float, complex):
+        return value
+    return np.zeros(1, np.asarray(peek(value)).dtype)
 
 
 register_function(np.select, select)
@@ -299,7 +312,7 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims, weak=type(q) in (int, float), method=method)
+    return _quantile(a, q, axis, keepdims, weak=type(peek(q)) in (int, float), method=method)
 
 
 def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
@@ -311,7 +324,7 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
-    return _quantile(a, np.true_divide(q, 100), axis, keepdims, weak=type(q) in (int, float),
+    return _quantile(a, np.true_divide(q, 100), axis, keepdims, weak=type(peek(q)) in (int, float),
                      method=method)
 
 
@@ -334,7 +347,7 @@ def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear
     """
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 1)
-    return _quantile(a, q, axis, keepdims, ignore_nan=True, weak=type(q) in (int, float),
+    return _quantile(a, q, axis, keepdims, ignore_nan=True, weak=type(peek(q)) in (int, float),
                      method=method)
 
 
@@ -348,7 +361,7 @@ def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="line
     _unsupported(out, method, weights, interpolation)
     _check_q(a, q, 100)
     return _quantile(a, np.true_divide(q, 100), axis, keepdims, ignore_nan=True,
-                     weak=type(q) in (int, float), method=method)
+                     weak=type(peek(q)) in (int, float), method=method)
 
 
 def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):

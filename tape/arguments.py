@@ -166,6 +166,10 @@ def batch_width(annotated, names) -> int | None:
             widths[str(name)] = ann.width
     if not widths:
         return None
+    for name, w in widths.items():
+        if w < 1:
+            raise ActivityError(f"{name} is BatchDuplicated with no shadows (width {w}); give "
+                                "it at least one: BatchDuplicated(x, (dx_1, ...))")
     if len(set(widths.values())) > 1:
         listing = ", ".join(f"{n} has width {w}" for n, w in widths.items())
         raise ActivityError(f"batch width mismatch: {listing}; every BatchDuplicated argument "
@@ -174,9 +178,9 @@ def batch_width(annotated, names) -> int | None:
     for ann, name in zip(annotated, names):
         if isinstance(ann, Duplicated) and not isinstance(ann, BatchDuplicated):
             raise ActivityError(
-                f"batch width mismatch: {name} is {type(ann).__name__} (width 1) but other "
-                f"arguments are BatchDuplicated with width {width}; use BatchDuplicated(x, "
-                f"(dx_1, ..., dx_{width})) for it, or Const")
+                f"{name} is {type(ann).__name__} (one shadow) beside BatchDuplicated arguments "
+                f"(width {width}): a batch call takes batched shadows only; use "
+                f"BatchDuplicated(x, (dx_1, ..., dx_{width})) for it, or Const")
     return width
 
 
@@ -242,7 +246,8 @@ def _reverse_argument(ann, name):
         _check_shadow_writable(arg)
         if not arg.paths[0] and not _is_mutable_leaf(ann.val):
             raise ActivityError(
-                f"{name} is Duplicated but is an immutable scalar ({type(ann.val).__name__}); "
+                f"{name} is {type(ann).__name__} but is an immutable scalar "
+                f"({type(ann.val).__name__}); "
                 "its shadow could not be updated. Mark it Active to get its derivative returned")
         shadows = ann.dval if isinstance(ann, BatchDuplicated) else (ann.dval,)
         if not arg.paths[0] and not all(_is_mutable_leaf(d) for d in shadows):

@@ -160,7 +160,8 @@ def test_mixed_widths_raise():
                                             "argument 1 .* width 3"):
         autodiff(Forward, lambda x, y: x * y, BatchDuplicated(np.ones(2), (np.ones(2),) * 2),
                  BatchDuplicated(np.ones(2), (np.ones(2),) * 3))
-    with pytest.raises(ActivityError, match="argument 1 .* is Duplicated \\(width 1\\)"):
+    with pytest.raises(ActivityError, match="argument 1 .* is Duplicated \\(one shadow\\) beside "
+                                            "BatchDuplicated arguments \\(width 2\\)"):
         autodiff(Reverse, lambda x, y: np.sum(x * y), Active,
                  BatchDuplicated(np.ones(2), (np.zeros(2),) * 2), Duplicated(np.ones(2),
                                                                              np.zeros(2)))

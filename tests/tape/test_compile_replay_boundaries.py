@@ -26,6 +26,8 @@ import tape.scipy.stats as tst
 from tape import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
                   Reverse, ReverseWithPrimal, autodiff)
 
+from numeric_checks import fd_gradient
+
 nan, inf = np.nan, np.inf
 W5 = np.array([1.0, 2.0, -1.5, 0.5, 3.0])
 X5 = np.array([0.3, -1.2, 2.0, 0.7, -0.4])
@@ -304,16 +306,6 @@ def test_boundary_crossings_are_replays(case):
     assert stats.hits >= len(xs) // 2, stats
 
 
-def _fd_grad(f, x, h=1e-6):
-    x = np.asarray(x, dtype=float)
-    out = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        out[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return out
-
-
 # smooth points on either side of each boundary (no ties, zeros or NaN at the point)
 SMOOTH = {
     "nanmean axis=1": [M34 + 0.05, _with(M34 + 0.05, (1, 2), nan),
@@ -349,7 +341,9 @@ def test_replayed_gradient_against_finite_differences(case):
             for x in SMOOTH[case] * 2:
                 (grad,), value = g(Active(_copy(x)))
                 np.testing.assert_allclose(value, f(_copy(x)), rtol=1e-12, atol=1e-13)
-                fd = _fd_grad(lambda y: f(np.where(np.isnan(x), x, y)), x)
+                flat = np.asarray(x, dtype=float).ravel()
+                fd = fd_gradient(lambda y: f(np.where(np.isnan(x), x, y.reshape(np.shape(x)))),
+                                 flat).reshape(np.shape(x))
                 finite = np.isfinite(np.asarray(x, dtype=float))
                 np.testing.assert_allclose(np.asarray(grad)[finite], fd[finite], rtol=1e-5,
                                            atol=1e-7)
