@@ -119,6 +119,8 @@ scatter_add = defprimitive("scatter_add", _scatter_impl, _scatter_augmented, _sc
 
 # -- x[index] = v ---------------------------------------------------------------------------------
 def _setitem_impl(old, value, index, inplace):
+    if type(old) in (bool, int, float, complex):   # a Python number's value: a 0-d array
+        old = np.array(old)
     if isinstance(value, Tracer) and not isinstance(old, Tracer):
         # An outer level's value written into a plain buffer: the buffer joins that level.
         old = value.level.constant(old.copy(order="K"))

@@ -88,12 +88,22 @@ def elementwise_rule(name: str, impl: Callable, partials: Sequence, *, uses_ans:
         for t, d in zip(tangents, partials):
             if t is not None:
                 tangent = add_tangents(tangent, times_partial(t, d(*primals, ans)))
-        return ans, broadcast_tangent(tangent, shape_of(ans))
+        return ans, broadcast_tangent(_in_dtype_of(tangent, ans), shape_of(ans))
 
     prim = defprimitive(name, impl, augmented_primal, reverse, forward)
     if ufunc is not None:
         route_ufunc(ufunc, prim)
     return prim
+
+
+def _in_dtype_of(tangent, ans):
+    """The tangent in the result's float dtype: SciPy's partials may come in another one
+    (float64 of a float16 input; float32 where a Python float meets float32 data)."""
+    want, have = getattr(peek(ans), "dtype", None), getattr(peek(tangent), "dtype", None)
+    if want is None or have is None or want == have or want.kind not in "fc" \
+            or have.kind != want.kind:
+        return tangent
+    return tangent.astype(want)
 
 
 def special_ufunc(ufunc, *partials, uses_ans: bool = False, complex_ok: bool = False,

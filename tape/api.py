@@ -434,7 +434,7 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
             scalars = ([type(p) in (float, complex) for p in primal_leaves]
                        if len(primal_leaves) == len(tangents) else [False] * len(tangents))
             if width is None:
-                tangents = unshared_tangents(tangents, primal_leaves, annotated)
+                tangents = caller_tangents(tangents, primal_leaves, annotated)
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(tangents, scalars)])
             else:
@@ -446,12 +446,15 @@ def _forward(mode, f, ret_activity, annotated, names, make_trace=ForwardTrace):
     return (tangent_out,)
 
 
-def unshared_tangents(tangents: list, primals: list, annotated) -> list:
-    """The result tangents, each copied where it shares memory with a caller's tangent array
-    while its primal is new memory: a rule passes a tangent through (the tangent of x + 1.0 is
-    x's), and a caller refilling one tangent array direction after direction would see every
-    earlier result change. A result that is an argument or a view of one keeps the tangent
-    that is its shadow or the same view of it, as Enzyme does."""
+def caller_tangents(tangents: list, primals: list, annotated) -> list:
+    """The result tangents as the caller gets them: in their primal's precision (as batch mode
+    gives them), and copied where one shares memory with a caller's tangent array while its
+    primal is new memory: a rule passes a tangent through (the tangent of x + 1.0 is x's), and
+    a caller refilling one tangent array direction after direction would see every earlier
+    result change. A result that is an argument or a view of one keeps the tangent that is its
+    shadow or the same view of it, as Enzyme does."""
+    primals = primals if len(primals) == len(tangents) else [None] * len(tangents)
+    tangents = [_in_dtype_of(t, p) for t, p in zip(tangents, primals)]
     if not any(type(t) is np.ndarray for t in tangents):
         return tangents
     shadows, values = [], []
@@ -461,11 +464,23 @@ def unshared_tangents(tangents: list, primals: list, annotated) -> list:
             shadows += [d for d in flatten(a.dval)[0] if type(d) is np.ndarray]
     if not shadows:
         return tangents
-    primals = primals if len(primals) == len(tangents) else [None] * len(tangents)
     return [t.copy() if type(t) is np.ndarray
             and any(np.may_share_memory(t, d) for d in shadows)
             and not (type(p) is np.ndarray and any(np.may_share_memory(p, v) for v in values))
             else t for t, p in zip(tangents, primals)]
+
+
+def _in_dtype_of(t, p):
+    """A tangent wider than its primal in the primal's precision, as batch mode gives it (a
+    traced Python float, which NumPy promotes weakly, can leave a float64 tangent beside a
+    float32 primal: x32 + s). A narrower one is left as it is: a rule's error, which
+    tape.testing.check_rule reports."""
+    dtype = getattr(p, "dtype", None)
+    if (dtype is None or getattr(t, "dtype", dtype) == dtype or isinstance(t, Tracer)
+            or t.dtype.kind != dtype.kind or dtype.kind not in "fc"
+            or t.dtype.itemsize < dtype.itemsize):
+        return t
+    return t.astype(dtype)
 
 
 def _tangent_of(x, trace):

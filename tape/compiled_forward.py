@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activities import BatchDuplicated, BatchDuplicatedNoNeed, Const, Duplicated, DuplicatedNoNeed
-from .api import (batch_tangents, refuse_read_only_tangent_shadows, unshared_tangents,
+from .api import (batch_tangents, refuse_read_only_tangent_shadows, caller_tangents,
                   write_tangent, _forward_argument, _is_float, _python_scalar, _tangent_of,
                   batch_width)
 from .batching import stack_directions
@@ -174,7 +174,7 @@ class ForwardSignature(CompiledSignature):
             scalars = ([type(p) in (float, complex) for p in primal_leaves]
                        if len(primal_leaves) == len(out) else [False] * len(out))
             if self.width is None:
-                out = unshared_tangents(out, primal_leaves, annotated)
+                out = caller_tangents(out, primal_leaves, annotated)
                 tangent_out = unflatten(td, [_python_scalar(t) if k else t
                                              for t, k in zip(out, scalars)])
             else:   # a W-tuple, as eager batch mode gives it

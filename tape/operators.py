@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batching import Batched
-from .core import Tracer, peek
+from .core import Primitive, Tracer, peek
 from .errors import refuse_matrix_or_masked
 from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc
 
@@ -17,6 +17,8 @@ def _operator(ufunc, tracer, other, args):
     prim = UFUNC_PRIMITIVES.get(ufunc)
     if prim is None:
         return _call_ufunc(ufunc, *args)
+    if type(peek(tracer)) in _PYTHON_NUMBERS and type(peek(other)) in _PYTHON_NUMBERS:
+        prim = python_arithmetic(prim)
     if not isinstance(other, Tracer):
         if type(other) is Batched:
             return NotImplemented   # see _defers_to_batched
@@ -25,6 +27,54 @@ def _operator(ufunc, tracer, other, args):
         if tracer.level.alive:
             return tracer.level.process(prim, args, _NO_PARAMS)
     return prim(*args)
+
+
+_PYTHON_NUMBERS = frozenset((bool, int, float, complex))
+_PYTHON_ARITHMETIC: dict = {}
+
+
+def python_arithmetic(prim: Primitive) -> Primitive:
+    """`prim` as Python's arithmetic on Python numbers: a Python number, not a NumPy scalar.
+    A traced Python float `s` stays weak under NumPy's promotion, as the float does: in
+    ``(2 * s) * x`` a float32 `x` keeps float32 (2 * s as np.float64 would make it float64)."""
+    variant = _PYTHON_ARITHMETIC.get(prim)
+    if variant is not None:
+        return variant
+    impl, aug, fwd = prim.impl, prim.augmented_primal, prim.forward
+
+    def python_impl(*args, **params):
+        return _python_number(impl(*args, **params))
+
+    def python_augmented(cfg, *args, **params):
+        out, saved = aug(cfg, *args, **params)
+        return _python_number(out), saved
+
+    def python_forward(cfg, primals, tangents, **params):
+        out, tangent = fwd(cfg, primals, tangents, **params)
+        return _python_number(out), _python_number(tangent)
+    variant = Primitive(prim.name, python_impl, aug and python_augmented, prim.reverse,
+                        fwd and python_forward, prim.differentiable_rules, prim.multiple_results)
+    variant.pure = prim.pure
+    for name in ("reverse_results",):
+        if hasattr(prim, name):
+            setattr(variant, name, getattr(prim, name))
+    _PYTHON_ARITHMETIC[prim] = variant
+    return variant
+
+
+def _python_number(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _unary(ufunc):
+    """-x, +x, abs(x): Python's own arithmetic on a traced Python number (`python_arithmetic`),
+    the ufunc otherwise."""
+    def op(self):
+        prim = UFUNC_PRIMITIVES.get(ufunc)
+        if prim is not None and type(peek(self)) in _PYTHON_NUMBERS:
+            return python_arithmetic(prim)(self)
+        return _call_ufunc(ufunc, self)
+    return op
 
 
 def _defers_to_batched(values) -> bool:

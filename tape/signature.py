@@ -16,6 +16,7 @@ import numpy as np
 from .activities import BatchDuplicated, Const
 from .arguments import _is_float
 from .core import Tracer
+from .errors import PytreeError
 from .program import Uncompilable, same_value
 from .pytree import _aux_key, flatten
 
@@ -39,7 +40,16 @@ def _signature(annotated) -> tuple:
         if type(v) is np.ndarray:
             parts.append((kind, _array_key(v)))
             continue
-        leaves, td = flatten(v)
+        try:
+            leaves, td = flatten(v)
+        except PytreeError:
+            if not const:
+                raise
+            raise Uncompilable(
+                f"a Const argument holds a {type(v).__module__}.{type(v).__qualname__}, "
+                "whose contents a compiled replay could not watch, so each call runs eagerly; "
+                "pass the arrays and numbers it holds as Const arguments of their own, or make "
+                "it a dataclass") from None
         parts.append((kind, _treedef_key(td), tuple(_leaf_key(x, const) for x in leaves)))
     return tuple(parts)
 

@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import threading
 import zlib
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from .activities import (ACTIVITY_TYPES, Active, Annotation, BatchDuplicated, Const,
+from .activities import (ACTIVITY_TYPES, Active, Annotation, Const,
                          Duplicated, MixedDuplicated, Mode, unannotated)
-from .api import (autodiff, _argument_names, _check_shadow, _describe, _is_float, _strip,
+from .api import (autodiff, _argument_names, _check_shadow, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
 from .arguments import _check_shadow_not_read_only, _check_shadow_writable
 from .backend import array_module
-from .batching import Batched, stack_directions
+from .batching import stack_directions
 from .core import ReverseTrace, Tracer, primal
 from .errors import ActivityError, HecateError
 from .pytree import flatten, is_inactive, key_order_hint
@@ -377,7 +377,8 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
         # A complex seed is conjugated into the sweep's convention (docs/complex.md). A copy:
         # a rule may pass the seed through as a derivative it returns, and the caller may
         # refill the seed array for the next reverse.
-        out.append(to_user(xp.array(d, dtype=getattr(value, "dtype", np.float64), copy=True)))
+        dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+        out.append(to_user(xp.array(d, dtype=dtype, copy=True)))
     return out
 
 

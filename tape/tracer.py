@@ -19,7 +19,8 @@ from .errors import NonDifferentiableError, TracerConversionError
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
                           _rule, _ufunc_name)
-from .operators import _NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow
+from .operators import (_NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow,
+                        _unary)
 from .views import _is_view_index, _refresh_views, _same, mark_view
 
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
@@ -247,9 +248,9 @@ class _Surface:
     __ge__ = lambda self, other: _call_ufunc(np.greater_equal, self, other)
     __eq__ = lambda self, other: _call_ufunc(np.equal, self, other)
     __ne__ = lambda self, other: _call_ufunc(np.not_equal, self, other)
-    __neg__ = lambda self: _call_ufunc(np.negative, self)
-    __pos__ = lambda self: _call_ufunc(np.positive, self)
-    __abs__ = lambda self: _call_ufunc(np.absolute, self)
+    __neg__ = _unary(np.negative)
+    __pos__ = _unary(np.positive)
+    __abs__ = _unary(np.absolute)
     __iadd__ = _inplace(np.add)
     __isub__ = _inplace(np.subtract)
     __imul__ = _inplace(np.multiply)

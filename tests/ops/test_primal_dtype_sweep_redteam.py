@@ -317,10 +317,6 @@ WEAK_AFTER_ARITHMETIC = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="Python arithmetic on a traced Python float (tape/"
-                   "tracer.py operators -> tape/operators.py _operator -> the ufunc rule) gives "
-                   "a np.float64 primal: the result turns strong and promotes float32 to "
-                   "float64, where Python's own 2 * 0.5 is a weak Python float")
 @pytest.mark.parametrize("name", WEAK_AFTER_ARITHMETIC)
 def test_python_arithmetic_on_a_traced_python_float_stays_weak(name):
     f = WEAK_AFTER_ARITHMETIC[name]
