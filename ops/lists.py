@@ -116,6 +116,8 @@ def _from_tracer(t, dtype, copy, ndmin, order="K"):
         out = t.astype(dtype, order=order)   # a new array; integer/boolean casts come back plain
     elif copy:
         out = t.copy(order=order)   # np.array copies by default: a private buffer
+    elif type(peek(t)) in (bool, int, float, complex):
+        out = t.astype(np.asarray(peek(t)).dtype)   # a traced Python number: a strong 0-d value
     else:
         out = t                 # np.asarray returns its argument itself
     return _with_ndmin(out, ndmin)

@@ -11,7 +11,7 @@ from .backend import array_module
 from .batching import Batched, stack_directions
 from .aliasing import overlap, refuse_shared_written_shadows
 from .constbuffer import refuse_unseen_writes
-from .core import ReverseTrace, Tracer, primal
+from .core import ReverseTrace, Tracer, peek, primal
 from .forward_trace import ForwardTrace
 from .errors import ActivityError
 from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
@@ -575,7 +575,9 @@ def make_zero(x: Any) -> Any:
 
 def _zero_leaf(v):
     if isinstance(v, Tracer):
-        return v * 0
+        # A zero of the value's level: zeros_like for an array (v * 0 is NaN at an infinite
+        # entry), v * 0 for a traced number (its type kept).
+        return np.zeros_like(v) if isinstance(peek(v), np.ndarray) else v * 0
     if isinstance(v, np.generic):
         return v.dtype.type(0)
     if isinstance(v, (bool, int)):

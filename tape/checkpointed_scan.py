@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .checkpoint import checkpoint
-from .core import primal
+from .core import peek, primal
 from .pytree import flatten, flatten_with_paths, format_path, key_order_hint, unflatten
 
 __all__ = ["checkpointed_scan"]
@@ -131,7 +131,10 @@ class _Loop:
         self.step = step
         self.xs_td = xs_td
         leaves, paths, self.carry_td = flatten_with_paths(carry)
-        self.carry_spec = [(format_path(p, "carry"), _shape(x), getattr(x, "dtype", None))
+        # A Python number (traced or not) has no dtype to keep: NumPy promotes it weakly.
+        self.carry_spec = [(format_path(p, "carry"), _shape(x),
+                            None if type(peek(x)) in (bool, int, float, complex)
+                            else getattr(x, "dtype", None))
                            for x, p in zip(leaves, paths)]
         self.y_td = self.y_spec = None
 

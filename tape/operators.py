@@ -15,9 +15,11 @@ def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
     # with a constant on the other side, go straight to the tracer's level.
     prim = UFUNC_PRIMITIVES.get(ufunc)
-    if prim is None:
-        return _call_ufunc(ufunc, *args)
-    if type(peek(tracer)) in _PYTHON_NUMBERS and type(peek(other)) in _PYTHON_NUMBERS:
+    python = type(peek(tracer)) in _PYTHON_NUMBERS and type(peek(other)) in _PYTHON_NUMBERS
+    if prim is None:   # (an inactive ufunc: s // 1 of a traced Python float is a Python float)
+        out = _call_ufunc(ufunc, *args)
+        return _python_number(out) if python else out
+    if python:
         prim = python_arithmetic(prim)
     if not isinstance(other, Tracer):
         if type(other) is Batched:
@@ -97,6 +99,8 @@ _NO_PARAMS: dict = {}
 
 def _inplace(ufunc):
     def iop(self, other):
+        if type(peek(self)) in _PYTHON_NUMBERS:   # s += 1.0 rebinds s, as for a float
+            return _operator(ufunc, self, other, (self, other))
         result = _call_ufunc(ufunc, self, other)
         got, mine = peek(result), peek(self)
         if type(mine) is np.ndarray and type(got) is np.ndarray and got.dtype is not mine.dtype:

@@ -345,6 +345,9 @@ EXAMPLES = {
     "ndarray.real": (lambda z: (z * z).real * np.abs(z), (c3,)),
     "ndarray.logaddexp.reduce": (lambda a: np.logaddexp.reduce(a * a, axis=1), (M23,)),
     "ndarray.logaddexp2.reduce": (lambda a: np.logaddexp2.reduce(np.sin(a)), (M23,)),
+    "ndarray.logaddexp.accumulate": (lambda a: np.logaddexp.accumulate(a * a, axis=1),
+                                     (M23,)),
+    "ndarray.logaddexp2.accumulate": (lambda a: np.logaddexp2.accumulate(np.sin(a)), (M23,)),
     # fused ops
     "ops.logsumexp": (lambda a: ops.logsumexp(a, axis=1), (M23,)),
     "ops.softmax": (ops.softmax, (M23,)),
