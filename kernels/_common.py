@@ -22,8 +22,10 @@ def check_same(name: str, ref_name: str, ref, others: dict, expect_shape: tuple,
     `ref` (a floating dtype)."""
     ref_dtype = dtype(ref)
     if ref_dtype is None or getattr(ref_dtype, "kind", "") != "f":
-        raise TypeError(f"{name}: `{ref_name}` must be a floating-point array, got "
-                        f"{type(peek(ref)).__name__} with dtype {ref_dtype}")
+        got = (f"{type(peek(ref)).__name__} with dtype {ref_dtype}" if ref_dtype is not None
+               else f"a {type(peek(ref)).__name__}")
+        raise TypeError(f"{name}: `{ref_name}` must be a floating-point array, got {got}; pass "
+                        f"np.asarray({ref_name}, dtype=np.float32) (or float64)")
     _check_array_form(name, ref_name, ref)
     for arg, x in others.items():
         if dtype(x) is None:

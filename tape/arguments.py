@@ -124,7 +124,8 @@ def _checked_shadow_leaves(arg: _Leaves, dval, what: str) -> list:
             continue
         problem = _shadow_mismatch(x, dx)
         if problem:
-            raise ActivityError(f"{what} of {arg.path(i)} {problem}")
+            raise ActivityError(f"{what} of {arg.path(i)} {problem}; np.zeros_like(x) (or "
+                                "make_zero(x) for a pytree) builds a matching shadow")
     return shadow_leaves
 
 

@@ -107,8 +107,11 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     (array([2., 6.]), array([0., 6.]))
     """
     if not isinstance(mode, Mode):
+        decorator = (" (as a decorator: @compile(Reverse, Active, Duplicated, ...) above the "
+                     "function, with the return's activity and one per argument)"
+                     if callable(mode) else "")
         raise ActivityError(f"compile: the first argument must be a mode such as Reverse, got "
-                            f"{mode!r}")
+                            f"{mode!r}{decorator}")
     if f is None or f in ACTIVITY_TYPES:
         types_ = activities if f is None else (f,) + activities
         return lambda fn: compile(mode, fn, *types_, max_traces=max_traces,
@@ -335,8 +338,16 @@ class CompiledFunction:
         if not self.arg_types:
             return
         if len(annotated) != len(self.arg_types):
-            raise ActivityError(f"{self.__name__} was compiled for {len(self.arg_types)} "
-                                f"arguments and called with {len(annotated)}")
+            names = _argument_names(self.f, max(len(annotated), len(self.arg_types)))
+            given = ", ".join(f"{n}: {t.__name__}" for n, t in zip(names, self.arg_types))
+            left = ", ".join(str(n) for n in names[len(self.arg_types):len(annotated)])
+            raise ActivityError(
+                f"{self.__name__} was compiled for {len(self.arg_types)} arguments ({given}) "
+                f"and called with {len(annotated)}"
+                + (f"; {left} has no activity type" if left else "")
+                + f": the first activity type given to compile is the return's "
+                f"({self.ret_activity.__name__}), then one per argument; compile again with "
+                "one type per argument, or pass the missing ones")
         names = _argument_names(self.f, len(annotated))
         for ann, t, name in zip(annotated, self.arg_types, names):
             if type(ann) is not t and not (t is Const and is_inactive(ann.val)):

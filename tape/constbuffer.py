@@ -16,7 +16,7 @@ import numpy as np
 
 from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
-from .errors import ActivityError, ConstWriteError
+from .errors import ActivityError, ConstWriteError, NonDifferentiableError
 from .residuals import _map_items, _may_change
 
 
@@ -82,6 +82,10 @@ class ConstBuffer(np.ndarray):
             # `c @ x`, `c * x` with a traced x: the tracer records the call with this buffer
             # as it is. A plain view of it would look like a caller's array that may change,
             # which the record would have to copy (one copy of c per use, as in a loop).
+            if not any(isinstance(i, Tracer) for i in inputs):   # tracers inside a list only
+                raise NonDifferentiableError(
+                    f"np.{ufunc.__name__} got a list holding traced values (a Duplicated or "
+                    "Active argument passed as a list, say); convert it first: np.asarray(x)")
             return NotImplemented
         if out is not None:
             if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):

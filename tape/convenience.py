@@ -99,9 +99,12 @@ def _integer_result_is_constant(f, integers: list):
     derivative, as gradient(Forward) and jacobian find, so it goes to autodiff as a constant
     0.0 (every gradient zero) and is kept in `integers`, the primal to return, where autodiff
     would refuse an Active integer return."""
+    check = _scalar_check(f)
+
     @functools.wraps(f)
     def g(*args):
         out = f(*args)
+        check(out)
         value = peek(out)     # (its dtype only: a compiling trace guards no value here)
         dtype = getattr(value, "dtype", None)
         if (dtype.kind in "iu" and np.ndim(value) == 0 if dtype is not None
@@ -275,7 +278,28 @@ def hvp(f: Callable, x: Any, v: Any):
     >>> hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
+    _check_direction(x, v)
     return autodiff(Forward, _grad_fn(f), Duplicated, Duplicated(x, v))[0]
+
+
+def _check_direction(x, v) -> None:
+    """`v` must be shaped like `x`, leaf by leaf: its type, shape and dtype (named as `v`)."""
+    xs, x_paths, x_td = flatten_with_paths(x)
+    vs, _, v_td = flatten_with_paths(v)
+    if x_td != v_td:
+        raise ActivityError(f"`v` has another structure than `x` ({v_td!r} against {x_td!r}); "
+                            "pass a direction shaped like x")
+    for a, b, path in zip(xs, vs, x_paths):
+        where = f"`{format_path(path, 'v')}`"
+        if _is_array(a) and not _is_array(b):
+            raise ActivityError(f"{where} is a {type(b).__name__} where x has an array; pass "
+                                "np.asarray(v, dtype=x.dtype)")
+        if np.shape(a) != np.shape(b):
+            raise ActivityError(f"{where} has shape {np.shape(b)} but x has shape "
+                                f"{np.shape(a)}; pass a direction shaped like x")
+        if _is_array(a) and np.result_type(b) != np.result_type(a):
+            raise ActivityError(f"{where} has dtype {np.result_type(b)} but x has "
+                                f"{np.result_type(a)}; pass v.astype(x.dtype)")
 
 
 def hvp_(res: Any, f: Callable, x: Any, v: Any):
@@ -295,25 +319,36 @@ def hvp_and_gradient_(res: Any, grad: Any, f: Callable, x: Any, v: Any):
     >>> hvp_and_gradient_(res, g, lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.ones(2))
     (array([ 6., 12.]), array([ 3., 12.]))
     """
+    _check_direction(x, v)
     tangent, value = autodiff(ForwardWithPrimal, _grad_fn(f), Duplicated, Duplicated(x, v))
-    return _write_into(res, tangent, "res"), _write_into(grad, value, "grad")
+    writes = _planned_writes(res, tangent, "res") + _planned_writes(grad, value, "grad")
+    for write in writes:   # both checked before either is written
+        write()
+    return res, grad
 
 
 def _write_into(dst, value, name):
-    """Copy `value` into `dst` in place: array leaves by value, number leaves of lists, dicts
-    and dataclasses by replacement (a number inside a tuple cannot be written: PytreeError).
-    Leaves are matched by path (dict keys, not their order); each needs the result's shape;
-    integer leaves of `dst`, where the result has None, are left as they are."""
+    """Copy `value` into `dst` in place (`_planned_writes`); returns `dst`."""
+    for write in _planned_writes(dst, value, name):
+        write()
+    return dst
+
+
+def _planned_writes(dst, value, name) -> list:
+    """The writes that copy `value` into `dst` in place, every leaf checked before any is
+    written: array leaves by value, number leaves of lists, dicts and dataclasses by
+    replacement (a number inside a tuple cannot be written: PytreeError). Leaves are matched
+    by path (dict keys, not their order); each needs the result's shape; integer leaves of
+    `dst`, where the result has None, are left as they are."""
     if _is_array(dst):
         _check_shape(dst, value, name)
         _check_dtype(dst, value, name)
         _check_writable(dst, name)
-        dst[...] = value
-        return dst
+        return [lambda: dst.__setitem__(Ellipsis, value)]
     leaves, paths, _ = flatten_with_paths(dst)
     values, value_paths, _ = flatten_with_paths(value)
     by_path = {_keys(p): v for p, v in zip(value_paths, values)}
-    written = set()
+    written, writes = set(), []
     for leaf, path in zip(leaves, paths):
         key = _keys(path)
         if key not in by_path:
@@ -327,17 +362,17 @@ def _write_into(dst, value, name):
         if _is_array(leaf):
             _check_shape(leaf, val, format_path(path, name))
             _check_writable(leaf, format_path(path, name))
-            leaf[...] = val
+            writes.append(functools.partial(leaf.__setitem__, Ellipsis, val))
         elif not path:
             raise ActivityError(f"`{name}` is a {type(dst).__name__}, which cannot be written "
                                 "in place; pass an array (or a pytree of arrays)")
         else:
-            set_at(dst, path, type(leaf)(val), root=name)
+            writes.append(functools.partial(set_at, dst, path, type(leaf)(val), root=name))
     missing = [p for p in value_paths if _keys(p) not in written]
     if missing:
         raise ActivityError(f"{format_path(missing[0], name)} is missing: `{name}` has no leaf "
                             "there for the result; pass a pytree shaped like x (make_zero(x))")
-    return dst
+    return writes
 
 
 def _keys(path):

@@ -57,7 +57,7 @@ def test_bool_checkpoint_every_is_refused(rule):
 
 def test_non_array_inputs_are_named_as_such():
     k = np.zeros((3, 2)).tolist()
-    with pytest.raises(TypeError, match="delta_rule: `k` must be a floating-point array, got list"):
+    with pytest.raises(TypeError, match="delta_rule: `k` must be a floating-point array, got a list"):
         kernels.delta_rule(k, k, k, [0.1] * 3, [0.1] * 3, np.zeros((2, 2)).tolist())
     with pytest.raises(TypeError, match="memory_read: `q` must be a floating-point array"):
         kernels.memory_read(k, np.zeros((2, 2)))
