@@ -27,6 +27,7 @@ import numbers
 import numpy as np
 
 from tape.core import STRONG_ZERO, Tracer, nondiff_value, peek, primal
+from tape.operators import check_cast
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
@@ -72,6 +73,9 @@ def ufunc_inputs(name: str, args: tuple, kw: dict) -> tuple:
     if dtype is None:
         return args
     dtype = np.dtype(dtype)
+    for i, a in enumerate(args):
+        if type(a) not in (bool, int, float, complex):   # (a Python number is cast weakly)
+            check_cast(name, f"input {i}", a, dtype, kw.get("casting", "same_kind"))
     return tuple(_cast(a, dtype) for a in args)
 
 

@@ -157,6 +157,18 @@ def _ipow(self, other, _power=_inplace(np.power)):
     return self._write(_call_ufunc(shortcut, self))   # the dtype stays: no cast to check
 
 
+def check_cast(name: str, what: str, value, target, casting: str = "same_kind") -> None:
+    """NumPy's casting rule for ufunc `name`'s `what` ("output", "input 0") from `value`'s dtype
+    to `target`'s (an array or a dtype): a cast it refuses (a float into an integer `out`, any
+    change under casting="no") raises its error rather than truncate or round."""
+    got = np.result_type(peek(value))
+    kept = target if isinstance(target, np.dtype) else np.result_type(peek(target))
+    if got == kept or np.can_cast(got, kept, casting):
+        return
+    raise TypeError(f"Cannot cast ufunc '{name}' {what} from {got!r} to {kept!r} with casting "
+                    f"rule '{casting}'")
+
+
 def _check_same_kind(ufunc, target: np.ndarray, other, result: np.ndarray) -> None:
     """NumPy's ``a += b`` keeps a's dtype and refuses a result that does not cast 'same_kind'
     into it (a float into an integer buffer); a traced array refuses it too, with NumPy's own

@@ -6,6 +6,7 @@ imports a rule.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 import numpy as np
@@ -20,7 +21,7 @@ from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noq
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
                           _rule, _ufunc_name)
 from .operators import (_NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow,
-                        _unary)
+                        _unary, check_cast)
 from .views import _is_view_index, _refresh_views, _same, mark_view
 
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
@@ -57,6 +58,25 @@ _KEEP_ARRAY = ("Keep computing with the traced value itself (branching on it wor
 def _describe(x) -> str:
     value = peek(x)
     return f"{_dtype_of(value)} of shape {np.shape(value)}"
+
+
+def _method(fn, out_at, self, args, kwargs):
+    """The ndarray method of the NumPy function `fn` (x.sum(...) calls np.sum, read at call
+    time: while tracing, its wrapper). With `out` (a keyword, or the positional argument at
+    `out_at`) it goes through the function protocol, which computes and then writes into
+    `out` as np.sum(x, out=b) does."""
+    if len(args) > out_at:   # the positional arguments from `out` on, as keywords
+        names = _PARAMETERS.get(fn)
+        if names is None:
+            names = _PARAMETERS[fn] = list(inspect.signature(fn).parameters)[1:]
+        kwargs = dict(kwargs, **dict(zip(names[out_at:], args[out_at:])))
+        args = args[:out_at]
+    if kwargs.get("out") is not None:
+        return self.__array_function__(fn, (type(self),), (self,) + args, kwargs)
+    return _call_function(fn, self, *args, **kwargs)
+
+
+_PARAMETERS: dict = {}   # a NumPy function's parameter names after the array
 
 
 class _Surface:
@@ -108,14 +128,22 @@ class _Surface:
             raise _missing(f"{_ufunc_name(ufunc)}.{method}")
         if out is None:
             return result
+        if method in ("__call__", "outer"):   # NumPy's output casting rule (reductions: unsafe)
+            for target, value in zip(out if isinstance(out, tuple) else (out,),
+                                     result if isinstance(result, tuple) else (result,)):
+                check_cast(ufunc.__name__, "output", value, target,
+                           kwargs.get("casting", "same_kind"))
         # a call broadcasts into a larger `out`, as NumPy's ufuncs do; reduce and accumulate don't
-        return _write_out(out, result, ufunc.__name__, exact_shape=method != "__call__")
+        name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+        return _write_out(out, result, name, exact_shape=method != "__call__")
 
     def __array_function__(self, func, types, args, kwargs):
         if Batched in types:
             return NotImplemented   # see _defers_to_batched
-        if "out" in kwargs and isinstance(kwargs["out"], Tracer):
-            kwargs = dict(kwargs)   # np.sum(x, out=c), ...: compute, then write into `out`
+        if kwargs.get("out") is not None:
+            # np.sum(x, out=c), ...: compute, then write into `out` (a plain `out` takes a
+            # plain result, and refuses a traced one naming the call and the fix)
+            kwargs = dict(kwargs)
             out = kwargs.pop("out")
             return _write_out(out, _call_function(func, *args, **kwargs), func.__name__,
                               exact_shape=func.__name__ not in _BROADCAST_INTO_OUT)
@@ -296,26 +324,26 @@ class _Surface:
         return self
 
     # -- methods --------------------------------------------------------------------------
-    def sum(self, *a, **k): return _call_function(np.sum, self, *a, **k)
-    def mean(self, *a, **k): return _call_function(np.mean, self, *a, **k)
-    def prod(self, *a, **k): return _call_function(np.prod, self, *a, **k)
-    def max(self, *a, **k): return _call_function(np.max, self, *a, **k)
-    def min(self, *a, **k): return _call_function(np.min, self, *a, **k)
-    def var(self, *a, **k): return _call_function(np.var, self, *a, **k)
-    def std(self, *a, **k): return _call_function(np.std, self, *a, **k)
+    def sum(self, *a, **k): return _method(np.sum, 2, self, a, k)
+    def mean(self, *a, **k): return _method(np.mean, 2, self, a, k)
+    def prod(self, *a, **k): return _method(np.prod, 2, self, a, k)
+    def max(self, *a, **k): return _method(np.max, 1, self, a, k)
+    def min(self, *a, **k): return _method(np.min, 1, self, a, k)
+    def var(self, *a, **k): return _method(np.var, 2, self, a, k)
+    def std(self, *a, **k): return _method(np.std, 2, self, a, k)
     if hasattr(np.ndarray, "ptp"):   # NumPy 2 removed the method (np.ptp stays)
-        def ptp(self, *a, **k): return _call_function(np.ptp, self, *a, **k)
-    def cumsum(self, *a, **k): return _call_function(np.cumsum, self, *a, **k)
-    def cumprod(self, *a, **k): return _call_function(np.cumprod, self, *a, **k)
+        def ptp(self, *a, **k): return _method(np.ptp, 1, self, a, k)
+    def cumsum(self, *a, **k): return _method(np.cumsum, 2, self, a, k)
+    def cumprod(self, *a, **k): return _method(np.cumprod, 2, self, a, k)
     def dot(self, other, out=None): return np.dot(self, other, out=out)
-    def clip(self, *a, **k): return _call_function(np.clip, self, *a, **k)
-    def round(self, *a, **k): return _call_function(np.round, self, *a, **k)
+    def clip(self, *a, **k): return _method(np.clip, 2, self, a, k)
+    def round(self, *a, **k): return _method(np.round, 1, self, a, k)
     def conj(self): return _call_ufunc(np.conjugate, self)
     conjugate = conj
     def squeeze(self, *a, **k): return _call_function(np.squeeze, self, *a, **k)
     def swapaxes(self, a1, a2): return _call_function(np.swapaxes, self, a1, a2)
     def repeat(self, *a, **k): return _call_function(np.repeat, self, *a, **k)
-    def take(self, *a, **k): return _call_function(np.take, self, *a, **k)
+    def take(self, *a, **k): return _method(np.take, 2, self, a, k)
     def diagonal(self, *a, **k): return _call_function(np.diagonal, self, *a, **k)
     def trace(self, *a, **k): return _call_function(np.trace, self, *a, **k)
     def ravel(self, *a, **k): return _call_function(np.ravel, self, *a, **k)
@@ -415,7 +443,7 @@ def _write_out(out, result, name, exact_shape=False):
     if exact_shape and np.shape(peek(target)) != np.shape(peek(result)):
         # NumPy refuses such an `out` (np.dot, np.einsum, np.sum, ...); writing the result
         # into it would broadcast copies of it
-        raise ValueError(f"numpy.{name}(..., out=...): `out` has shape "
+        raise ValueError(f"np.{name}(..., out=...): `out` has shape "
                          f"{np.shape(peek(target))} but the result has shape "
                          f"{np.shape(peek(result))}; NumPy needs them equal here")
     if isinstance(target, Tracer):
@@ -426,7 +454,7 @@ def _write_out(out, result, name, exact_shape=False):
         also = (f" (what `x {operator}= value` runs for a plain array x: an accumulator made "
                 "with np.array(0.0) or np.zeros(n) is one)" if operator else "")
         raise NonDifferentiableError(
-            f"numpy.{name}(..., out=...){also} would write a traced value into a plain array, "
+            f"np.{name}(..., out=...){also} would write a traced value into a plain array, "
             "which cannot carry a derivative; allocate the output with np.zeros_like(x) "
             "instead, or write `x = x + value`")
     target[...] = result
@@ -441,7 +469,7 @@ def _masked_ufunc(ufunc, inputs, kwargs, out):
     for target in outs:   # as `_write_out` refuses it without `where=`
         if traced and not isinstance(target, (Tracer, ConstBuffer)):
             raise NonDifferentiableError(
-                f"numpy.{ufunc.__name__}(..., out=..., where=...) would write a traced value "
+                f"np.{ufunc.__name__}(..., out=..., where=...) would write a traced value "
                 "into a plain array, which cannot carry a derivative; allocate the output "
                 "with np.zeros_like(x) instead")
     shape = np.shape(peek(outs[0]))
@@ -449,6 +477,8 @@ def _masked_ufunc(ufunc, inputs, kwargs, out):
     picked = [np.broadcast_to(x, shape)[mask] for x in inputs]
     result = _call_ufunc(ufunc, *picked, **kwargs)
     results = result if isinstance(result, tuple) else (result,)
+    for target, value in zip(outs, results):
+        check_cast(ufunc.__name__, "output", value, target, kwargs.get("casting", "same_kind"))
     for target, value in zip(outs, results):
         target[mask] = value
     return out if isinstance(out, tuple) and len(out) > 1 else outs[0]
