@@ -21,6 +21,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from tape.core import peek, primal
 from tape.rules import inactive, register_function, register_method
+from tape.views import mark_read_only_view
 
 from ._util import shape_of
 from .indexing import getitem
@@ -72,13 +73,14 @@ def diagflat(v, k=0):
 
 
 def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
-    """sliding_window_view on a traced array: a gather of the windows (a copy, not a view)."""
+    """sliding_window_view on a traced array: a gather of the windows, which behaves as NumPy's
+    read-only view (a write into it raises; later writes into `x` are seen through it)."""
     if writeable:
         raise NotImplementedError(
             "sliding_window_view(..., writeable=True) on a traced value is not supported: the "
             "windows are a copy, so writes would not reach the array; write into x itself")
     windows = stride_tricks.sliding_window_view(_positions(x), window_shape, axis=axis)
-    return _gather(x, windows)
+    return mark_read_only_view(_gather(x, windows), x, lambda base: _gather(base, windows))
 
 
 def piecewise(x, condlist, funclist, *args, **kw):

@@ -172,7 +172,13 @@ def _setitem_reverse(cfg, saved, g):
         g_value = g[index]
         if kept is not None:
             g_value = np.where(kept, g_value, 0)
-        g_value = unbroadcast(g_value, value_shape)
+        # NumPy drops a value's leading unit axes (y[0] = v with v of shape (1, 3)): sum onto
+        # the shape it broadcast from, then restore them.
+        dropped = len(value_shape) - len(shape_of(g_value))
+        if dropped > 0:
+            g_value = np.reshape(unbroadcast(g_value, value_shape[dropped:]), value_shape)
+        else:
+            g_value = unbroadcast(g_value, value_shape)
     return g_old, g_value
 
 
@@ -235,6 +241,8 @@ def put(a, ind, v, mode="raise"):
     elif mode == "clip":
         ind = np.clip(primal(ind), 0, n - 1)
     count = int(np.size(peek(ind)))
+    if np.ndim(peek(ind)) > 1:   # NumPy reads the indices flat
+        ind = np.ravel(ind)
     if np.size(peek(v)) not in (1, count):
         v = np.resize(v, count)
     flat = np.ravel(a)       # a view of `a` when its memory is contiguous, else a copy

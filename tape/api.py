@@ -528,6 +528,13 @@ def refuse_read_only_tangent_shadows(written, width=None) -> None:
     for arg, i in written:
         shadows = arg.shadows[i] if width is not None else (arg.shadows[i],)
         for w, shadow in enumerate(shadows):
+            if isinstance(arg.leaves[i], np.ndarray) and not hasattr(shadow, "__setitem__"):
+                which = "shadow" if width is None else f"shadow {w}"
+                raise ActivityError(
+                    f"the {which} of {arg.path(i)} is a {type(shadow).__name__}, which cannot be "
+                    "written in place, and the function wrote into that argument: forward mode "
+                    "writes its tangent into the shadow. Pass an array: np.zeros_like(x) (or "
+                    "np.array(t) for a 0-d one)")
             if isinstance(shadow, np.ndarray) and not shadow.flags.writeable:
                 which = "shadow" if width is None else f"shadow {w}"
                 raise ActivityError(

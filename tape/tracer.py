@@ -22,7 +22,7 @@ from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noq
                           _rule, _ufunc_name)
 from .operators import (_NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow,
                         _unary, check_cast)
-from .views import _is_view_index, _refresh_views, _same, mark_view
+from .views import _is_view_index, _refresh_views, _same, mark_read_only_view, mark_view
 
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
 
@@ -219,8 +219,8 @@ class _Surface:
     def imag(self):
         """A view for complex values, as in NumPy (a real array's `.imag` is zeros)."""
         out = _call_function(np.imag, self)
-        if not np.iscomplexobj(peek(self)):
-            return out
+        if not np.iscomplexobj(peek(self)):   # zeros, read-only as NumPy's
+            return mark_read_only_view(out, self, lambda base: _call_function(np.imag, base))
         return mark_view(out, self, to_base=lambda v: _call_function(np.real, self) + 1j * v,
                          from_base=lambda base: _call_function(np.imag, base))
 
@@ -338,7 +338,9 @@ class _Surface:
     def dot(self, other, out=None): return np.dot(self, other, out=out)
     def clip(self, *a, **k): return _method(np.clip, 2, self, a, k)
     def round(self, *a, **k): return _method(np.round, 1, self, a, k)
-    def conj(self): return _call_ufunc(np.conjugate, self)
+    def conj(self):
+        """The conjugate; for real values the array itself, as NumPy's method returns it."""
+        return self if not np.iscomplexobj(peek(self)) else _call_ufunc(np.conjugate, self)
     conjugate = conj
     def squeeze(self, *a, **k): return _call_function(np.squeeze, self, *a, **k)
     def swapaxes(self, a1, a2): return _call_function(np.swapaxes, self, a1, a2)
