@@ -34,10 +34,8 @@ True
 from __future__ import annotations
 
 import collections
-import copy
 import threading
 import time
-import types
 import warnings
 from typing import Callable
 
@@ -51,6 +49,7 @@ from .errors import ActivityError, PytreeError
 from .compiled_call import CompiledSignature, ReplayRaised
 from .compiled_eager import eager_taking
 from .compiled_forward import ForwardSignature, trace_forward_once
+from .compiled_method import MethodBehaviour
 from .compiled_trace import RANDOM_DRAWS, RandomStates, trace_once
 from .core import Primitive
 from .program import GuardFailed, Uncompilable, same_value
@@ -128,7 +127,7 @@ def compile(mode: Mode, f: Callable | type | None = None, *activities: type,
     return CompiledFunction(mode, f, activities, max_traces, max_programs)
 
 
-class CompiledFunction:
+class CompiledFunction(MethodBehaviour):
     """`f` compiled for one mode: call it with annotated arguments (see `compile`)."""
 
     def __init__(self, mode, f, activities, max_traces, max_programs):
@@ -178,60 +177,9 @@ class CompiledFunction:
 
     __repr__ = __str__
 
-    def __set_name__(self, owner, name):
-        self._attribute = "_compiled_" + name
-
-    def __get__(self, obj, objtype=None):
-        """As a method (``@compile(...)`` on a function in a class body), the compiled method
-        bound to `obj`: one compiled function per instance, which watches the instance's
-        attributes as ``compile(mode, obj.method, ...)`` does. It is kept in the instance's
-        ``__dict__`` (as `functools.cached_property` keeps its value), so it lives and dies
-        with the instance; a pickled or deep-copied instance compiles afresh. An instance
-        without a ``__dict__`` (``__slots__``) gets a fresh one at each access, so each call
-        traces. Above ``@staticmethod`` it stays unbound; above ``@classmethod`` it is bound
-        to the class (one compiled function per class)."""
-        if isinstance(self.f, staticmethod):
-            return self
-        if isinstance(self.f, classmethod):
-            return self._bound_to_class(objtype if objtype is not None else type(obj))
-        if obj is None:
-            return self
-        state = getattr(obj, "__dict__", None)
-        kept = state.get(self._attribute) if state is not None else None
-        if kept is not None and kept.f.__self__ is obj:   # (copy.copy shares the __dict__'s)
-            return kept
-        compiled = CompiledFunction(self.mode, types.MethodType(self.f, obj), self._activities,
-                                    self.max_traces, self.max_programs)
-        compiled._per_instance = True
-        if state is not None:
-            state[self._attribute] = compiled
-        return compiled
-
-    def _bound_to_class(self, cls):
-        with self._lock:
-            per_class = self.__dict__.setdefault("_per_class", {})
-            if cls not in per_class:
-                per_class[cls] = CompiledFunction(
-                    self.mode, types.MethodType(self.f.__func__, cls), self._activities,
-                    self.max_traces, self.max_programs)
-            return per_class[cls]
-
     def __watch_through__(self):
         """What a function that calls this one reads through it (tape/closure_watch.py)."""
         return self.f
-
-    def __reduce_ex__(self, protocol):
-        if self._per_instance:   # an instance's own program: its copy compiles afresh
-            return (type(None), ())
-        return super().__reduce_ex__(protocol)
-
-    def __deepcopy__(self, memo):
-        """A compiled function of the copied `f` (a bound method of the copied instance), with
-        an empty cache: the programs watch the original's objects."""
-        if self._per_instance:
-            return None   # the copied instance compiles afresh, as after pickling
-        return CompiledFunction(self.mode, copy.deepcopy(self.f, memo), self._activities,
-                                self.max_traces, self.max_programs)
 
     def __call__(self, *args):
         fast, failed = self._fast, None
