@@ -57,9 +57,8 @@ def python_arithmetic(prim: Primitive) -> Primitive:
     variant = Primitive(prim.name, python_impl, aug and python_augmented, prim.reverse,
                         fwd and python_forward, prim.differentiable_rules, prim.multiple_results)
     variant.pure = prim.pure
-    for name in ("reverse_results",):
-        if hasattr(prim, name):
-            setattr(variant, name, getattr(prim, name))
+    if hasattr(prim, "reverse_results"):   # what the sweep may assume of the reverse's results
+        variant.reverse_results = prim.reverse_results
     _PYTHON_ARITHMETIC[prim] = variant
     return variant
 
