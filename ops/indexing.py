@@ -438,8 +438,16 @@ def _diagonal_index(n1, n2, offset, xp):
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """np.diagonal: the diagonal becomes the last axis; a read-only view, as in NumPy (later
     writes into `a` are seen through it, writes into it raise)."""
-    return mark_read_only_view(_diagonal(a, offset, axis1, axis2), a,
-                               lambda base: _diagonal(base, offset, axis1, axis2))
+    out = mark_read_only_view(_diagonal(a, offset, axis1, axis2), a,
+                              lambda base: _diagonal(base, offset, axis1, axis2))
+    if isinstance(out, Tracer):   # a gather: NumPy's strided view's layout, for ravel/reshape
+        value = peek(a)
+        strides = getattr(a, "layout", None) or getattr(value, "strides", None)
+        if strides is not None:
+            stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape,
+                                                       strides)
+            out.layout = np.diagonal(stand_in, offset, axis1, axis2).strides
+    return out
 
 
 def _diagonal(a, offset, axis1, axis2):

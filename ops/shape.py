@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import peek, primal
+from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 from tape.views import mark_read_only_view, mark_view
 
@@ -84,9 +84,27 @@ def reshape(a, shape, order="C"):
         order = "F" if _is_fortran(peek(a)) else "C"
     out = _reshape(a, shape=shape, order=order)
     base_shape = shape_of(a)
+    layout = getattr(a, "layout", None)
+    if layout is not None:   # NumPy's array has other strides than the value: its answer
+        view = _reshaped_layout(peek(a), layout, shape, order)
+        if view is None:
+            return out       # NumPy copies here
+        if isinstance(out, Tracer) and view != peek(out).strides:
+            out.layout = view
     return mark_view(out, a, to_base=lambda v: _reshape(v, shape=base_shape, order=order),
                      from_base=lambda b: _reshape(b, shape=shape, order=order),
-                     check_memory=True)
+                     check_memory=layout is None)
+
+
+def _reshaped_layout(value, strides, shape, order):
+    """The strides of NumPy's reshape of an array of `value`'s shape and dtype laid out with
+    `strides`, or None where NumPy copies. (A stand-in over one element: reshape without a
+    copy reads no entry.)"""
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape, strides)
+    try:
+        return np.reshape(stand_in, shape, order=order, copy=False).strides
+    except ValueError:
+        return None
 
 
 def _reshape_function(a, *args, copy=None, **kw):
@@ -218,7 +236,23 @@ def ravel(a, order="C"):
         return _ravel_keep_order(a)
     if order == "A":
         order = "F" if _is_fortran(peek(a)) else "C"
+    if not _contiguous(a, order):   # NumPy's ravel copies (reshape(-1) would give a view)
+        return _reshape(a, shape=(-1,), order=order)
     return reshape(a, shape=(-1,), order=order)
+
+
+def _contiguous(a, order) -> bool:
+    """Whether NumPy's array behind `a` (its `layout`, if a write changed the value's) is
+    contiguous in `order` ("C" or "F")."""
+    value = peek(a)
+    strides = getattr(a, "layout", None) if isinstance(a, Tracer) else None
+    if strides is None:
+        flags = getattr(value, "flags", None)
+        if flags is None:
+            return True
+        return flags.c_contiguous if order == "C" else flags.f_contiguous
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape, strides)
+    return stand_in.flags.c_contiguous if order == "C" else stand_in.flags.f_contiguous
 
 
 def moveaxis(a, source, destination):

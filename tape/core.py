@@ -149,9 +149,11 @@ class Tracer:
     # this one is a NumPy view of), `views` (weak references to its own views) and
     # `write_guard` (an argument's leaf: called before a write, to refuse it when the argument
     # shares memory with another one, or to note it for `refuse_stale_reads`; see
-    # tape.aliasing) are left unset unless needed, as a speed-up: read them with
-    # getattr(t, name, None).
-    __slots__ = ("value", "level", "owned", "view_of", "views", "write_guard", "__weakref__")
+    # tape.aliasing) and `layout` (the strides NumPy's own array has, where a write made the
+    # value a new buffer laid out otherwise: a written strided view; tape.tracer `_become`)
+    # are left unset unless needed, as a speed-up: read them with getattr(t, name, None).
+    __slots__ = ("value", "level", "owned", "view_of", "views", "write_guard", "layout",
+                 "__weakref__")
 
     def peek_value(self):
         """The value, for its shape and dtype (see `peek`)."""

@@ -309,7 +309,13 @@ class _Surface:
     def _become(self, new, owned=False):
         """Make this tracer stand for `new` (a functional update of its value). `owned` says
         the new value is a private buffer, which later writes may update in place."""
+        before = peek(self)
         self._rebind(new)
+        after = peek(self)
+        if (type(before) is np.ndarray and type(after) is np.ndarray
+                and before.strides != after.strides and before.shape == after.shape
+                and getattr(self, "layout", None) is None):
+            self.layout = before.strides   # NumPy's array keeps its strides (reshape reads them)
         if owned:
             self.owned = True
         elif getattr(self, "owned", False):
