@@ -25,7 +25,7 @@ from tape.views import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
 from .pad_modes import STATISTICS, pad_by_statistic, pad_linear_ramp
-from .shape import _along, _no_out, moveaxis, normalize_axis, ravel
+from .shape import _along, _no_out, moveaxis, normalize_axis, numpy_layout, ravel
 
 
 def plain_index(index):
@@ -440,13 +440,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     writes into `a` are seen through it, writes into it raise)."""
     out = mark_read_only_view(_diagonal(a, offset, axis1, axis2), a,
                               lambda base: _diagonal(base, offset, axis1, axis2))
-    if isinstance(out, Tracer):   # a gather: NumPy's strided view's layout, for ravel/reshape
-        value = peek(a)
-        strides = getattr(a, "layout", None) or getattr(value, "strides", None)
-        if strides is not None:
-            stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape,
-                                                       strides)
-            out.layout = np.diagonal(stand_in, offset, axis1, axis2).strides
+    if isinstance(out, Tracer) and hasattr(peek(a), "strides"):
+        # a gather: NumPy's strided view's layout, which ravel and reshape read
+        out.layout = np.diagonal(numpy_layout(a), offset, axis1, axis2).strides
     return out
 
 

@@ -86,7 +86,7 @@ def reshape(a, shape, order="C"):
     base_shape = shape_of(a)
     layout = getattr(a, "layout", None)
     if layout is not None:   # NumPy's array has other strides than the value: its answer
-        view = _reshaped_layout(peek(a), layout, shape, order)
+        view = _reshaped_layout(numpy_layout(a), shape, order)
         if view is None:
             return out       # NumPy copies here
         if isinstance(out, Tracer) and view != peek(out).strides:
@@ -96,11 +96,19 @@ def reshape(a, shape, order="C"):
                      check_memory=layout is None)
 
 
-def _reshaped_layout(value, strides, shape, order):
-    """The strides of NumPy's reshape of an array of `value`'s shape and dtype laid out with
-    `strides`, or None where NumPy copies. (A stand-in over one element: reshape without a
-    copy reads no entry.)"""
-    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape, strides)
+def numpy_layout(a):
+    """A stand-in with the shape, dtype and strides of NumPy's array behind `a` (its `layout`
+    where a write gave the traced value other strides), over one element: for questions of
+    layout only (a reshape without a copy, flags, a diagonal's strides), which read no entry."""
+    value = peek(a)
+    strides = getattr(a, "layout", None) if isinstance(a, Tracer) else None
+    return np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape,
+                                           value.strides if strides is None else strides)
+
+
+def _reshaped_layout(stand_in, shape, order):
+    """The strides of NumPy's reshape of `stand_in` (`numpy_layout`), or None where NumPy
+    copies."""
     try:
         return np.reshape(stand_in, shape, order=order, copy=False).strides
     except ValueError:
@@ -244,15 +252,10 @@ def ravel(a, order="C"):
 def _contiguous(a, order) -> bool:
     """Whether NumPy's array behind `a` (its `layout`, if a write changed the value's) is
     contiguous in `order` ("C" or "F")."""
-    value = peek(a)
-    strides = getattr(a, "layout", None) if isinstance(a, Tracer) else None
-    if strides is None:
-        flags = getattr(value, "flags", None)
-        if flags is None:
-            return True
-        return flags.c_contiguous if order == "C" else flags.f_contiguous
-    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, value.dtype), value.shape, strides)
-    return stand_in.flags.c_contiguous if order == "C" else stand_in.flags.f_contiguous
+    if not hasattr(peek(a), "strides"):   # a traced Python number
+        return True
+    flags = numpy_layout(a).flags
+    return flags.c_contiguous if order == "C" else flags.f_contiguous
 
 
 def moveaxis(a, source, destination):
