@@ -19,6 +19,17 @@ def shape_of(x) -> tuple:
         return np.shape(x) if isinstance(x, (list, tuple)) else ()
 
 
+def dtype_of(x) -> np.dtype:
+    """The dtype of `x`, traced or not, read without deciding on its values (`peek`): an
+    array's (a CuPy array's without a transfer), or the one NumPy gives a list or a number.
+
+    >>> dtype_of([1, 2]), dtype_of(np.ones(2, np.float32))
+    (dtype('int64'), dtype('float32'))
+    """
+    value = peek(x)
+    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+
+
 def numpy_scalar(x):
     """A 0-d result as NumPy's reductions return it: a scalar (np.float64), not a 0-d array,
     so that a later `s += 1` rebinds `s` instead of writing into an array another name holds.

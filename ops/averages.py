@@ -26,7 +26,7 @@ from numpy.lib.array_utils import normalize_axis_tuple
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
-from ._util import numpy_scalar, shape_of
+from ._util import dtype_of, numpy_scalar, shape_of
 from .reductions import _count, _differentiable, _given, _refuse, masked, normalize_axis, sum_
 
 
@@ -128,7 +128,7 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
         weights = np.reshape(weights, tuple(n if i in axes else 1 for i, n in enumerate(shape)))
     # NumPy sums in the common dtype of a and the weights (float64 at least for integer or
     # bool a): a float16 weight sum of 16 x 5000 would overflow to inf (and the average to 0).
-    a_dtype, w_dtype = _dtype_of(a), _dtype_of(weights)
+    a_dtype, w_dtype = dtype_of(a), dtype_of(weights)
     dtype = (np.result_type(a_dtype, w_dtype, "f8") if a_dtype.kind in "biu"
              else np.result_type(a_dtype, w_dtype))
     scale = np.sum(weights, axis=axes, keepdims=keepdims, dtype=dtype)
@@ -139,13 +139,8 @@ def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     return np.sum(product, axis=axes, keepdims=keepdims) / scale
 
 
-def _dtype_of(x) -> np.dtype:
-    value = peek(x)
-    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype   # (a list too)
-
-
 def _as_dtype(x, dtype):
-    if _dtype_of(x) == dtype:
+    if dtype_of(x) == dtype:
         return x
     return x.astype(dtype) if isinstance(x, Tracer) else np.asarray(x, dtype=dtype)
 

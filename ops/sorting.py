@@ -36,7 +36,7 @@ from tape.backend import array_module
 from tape.core import Tracer, nondiff_value, peek, primal
 from tape.rules import register_function
 
-from ._util import defprimitive, shape_of
+from ._util import defprimitive, dtype_of, shape_of
 
 _AxisError = getattr(np, "exceptions", np).AxisError
 
@@ -146,7 +146,7 @@ def _stand_in(value):
     """A one-entry array of `value`'s dtype; a Python number as it is (NumPy's weak scalar)."""
     if type(value) in (bool, int, float, complex):
         return value
-    return np.zeros(1, np.asarray(peek(value)).dtype)
+    return np.zeros(1, dtype_of(value))
 
 
 register_function(np.select, select)
@@ -209,7 +209,7 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     target = _result_dtype(dtype, q, method, median, weak)
     if not isinstance(q, Tracer):   # positions are real, for complex input too; a float q
         real = np.empty(0, dtype).real.dtype   # keeps its precision, as in NumPy
-        given = _dtype_of(q)
+        given = dtype_of(q)
         q = xp.asarray(q, dtype=given if given.kind == "f" and not weak
                        else np.result_type(real, np.float64))
     q_shape, rest = shape_of(q), shape_of(s)[1:]
@@ -258,13 +258,7 @@ def _result_dtype(dtype, q, method, median, weak) -> np.dtype:
         return np.median(stand_in).dtype
     if weak:   # q was a Python number (percentile's q / 100 included): promoted weakly
         return np.quantile(stand_in, 0.5, method=method).dtype
-    return np.quantile(stand_in, np.zeros(1, _dtype_of(q)), method=method).dtype
-
-
-def _dtype_of(q) -> np.dtype:
-    """The dtype of q, a list, a NumPy or CuPy array (only its dtype: no transfer)."""
-    q = primal(q)
-    return q.dtype if hasattr(q, "dtype") else np.asarray(q).dtype
+    return np.quantile(stand_in, np.zeros(1, dtype_of(q)), method=method).dtype
 
 
 def _selected(method, below, above, frac, lo, dtype=None):

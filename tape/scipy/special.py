@@ -33,6 +33,7 @@ import numpy as np
 import scipy.special as _sc
 
 from ops import nn as _nn
+from ops._util import dtype_of
 from tape.core import Tracer, peek
 from tape.inactive_code import inactive
 from tape.tracer import UFUNC_RULES
@@ -110,11 +111,6 @@ def _weighted_lse(a, b, axes: tuple):
 _sign_of = inactive(np.sign)
 
 
-def _dtype(x) -> np.dtype:
-    value = peek(x)
-    return value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
-
-
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
               return_sign: bool = False) -> Any:
     """log(sum(b * exp(a))) over `axis`, computed without overflow (scipy.special.logsumexp).
@@ -134,7 +130,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     if b is None:
         b = 1.0
     elif hasattr(peek(b), "dtype"):   # SciPy computes in the common dtype of a and b
-        a_dtype = _dtype(a)
+        a_dtype = dtype_of(a)
         common = np.result_type(a_dtype, peek(b).dtype)
         if a_dtype != common:
             a = a.astype(common) if isinstance(a, Tracer) else np.asarray(a, dtype=common)
