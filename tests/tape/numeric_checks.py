@@ -6,9 +6,9 @@ import numpy as np
 
 
 def fd_gradient(f, x, eps=1e-6):
-    """Central differences of a scalar function of a float vector, step eps * max(1, |x_i|)."""
+    """Central differences of a scalar function of a float array, step eps * max(1, |x_i|)."""
     g = np.zeros_like(x)
-    for i in range(x.size):
+    for i in np.ndindex(x.shape):
         step = np.zeros_like(x)
         step[i] = eps * max(1.0, abs(x[i]))
         g[i] = (float(f(x + step)) - float(f(x - step))) / (2 * step[i])
