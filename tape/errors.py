@@ -105,6 +105,14 @@ class TracerConversionError(NonDifferentiableError):
                         "so the derivative would be lost. Use the function or the operator, "
                         "which Hecate differentiates: `A @ B` or `np.dot(A, B)` for "
                         "`A.dot(B)`.")
+            if method is not None and method not in _RANDOM_DRAWS and hasattr(np.ndarray, method):
+                function = (f"np.{method}(...), which Hecate differentiates, "
+                            if callable(getattr(np, method, None)) else "NumPy's functions ")
+                return (f"`{call}` calls the method `{method}` of a plain NumPy array with a "
+                        "traced value, and NumPy's array methods convert their arguments to "
+                        "plain arrays, so the derivative would be lost. Call "
+                        f"{function}instead, on arrays made from the traced values "
+                        "(np.zeros_like(x) for a buffer to write into).")
             if method in _RANDOM_DRAWS:
                 lost = (f"`{call}` draws random numbers with a traced parameter; NumPy's random "
                         "generators convert their parameters to plain arrays, so the "

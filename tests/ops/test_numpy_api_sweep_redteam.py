@@ -168,8 +168,6 @@ def test_ufunc_where_into_plain_out_names_the_function():
         gradient(Reverse, f, B.copy())
 
 
-@pytest.mark.xfail(strict=True, reason="methods of a plain ndarray given traced values "
-                   "(y.put, y.choose) fail with a TracerConversionError naming no function")
 @pytest.mark.parametrize("call,word", [
     (lambda x: (lambda y: (y.put([0, 3], x[:2]), y)[1])(np.zeros(5)), "put"),
     (lambda x: np.array([0, 1, 0, 1]).choose([x, 2 * x]), "choose"),
