@@ -31,6 +31,7 @@ import numpy as np
 from tape.core import Tracer, peek, primal
 from tape.errors import NonDifferentiableError, TracerConversionError
 from tape.tracer import FUNCTION_RULES
+from tape.views import is_read_only
 
 from .creation import astype, filled, full_like, has_tracer
 from .joining import concatenate, stack_p
@@ -38,7 +39,7 @@ from .shape import reshape
 
 # NumPy's own constructors, taken before any wrapper can be installed.
 _np_array, _np_asarray, _np_einsum = np.array, np.asarray, np.einsum
-_np_asfortranarray = np.asfortranarray
+_np_asfortranarray, _np_require = np.asfortranarray, np.require
 _COPY_ERROR = ("Unable to avoid copy while creating an array as requested.")
 
 
@@ -165,6 +166,33 @@ def _chkfinite_args(a, dtype=None, order=None):
     return out
 
 
+_REQUIREMENTS = {"C": "C", "C_CONTIGUOUS": "C", "CONTIGUOUS": "C", "F": "F",
+                 "F_CONTIGUOUS": "F", "FORTRAN": "F", "A": "A", "ALIGNED": "A", "W": "W",
+                 "WRITEABLE": "W", "O": "O", "OWNDATA": "O", "E": "E", "ENSUREARRAY": "E"}
+
+
+def _require(fn, args, kwargs):
+    return _require_args(*args, **kwargs)
+
+
+def _require_args(a, dtype=None, requirements=None, *, like=None):
+    """np.require of traced values, as NumPy's: the array itself where it meets the
+    requirements, else a copy that does (a view that must own its data, or be writeable)."""
+    if not requirements:
+        return traced_array(a, dtype, copy=None)
+    wanted = {_REQUIREMENTS[r.upper()] for r in requirements}
+    if {"C", "F"} <= wanted:
+        raise ValueError('Cannot specify both "C" and "F" order')
+    order = "C" if "C" in wanted else "F" if "F" in wanted else "K"
+    out = traced_array(a, dtype, copy=None, order=order)
+    if not isinstance(out, Tracer):
+        return _np_require(out, requirements=requirements)
+    if ("O" in wanted and getattr(out, "view_of", None) is not None
+            or "W" in wanted and is_read_only(out)):
+        return out.copy(order="A" if order == "K" else order)
+    return out
+
+
 def _full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
     fill = traced_array(fill_value)
     dtype = np.dtype(fill.dtype if dtype is None else dtype)
@@ -213,7 +241,7 @@ def _convert_lists(fn, args, kwargs):
 
 _FALLBACKS = {np.array: _array, np.asarray: _asarray, np.asanyarray: _asarray,
               np.ascontiguousarray: _contiguous, np.asfortranarray: _contiguous,
-              np.asarray_chkfinite: _chkfinite}
+              np.asarray_chkfinite: _chkfinite, np.require: _require}
 
 
 def _from_numpy(frame) -> bool:

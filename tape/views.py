@@ -40,6 +40,15 @@ def mark_read_only_view(out, base, from_base):
     return out
 
 
+def is_read_only(tracer) -> bool:
+    """Whether a write into `tracer` raises, as into NumPy's read-only view it stands for.
+
+    >>> is_read_only(np.ones(2))
+    False
+    """
+    return getattr(tracer, "write_guard", None) is _refuse_read_only_write
+
+
 def _refuse_read_only_write(tracer):
     raise ValueError("assignment destination is read-only")
 

@@ -350,11 +350,28 @@ def _require_written(x):
     return _total(y, v)
 
 
-@pytest.mark.xfail(strict=True, reason="np.require is not among the wrapped constructors "
-                   "(ops/lists.py:214-216): its np.asanyarray call inside NumPy raises "
-                   "TracerConversionError")
 def test_require_returns_the_array_itself():
     check(_require_written)
+
+
+@pytest.mark.parametrize("requirements", [None, "C", "F", "O", "W", ["C", "O"], "E", "A"])
+@pytest.mark.parametrize("view", [lambda y: y, lambda y: y[:, 1], lambda y: y.T,
+                                  lambda y: np.broadcast_to(y[0], (2, 3))],
+                         ids=["whole", "column", "transpose", "broadcast"])
+def test_require_copies_where_numpy_s_does(view, requirements):
+    """np.require gives the array itself where it meets the requirements, else a copy (a view
+    that must own its data, a read-only one that must be writeable, another layout): a write
+    into the result reaches the base exactly where NumPy's does."""
+    def f(x):
+        y = x * 1.0
+        v = np.require(view(y), None, requirements)
+        if v.flags.writeable:
+            v[(0,) * v.ndim] = 2.5 * v[(-1,) * v.ndim]
+        return np.sum(y * np.arange(1.0, 7.0).reshape(2, 3)) + np.sum(v * v)
+    x = np.arange(6.0).reshape(2, 3) + 0.5
+    (g,), value = autodiff(ReverseWithPrimal, f, Active, Active(x.copy()))
+    assert value == pytest.approx(f(x), rel=1e-14)
+    np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("view", [lambda y: y[:, 1], lambda y: y[:, ::2], lambda y: y.T,
