@@ -16,6 +16,9 @@ here reads quantities the forward run has formed anyway and costs far less than 
   chunked form in float64.
 - `solve_amplifies`: a float32 delta-rule triangular solve summing many terms of alternating
   signs (tokens that reflect the state along clustered keys): float64 too.
+- `decays_underflow`: a chunk's cumulative decay below the dtype's normal range while the state
+  entering the chunk is large enough for the loop's step-by-step products to stay normal: the
+  sequential loop.
 
 `squared_norms` gives the per-chunk squared norms the first and third take. The thresholds and
 the measurements behind them are next to their constants.
@@ -321,6 +324,31 @@ def solve_amplifies(T, th, K) -> bool:
         weights = th * xp.einsum("bncd,bncd->bnc", K, K)
         sums = (xp.abs(T) @ weights[..., None])[..., 0]
         return bool(xp.any(sums > limit))
+
+
+def decays_underflow(logs, starts) -> bool:
+    """Whether a token's cumulative decay within its chunk, ``exp(l_i)`` for the log decays
+    `logs` ``[B, N, C]``, is below the smallest normal number of its dtype (a subnormal number
+    or 0: digits lost) while its product with the largest entry of the state entering the chunk,
+    `starts` ``[B, N, R, D]``, is not: the chunked form decays that state by ``exp(l_i)`` and
+    loses what the loop keeps (it multiplies the state by one retention at a time: a state of
+    1e20 under eight retentions of 1e-6 is 1e-28 in float32, where exp(l) is 0). A decay of
+    exactly 0 (a retention of 0) loses nothing.
+
+    >>> logs = np.log(np.full((1, 1, 8), 1e-6, np.float32)).cumsum(-1)
+    >>> decays_underflow(logs, np.full((1, 1, 2, 2), 1e20, np.float32))
+    True
+    >>> decays_underflow(logs, np.ones((1, 1, 2, 2), np.float32))
+    False
+    """
+    xp = array_module(logs)
+    floor = float(np.log(np.finfo(logs.dtype).tiny))
+    lost = logs < floor
+    if not bool(lost.any()):   # the usual case: every decay normal
+        return False
+    with np.errstate(divide="ignore"):
+        top = xp.log(xp.abs(starts).max(axis=(-2, -1)))               # [B, N]
+    return bool((lost & (logs + top[..., None] > floor)).any())
 
 
 def _in_some_chunk(parts, test) -> bool:

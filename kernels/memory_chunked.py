@@ -66,8 +66,9 @@ from tape.backend import array_module
 
 from . import memory_ref as ref
 from ._common import input_growth, max_abs, within_range
-from .memory_chunk_precision import (erased_tokens, solve_amplifies, squared_norms,
-                                     transitions_cancel, transitions_grow, updates_cancel)
+from .memory_chunk_precision import (decays_underflow, erased_tokens, solve_amplifies,
+                                     squared_norms, transitions_cancel, transitions_grow,
+                                     updates_cancel)
 
 CHUNK: Optional[int] = None   # None: `chunk_size` decides; an int forces every call's chunk
 RULES = ("delta", "hebbian", "titans")     # titans: `kernels.memory_chunked_titans`
@@ -327,7 +328,7 @@ class _Chunks:
         self.K, self.V, self.Q = (_blocks(a, s, C) for a in (x.k, x.v, x.q))
         self.r = _blocks(x.ret[..., 0], s, C, 1.0)                       # [B, N, C]
         lr = xp.log(self.r)
-        l = xp.cumsum(lr, axis=-1)
+        self.l = l = xp.cumsum(lr, axis=-1)
         lp = xp.concatenate([xp.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
         self.lower, self.strict = _triangles(xp, C)
         with np.errstate(under="ignore"):
@@ -384,6 +385,8 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)
+    if decays_underflow(ch.l, starts):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     if erased is not None and updates_cancel(erased, ch.th, ch.gp, ch.K, starts, U0=ch.U0,
                                              W=ch.W):
         return sequential_forward(spec, x, init, checkpoint_every, C)

@@ -41,8 +41,8 @@ from tape.backend import array_module
 from . import memory_ref as ref
 from . import memory_chunked
 from ._common import max_abs, within_range
-from .memory_chunk_precision import (erased_tokens, growth_limit, transitions_cancel,
-                                     transitions_grow, updates_cancel)
+from .memory_chunk_precision import (decays_underflow, erased_tokens, growth_limit,
+                                     transitions_cancel, transitions_grow, updates_cancel)
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
                              _triangles, _unblocks, growth, normal_gates, promoted_backward,
                              promoted_forward,
@@ -57,11 +57,12 @@ def usable(x: ref.Seq) -> bool:
 
 
 def _decays(lg):
-    """log decays ``[..., C]`` -> (g, E): ``g_i = exp(l_i)`` with the cumulative sums ``l`` and
+    """log decays ``[..., C]`` -> (l, g, E): the cumulative sums ``l``, ``g_i = exp(l_i)`` and
     ``E_ij = exp(l_i - l_j)`` for j <= i, summed over its own span (`span_decays`)."""
     xp = array_module(lg)
+    l = xp.cumsum(lg, axis=-1)
     with np.errstate(under="ignore"):
-        return xp.exp(xp.cumsum(lg, axis=-1)), span_decays(lg, lg.shape[-1])
+        return l, xp.exp(l), span_decays(lg, lg.shape[-1])
 
 
 def _shift(a, first):
@@ -175,8 +176,8 @@ class _Chunks:
         self.th = _blocks(x.th[..., 0], s, C)
         self.lower, self.strict = _triangles(xp, C)
         d = self.K.shape[-1]
-        self.gr, self.Er = _decays(xp.log(self.r))
-        self.ge, self.Ee = _decays(xp.log(self.eta))
+        self.lr, self.gr, self.Er = _decays(xp.log(self.r))
+        self.le, self.ge, self.Ee = _decays(xp.log(self.eta))
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
         self.grp, self.cp = _shift(self.gr, 1.0), _shift(self.c, 0.0)
@@ -234,6 +235,11 @@ class _Chunks:
         d = self.K.shape[-1]
         return updates_cancel(self.erased, self.th, self.grp, self.K, starts[..., :d], self.U)
 
+    def decays_underflow(self, starts) -> bool:
+        """`memory_chunk_precision.decays_underflow` of the retention's and the momentum
+        decay's cumulative decays, given the pairs entering the chunks `starts`."""
+        return decays_underflow(self.lr, starts) or decays_underflow(self.le, starts)
+
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
         return shift_rows(self.W)
@@ -247,7 +253,7 @@ class _Chunks:
     def release(self):
         """Drop what only the forward needs or the backward recomputes at little cost: the
         residuals' memory is touched afresh by every call."""
-        self.U0 = self.Pm = self.Dk = None
+        self.U0 = self.Pm = self.Dk = self.lr = self.le = None
 
     def _transition(self):
         """``Phi [B, N, 2d, 2d]`` with ``[M_C S_C] = [M0 S0] Phi + U0^T Dk``, for an `ops`
@@ -338,7 +344,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         if check == "grow":
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
         starts, ch.U, MS = ch.carry(MS)
-        if ch.updates_cancel(starts):
+        if ch.updates_cancel(starts) or ch.decays_underflow(starts):
             return sequential_forward(spec, x, init, checkpoint_every, C)
         ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
         all_starts.append(starts)

@@ -104,7 +104,8 @@ class _DeltaHebbian:
         C = b.k.shape[-2]
         self.lower, self.strict = _triangles(xp, C)
         lr = xp.log(b.ret)
-        l = xp.cumsum(lr, axis=-1)
+        self.logs = (xp.cumsum(lr, axis=-1),)
+        l = self.logs[0]
         E = span_decays(lr, C)             # decay ratios summed over their own spans
         with np.errstate(under="ignore"):
             self.gC = xp.exp(l[..., -1])                                   # [B, N]
@@ -200,8 +201,9 @@ class _Titans:
         C, d = b.k.shape[-2:]
         self.d = d
         self.lower, self.strict = _triangles(xp, C)
-        self.gr, self.Er = _decays(xp.log(b.ret))
-        self.ge, self.Ee = _decays(xp.log(b.eta))
+        lr, self.gr, self.Er = _decays(xp.log(b.ret))
+        le, self.ge, self.Ee = _decays(xp.log(b.eta))
+        self.logs = (lr, le)      # for `decays_underflow`
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
         self.Wp = xp.where(self.strict, _tr(_shift(_tr(self.W), 0.0)), 0.0)   # W_{i-1, j}
@@ -377,6 +379,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     states = xp.empty((B, N + 1) + X0.shape[1:], X0.dtype)
     U = _carry(ch, X0, states)
     if erased is not None and ch.updates_cancel(erased, states[:, :N], U):
+        return None, None
+    if any(memory_chunk_precision.decays_underflow(l, states[:, :N]) for l in ch.logs):
         return None, None
     if not within_range(xp, (states, ch.U0, ch.P, U), grow, X0.dtype):
         return None, None
