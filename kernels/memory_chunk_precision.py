@@ -326,29 +326,40 @@ def solve_amplifies(T, th, K) -> bool:
         return bool(xp.any(sums > limit))
 
 
-def decays_underflow(logs, starts) -> bool:
+def decays_underflow(logs, starts, ends, reads=None) -> bool:
     """Whether a token's cumulative decay within its chunk, ``exp(l_i)`` for the log decays
     `logs` ``[B, N, C]``, is below the smallest normal number of its dtype (a subnormal number
     or 0: digits lost) while its product with the largest entry of the state entering the chunk,
-    `starts` ``[B, N, R, D]``, is not: the chunked form decays that state by ``exp(l_i)`` and
-    loses what the loop keeps (it multiplies the state by one retention at a time: a state of
-    1e20 under eight retentions of 1e-6 is 1e-28 in float32, where exp(l) is 0). A decay of
-    exactly 0 (a retention of 0) loses nothing.
+    `starts` ``[B, N, R, D]``, is a normal number and not negligible against the chunk's
+    results: the state leaving it, `ends` ``[B, N, R, D]``, and its `reads` ``[B, N, C, D]``
+    (where given). The chunked form decays the entering state by ``exp(l_i)`` and loses what
+    the loop keeps by multiplying it by one retention at a time: a state of 1e20 under eight
+    retentions of 1e-6, with nothing written, is 1e-28 in float32, where exp(l) is 0. A decay
+    of exactly 0 (a retention of 0) loses nothing, and neither does one whose product is
+    below the rounding of the chunk's other terms (an ordinary state far decayed).
 
     >>> logs = np.log(np.full((1, 1, 8), 1e-6, np.float32)).cumsum(-1)
-    >>> decays_underflow(logs, np.full((1, 1, 2, 2), 1e20, np.float32))
+    >>> large, zero = np.full((1, 1, 2, 2), 1e20, np.float32), np.zeros((1, 1, 2, 2), np.float32)
+    >>> decays_underflow(logs, large, zero)
     True
-    >>> decays_underflow(logs, np.ones((1, 1, 2, 2), np.float32))
+    >>> decays_underflow(logs, large, np.ones((1, 1, 2, 2), np.float32))  # 1e-28 is negligible
     False
     """
     xp = array_module(logs)
-    floor = float(np.log(np.finfo(logs.dtype).tiny))
+    info = np.finfo(logs.dtype)
+    floor = float(np.log(info.tiny))
     lost = logs < floor
     if not bool(lost.any()):   # the usual case: every decay normal
         return False
     with np.errstate(divide="ignore"):
-        top = xp.log(xp.abs(starts).max(axis=(-2, -1)))               # [B, N]
-    return bool((lost & (logs + top[..., None] > floor)).any())
+        def log_top(a, axes):
+            return xp.log(xp.abs(a).max(axis=axes))
+        kept = log_top(ends, (-2, -1))                                    # [B, N]
+        if reads is not None:
+            kept = xp.maximum(kept, log_top(reads, (-2, -1)))
+        product = logs + log_top(starts, (-2, -1))[..., None]
+        return bool((lost & (product > floor)
+                     & (product > kept[..., None] + float(np.log(info.eps)))).any())
 
 
 def _in_some_chunk(parts, test) -> bool:

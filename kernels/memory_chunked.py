@@ -318,6 +318,12 @@ class NumpyOps:
         return records, X
 
 
+def leaving(starts, final):
+    """The states leaving every chunk, ``[B, N, ...]``, from those entering them and the
+    last one."""
+    return array_module(starts).concatenate([starts[:, 1:], final[:, None]], axis=1)
+
+
 class _Chunks:
     """Per-chunk quantities of one call, for all chunks at once (shapes ``[B, N, C, ...]``)."""
 
@@ -385,12 +391,12 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
     adds = _tr(ch.U0) @ ch.DK                                              # [B, N, d, d]
     starts, M = ch.carry(init[0], adds)
-    if decays_underflow(ch.l, starts):
-        return sequential_forward(spec, x, init, checkpoint_every, C)
     if erased is not None and updates_cancel(erased, ch.th, ch.gp, ch.K, starts, U0=ch.U0,
                                              W=ch.W):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
+    if decays_underflow(ch.l, starts, leaving(starts, M), Y):
+        return sequential_forward(spec, x, init, checkpoint_every, C)
     if not within_range(xp, (Y, M, starts, ch.U0, getattr(ch, "W", None)), grow, x.k.dtype):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     return (_unblocks(Y, s), (xp.ascontiguousarray(M),),

@@ -43,7 +43,7 @@ from . import memory_chunked
 from ._common import max_abs, within_range
 from .memory_chunk_precision import (decays_underflow, erased_tokens, growth_limit,
                                      transitions_cancel, transitions_grow, updates_cancel)
-from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr,
+from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr, leaving,
                              _triangles, _unblocks, growth, normal_gates, promoted_backward,
                              promoted_forward,
                              sequential_backward, sequential_forward, shift_rows, span_decays)
@@ -235,10 +235,11 @@ class _Chunks:
         d = self.K.shape[-1]
         return updates_cancel(self.erased, self.th, self.grp, self.K, starts[..., :d], self.U)
 
-    def decays_underflow(self, starts) -> bool:
+    def decays_underflow(self, starts, ends, reads) -> bool:
         """`memory_chunk_precision.decays_underflow` of the retention's and the momentum
-        decay's cumulative decays, given the pairs entering the chunks `starts`."""
-        return decays_underflow(self.lr, starts) or decays_underflow(self.le, starts)
+        decay's cumulative decays, given the pairs entering and leaving the chunks and the
+        reads."""
+        return any(decays_underflow(l, starts, ends, reads) for l in (self.lr, self.le))
 
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
@@ -344,9 +345,12 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         if check == "grow":
             return promoted_forward(forward, spec, x, init, checkpoint_every, C, grow, ops)
         starts, ch.U, MS = ch.carry(MS)
-        if ch.updates_cancel(starts) or ch.decays_underflow(starts):
+        if ch.updates_cancel(starts):
             return sequential_forward(spec, x, init, checkpoint_every, C)
-        ys.append(_unblocks(ch.Qg @ _tr(starts) + ch.Pm @ ch.U, t1 - t0))
+        Y = ch.Qg @ _tr(starts) + ch.Pm @ ch.U
+        if ch.decays_underflow(starts, leaving(starts, MS), Y):
+            return sequential_forward(spec, x, init, checkpoint_every, C)
+        ys.append(_unblocks(Y, t1 - t0))
         all_starts.append(starts)
         all_chunks.append(ch)
     y = ys[0] if len(ys) == 1 else xp.concatenate(ys, 0)

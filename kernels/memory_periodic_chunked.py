@@ -380,7 +380,8 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     U = _carry(ch, X0, states)
     if erased is not None and ch.updates_cancel(erased, states[:, :N], U):
         return None, None
-    if any(memory_chunk_precision.decays_underflow(l, states[:, :N]) for l in ch.logs):
+    if any(memory_chunk_precision.decays_underflow(l, states[:, :N], states[:, 1:])
+           for l in ch.logs):
         return None, None
     if not within_range(xp, (states, ch.U0, ch.P, U), grow, X0.dtype):
         return None, None

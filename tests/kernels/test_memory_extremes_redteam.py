@@ -10,6 +10,8 @@ scale, NaN and inf in the same places).
 import numpy as np
 import pytest
 
+import kernels
+
 from test_memory_scale import NAMES, compare, kernel
 from weighted import grads, weighted, weights_for
 
@@ -138,3 +140,23 @@ def test_gradients_at_extreme_gates_match_central_differences(rule, period):
             minus[i][idx] -= h
             fd = (float(weighted(fn(*plus), w)) - float(weighted(fn(*minus), w))) / (2 * h)
             assert abs(fd - got[i][idx]) <= 1e-6 * scale + 1e-12, (name, idx, fd, got[i][idx])
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_an_ordinary_state_under_an_underflowing_decay_keeps_the_chunked_form(rule, monkeypatch):
+    """Where the decayed state is below the rounding of what the chunk writes (a state of 1e8
+    under retentions of 1e-6: 1e-34 after seven, values written), the chunked form runs, not
+    the loop."""
+    import kernels.memory_chunked as chunked
+    import kernels.memory_chunked_titans as chunked_titans
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the sequential loop ran")
+    args = _args(rule, 16, 4, np.float32, _first(8, 1e-6), m0_scale=1e8)
+    with np.errstate(all="ignore"), kernels.force_reference():
+        want = kernel(rule)(*args)
+    for module in (chunked, chunked_titans):
+        monkeypatch.setattr(module, "sequential_forward", refuse)
+    got = kernel(rule)(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
