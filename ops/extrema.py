@@ -63,7 +63,10 @@ def _extremum_forward(cfg, primals, tangents, axis, keepdims=False, initial=None
     x, = primals
     out = extremum(x, axis=axis, keepdims=keepdims, initial=initial, kind=kind)
     weights = _tie_weights(x, out, axis, keepdims)
-    return out, np.sum(tangents[0] * weights, axis=axis, keepdims=keepdims)
+    # A selection: the entries that are not the extremum pass nothing, not 0 times their
+    # tangent (an infinite one, sqrt's at 0, would make a NaN the reverse rule does not make).
+    picked = np.where(weights != 0, tangents[0], 0)
+    return out, np.sum(picked * weights, axis=axis, keepdims=keepdims)
 
 
 extremum = defprimitive("extremum", _extremum_impl, _extremum_augmented, _extremum_reverse,
