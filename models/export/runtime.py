@@ -63,6 +63,7 @@ class OnnxDecoder:
             raise ValueError(f"OnnxDecoder: the fresh state lacks the model's inputs {missing}")
         self.fresh = {n: np.array(fresh[n]) for n in names}
         self.outputs = ["logits"] + [STATE_OUT + n[len(STATE_IN):] for n in names]
+        self.vocab = self.session.get_outputs()[0].shape[-1]   # the logits' width
         self.reset()
 
     def reset(self) -> None:
@@ -71,11 +72,18 @@ class OnnxDecoder:
 
     def step(self, token: int) -> np.ndarray:
         """Feed `token`; returns the next-token logits ``[vocab]`` (float32)."""
+        self._check_token(token, "step: token")
         feeds = dict(self.state, token=np.array([token], dtype=np.int64))
         logits, *states = self.session.run(self.outputs, feeds)
         self.state = {STATE_IN + n[len(STATE_OUT):]: v
                       for n, v in zip(self.outputs[1:], states)}
         return logits[0]
+
+    def _check_token(self, token: int, who: str) -> None:
+        # ONNX's Gather reads a negative id as one counted from the end of the table: a silent
+        # wrong row, where the NumPy model refuses it (models.model.check_token_range).
+        if isinstance(self.vocab, int) and not 0 <= token < self.vocab:
+            raise ValueError(f"{who} must lie in [0, {self.vocab}); got {token}")
 
     def generate(self, prompt: bytes, n: int) -> bytes:
         """The `n` bytes greedy decoding appends to `prompt` (fed byte by byte from the fresh
@@ -98,6 +106,8 @@ class OnnxDecoder:
         tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
         if len(tokens) < 2:
             raise ValueError("stream_loss: need at least 2 tokens")
+        for t in tokens:
+            self._check_token(t, "stream_loss: tokens")
         total = 0.0
         for t, nxt in zip(tokens[:-1], tokens[1:]):
             z = self.step(t).astype(np.float64)

@@ -145,8 +145,9 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         try:
+            raw = await _read_body(request, limits.max_body_bytes)
             try:
-                body = json.loads(await _read_body(request, limits.max_body_bytes))
+                body = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise RequestError(f"the request body is not valid JSON: {e.msg} at line "
                                    f"{e.lineno} column {e.colno}", None, "invalid_json") from None
@@ -155,6 +156,9 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
                                    "invalid_json") from None
             except RecursionError:
                 raise RequestError("the request body nests its JSON too deeply to read", None,
+                                   "invalid_json") from None
+            except ValueError as e:   # an integer literal past Python's digit limit
+                raise RequestError(f"the request body is not valid JSON: {e}", None,
                                    "invalid_json") from None
             req = protocol.parse_completion(body, limits)
         except RequestError as e:
@@ -183,6 +187,8 @@ def create_app(batcher: Batcher, model_name: str, limits: Limits = Limits(),
         except (ServerBusy, ServerClosing) as e:
             return _error(503, f"server unavailable: {e}", "server_error", None,
                           "overloaded" if isinstance(e, ServerBusy) else "shutting_down")
+        except ValueError as e:   # a prompt byte outside the model's vocabulary
+            return JSONResponse(RequestError(str(e), "prompt").body(), status_code=400)
         cid, stamp = protocol.new_id(), protocol.now()
         if req.stream:
             return _JobStream(job, _events(job, updated, req, cid, stamp, model_name))

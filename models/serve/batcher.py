@@ -65,6 +65,10 @@ class Batcher:
             raise ValueError(f"Batcher: max_batch must be a positive int; got {max_batch!r}")
         if isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0:
             raise ValueError(f"Batcher: max_waiting must be an int >= 0; got {max_waiting!r}")
+        if cfg.vocab > 256:
+            raise ValueError(f"Batcher: the server's tokens are bytes, and this model has "
+                             f"vocab {cfg.vocab} > 256 (it could sample a token no byte "
+                             "stands for); serve a model trained with vocab 256 or less")
         self.params, self.cfg = params, cfg
         self.max_batch, self.max_waiting = max_batch, max_waiting
         self._streams = StreamBatch(params, cfg)
@@ -113,7 +117,13 @@ class Batcher:
 
     def submit(self, job: Job) -> Job:
         """Queue `job` to join the batch at the next step; raises `ServerClosing` during
-        shutdown and `ServerBusy` when ``max_batch + max_waiting`` jobs are already in."""
+        shutdown, `ServerBusy` when ``max_batch + max_waiting`` jobs are already in, and
+        ValueError for a prompt byte outside the model's vocabulary (which would fail the
+        step of every job in the batch)."""
+        outside = [b for b in job.prompt if b >= self.cfg.vocab]
+        if outside:
+            raise ValueError(f"prompt byte {outside[0]} is outside the model's vocabulary "
+                             f"[0, {self.cfg.vocab})")
         with self._cond:
             if self.closing or self._stop:
                 raise ServerClosing("the server is shutting down")

@@ -123,6 +123,9 @@ def _number(body: dict, name: str, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _type_error(name, "a number", value)
+    if isinstance(value, int) and abs(value) > 2 ** 1000:   # math.isfinite would overflow
+        raise RequestError(f"{name} must be a finite number; got an integer of "
+                           f"{value.bit_length()} bits", name)
     if not math.isfinite(value):
         raise RequestError(f"{name} must be a finite number; got {value}", name)
     return float(value)
