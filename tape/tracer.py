@@ -20,8 +20,8 @@ from .errors import NonDifferentiableError, TracerConversionError
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
                           _rule, _ufunc_name)
-from .operators import (_NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow,
-                        _unary, check_cast)
+from .operators import (_NO_PARAMS, _PYTHON_NUMBERS, _binary, _defers_to_batched, _inplace,
+                        _ipow, _pow, _unary, check_cast)
 from .views import _is_view_index, _refresh_views, _same, mark_read_only_view, mark_view
 
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
@@ -39,6 +39,14 @@ def _refuse_array(self, *args, **kwargs):
         "derivative. Keep it as an array (use np.zeros_like(x) for buffers you write into), "
         "or take tape.primal(x) if you really want the plain value without derivative.",
         sys._getframe(1))
+
+
+def _divmod(a, b):
+    """divmod(a, b): Python's (a // b, a % b) of two Python numbers, one of them traced (Python
+    floats, as the floats' divmod gives), np.divmod otherwise."""
+    if type(peek(a)) in _PYTHON_NUMBERS and type(peek(b)) in _PYTHON_NUMBERS:
+        return a // b, a % b
+    return _call_ufunc(np.divmod, a, b)
 
 
 def _refuse(call, fix):
@@ -268,8 +276,8 @@ class _Surface:
     __pow__ = _pow   # NumPy's `x ** c` need not call np.power (see _power_shortcut)
     __rpow__ = _binary(np.power)[1]
     __matmul__, __rmatmul__ = _binary(np.matmul)
-    __divmod__ = lambda self, other: _call_ufunc(np.divmod, self, other)
-    __rdivmod__ = lambda self, other: _call_ufunc(np.divmod, other, self)
+    __divmod__ = lambda self, other: _divmod(self, other)
+    __rdivmod__ = lambda self, other: _divmod(other, self)
     __lt__ = lambda self, other: _call_ufunc(np.less, self, other)
     __le__ = lambda self, other: _call_ufunc(np.less_equal, self, other)
     __gt__ = lambda self, other: _call_ufunc(np.greater, self, other)

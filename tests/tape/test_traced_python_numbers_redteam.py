@@ -91,10 +91,7 @@ def test_inplace_operator_on_traced_python_float_stays_weak():
     assert t.dtype == p.dtype
 
 
-@pytest.mark.parametrize("name", ["s // 1 + s", pytest.param("divmod(s, 1.0)[1]", marks=(
-    pytest.mark.xfail(strict=True, reason="the tracer's __divmod__ (tape/tracer.py) calls "
-                      "np.divmod, whose results are np.float64: divmod(s, 1.0)[1] * float32 is "
-                      "float64 (NumPy: float32)")))])
+@pytest.mark.parametrize("name", ["s // 1 + s", "divmod(s, 1.0)[1]"])
 def test_floor_divide_and_divmod_of_traced_python_float_stay_weak(name):
     f = {"s // 1 + s": lambda s: (s // 1 + s) * X32,
          "divmod(s, 1.0)[1]": lambda s: divmod(s, 1.0)[1] * X32}[name]
