@@ -85,8 +85,19 @@ def warmup_cosine(step: int, base_lr: float, warmup: int, total: int,
 
 def matrices_only(path: str, leaf: Any) -> bool:
     """Default weight-decay filter: decay matrices, not biases, gains or scalars (the usual
-    choice for transformers: decaying a norm gain or a gate bias towards 0 fights the model)."""
-    return getattr(leaf, "ndim", 0) >= 2
+    choice for transformers: decaying a norm gain or a gate bias towards 0 fights the model).
+    A memory gate's weights (``c . w_a``: a projection to one number per head) are a matrix
+    with one head as with several, where they are stored as a vector.
+
+    >>> matrices_only("params.blocks[0].memory[0].w_a", np.zeros(8))
+    True
+    >>> matrices_only("params.blocks[0].memory[0].b_a", np.zeros(()))
+    False
+    """
+    return getattr(leaf, "ndim", 0) >= 2 or path.rpartition(".")[2] in _GATE_WEIGHTS
+
+
+_GATE_WEIGHTS = frozenset(("w_a", "w_t", "w_e"))   # models.layers.Level
 
 
 def _fusable(p, g, m, v) -> bool:
