@@ -26,7 +26,7 @@ from .activities import (Active, BatchDuplicated, Const, Duplicated, ForwardWith
                           ReverseSplitWithPrimal)
 from .api import _argument_names, _is_float, _is_mutable_leaf, autodiff, make_zero
 from .backend import array_module
-from .core import Tracer, is_complex
+from .core import Tracer, is_complex, peek
 from .errors import ActivityError, ConstWriteError
 from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, is_leaf,
                      unflatten)
@@ -68,8 +68,8 @@ def _units(x, value):
     for k, leaf in enumerate(leaves):
         for j in range(int(np.size(leaf)) if _is_float(leaf) else 0):
             zl, _ = flatten(make_zero(x))
-            if isinstance(zl[k], (float, complex)):
-                zl[k] = type(zl[k])(value)
+            if isinstance(peek(zl[k]), (float, complex)):   # (traced by an outer level too)
+                zl[k] = type(peek(zl[k]))(value)
             elif isinstance(zl[k], np.generic):   # a NumPy scalar stays one (a 0-d array too)
                 zl[k] = zl[k] + value
             else:

@@ -41,6 +41,13 @@ def _refuse_array(self, *args, **kwargs):
         sys._getframe(1))
 
 
+def _refuse_python_number(tracer, what):
+    """A traced Python number is indexed as the number would be: Python raises."""
+    number = peek(tracer)
+    if type(number) in _PYTHON_NUMBERS:
+        raise TypeError(f"'{type(number).__name__}' object {what}")
+
+
 def _divmod(a, b):
     """divmod(a, b): Python's (a // b, a % b) of two Python numbers, one of them traced (Python
     floats, as the floats' divmod gives), np.divmod otherwise."""
@@ -295,12 +302,14 @@ class _Surface:
     __imatmul__ = _inplace(np.matmul)
 
     def __getitem__(self, index):
+        _refuse_python_number(self, "is not subscriptable")
         out = _call_method("__getitem__", self, index)
         if _is_view_index(index, np.ndim(peek(self))):
             mark_view(out, self, index)   # NumPy returns a view: writes into it reach `self`
         return out
 
     def __setitem__(self, index, value):
+        _refuse_python_number(self, "does not support item assignment")
         guard = getattr(self, "write_guard", None)   # unset unless this is an argument
         if guard is not None:
             guard(self)

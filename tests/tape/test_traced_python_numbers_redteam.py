@@ -137,10 +137,6 @@ def _setitem_on_number(s):
     return t
 
 
-@pytest.mark.xfail(strict=True, reason="ops/indexing.py:122 turns a Python number's value into "
-                   "a 0-d array before x[...] = v, so t = 2 * s; t[()] = 3.0 is accepted and "
-                   "returns a 0-d array with derivative 0, where eager Python raises TypeError "
-                   "('float' object does not support item assignment)")
 def test_setitem_on_a_traced_python_float_raises_as_eager():
     with pytest.raises(TypeError):
         _setitem_on_number(0.5)
