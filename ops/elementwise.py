@@ -26,7 +26,7 @@ import numbers
 
 import numpy as np
 
-from tape.core import STRONG_ZERO, Tracer, nondiff_value, peek, primal
+from tape.core import STRONG_ZERO, Tracer, is_complex, nondiff_value, peek, primal
 from tape.operators import check_cast
 from tape.rules import register_function, register_ufunc
 
@@ -179,8 +179,10 @@ sinh = unary(np.sinh, lambda x: np.cosh(x))
 cosh = unary(np.cosh, lambda x: np.sinh(x))
 tanh = unary(np.tanh, lambda ans: 1.0 - np.square(ans), of="ans")
 # 1 / cosh(arcsinh z) is 1 / sqrt(1 + z^2) on the side of the cut (the imaginary axis beyond
-# +-i) that NumPy's value is on; squaring z loses which side that is.
-arcsinh = unary(np.arcsinh, lambda ans: 1.0 / np.cosh(ans), of="ans")
+# +-i) that NumPy's value is on; squaring z loses which side that is. For real x, 1 / hypot(1,
+# x) is exact to an ulp, where cosh(ans) amplifies the rounding of ans by |ans| (1e-14 at 1e300).
+arcsinh = unary(np.arcsinh, lambda x: (1.0 / np.cosh(np.arcsinh(x)) if is_complex(x)
+                                       else 1.0 / np.hypot(1.0, x)))
 arccosh = unary(np.arccosh, lambda x: 1.0 / (np.sqrt(x - 1.0) * np.sqrt(x - (-1.0))))
 arctanh = unary(np.arctanh, lambda x: 1.0 / ((1.0 - x) * (1.0 + x)))
 

@@ -26,6 +26,8 @@ Conventions at non-smooth points (each derivative is a one-sided or averaged val
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tape.core import Tracer, is_complex, peek, primal
@@ -33,6 +35,7 @@ from tape.rules import inactive, register_function, register_method, register_uf
 
 from ._util import (add_tangents, as_array, broadcast_tangent, defprimitive, shape_of,
                     times_partial, unbroadcast)
+from .activations import sigmoid
 from .elementwise import binary, elementwise, route_ufunc, self_adjoint, ufunc_inputs, unary
 
 _NOVALUE = object()
@@ -146,17 +149,20 @@ arctan2 = binary(np.arctan2,
                  lambda y, x, ans: (-y / _nonzero(np.hypot(x, y))) / _nonzero(np.hypot(x, y)))
 
 
-def _logaddexp_partials(exp):
-    """d/dx log_b(b**x + b**y) = b**(x - ans); 1/2 where both arguments are -inf."""
+def _logaddexp_partials(log_base):
+    """d/dx log_b(b**x + b**y) = sigmoid((x - y) ln b), 1/2 where both arguments are -inf.
+    Not b**(x - ans): the rounding of ans is an error of up to ulp(ans) in x - ans (at x = y
+    = 1e16 both partials were 1, not 1/2); x - y is exact where the partials are not 0 or 1."""
     def d_first(x, y, ans):
         empty = ans == -np.inf
-        return np.where(empty, 0.5, exp(x - np.where(empty, 0.0, ans)))
+        d = np.where(empty, 0.0, x - y)   # (the unselected NaN of -inf - -inf gets no cotangent)
+        return sigmoid(d if log_base == 1.0 else d * log_base)
 
     return d_first, lambda x, y, ans: d_first(y, x, ans)
 
 
-logaddexp = binary(np.logaddexp, *_logaddexp_partials(np.exp), uses_ans=True)
-logaddexp2 = binary(np.logaddexp2, *_logaddexp_partials(np.exp2), uses_ans=True)
+logaddexp = binary(np.logaddexp, *_logaddexp_partials(1.0), uses_ans=True)
+logaddexp2 = binary(np.logaddexp2, *_logaddexp_partials(math.log(2.0)), uses_ans=True)
 
 
 def _quotient(x, y, ans):
