@@ -144,9 +144,13 @@ hypot = binary(np.hypot, lambda x, y, ans: x / _nonzero(ans),
                lambda x, y, ans: y / _nonzero(ans), uses_ans=True)
 # x / (x^2 + y^2) as (x / r) / r with r = hypot(x, y): the sum of squares under- or overflows
 # below 1e-162 or above 1e154 (where _nonzero then took it for 1: 1e-170 for 1e169).
-arctan2 = binary(np.arctan2,
-                 lambda y, x, ans: (x / _nonzero(np.hypot(x, y))) / _nonzero(np.hypot(x, y)),
-                 lambda y, x, ans: (-y / _nonzero(np.hypot(x, y))) / _nonzero(np.hypot(x, y)))
+def _over_squared_hypot(top, x, y):
+    r = _nonzero(np.hypot(x, y))
+    return (top / r) / r
+
+
+arctan2 = binary(np.arctan2, lambda y, x, ans: _over_squared_hypot(x, x, y),
+                 lambda y, x, ans: _over_squared_hypot(-y, x, y))
 
 
 def _logaddexp_partials(log_base):

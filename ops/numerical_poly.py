@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, peek
+from tape.core import Tracer, is_complex, peek
 from tape.rules import register_function
 
 from ._util import add_tangents, as_array, defprimitive, shape_of
@@ -42,11 +42,17 @@ def _conv_full_augmented(cfg, a, v):
 
 def _conv_full_reverse(cfg, saved, g):
     # out[k] = sum_i a[i] v[k-i]:  ga[i] = sum_k g[k] v[k-i],  gv[j] = sum_k g[k] a[k-j].
-    # Each is a window of the full convolution of g with the other argument reversed.
+    # Each is the 'valid' correlation of g with the other argument: O(n m) operations, where a
+    # window of a full convolution computes all of it (O(n^2) for the kernel's cotangent).
     a, v, n, m = saved
-    ga = conv_full(g, v[::-1])[m - 1:m - 1 + n] if cfg.active[0] else None
-    gv = conv_full(g, a[::-1])[n - 1:n - 1 + m] if cfg.active[1] else None
-    return ga, gv
+    return (_correlate_valid(g, v) if cfg.active[0] else None,
+            _correlate_valid(g, a) if cfg.active[1] else None)
+
+
+def _correlate_valid(g, w):
+    """sum_k g[k] w[k - j] for each j: np.correlate(g, w, 'valid') without its conjugate (a
+    derivative under an outer level goes through np.correlate's own rule)."""
+    return array_module(peek(g)).correlate(g, np.conj(w) if is_complex(w) else w, mode="valid")
 
 
 def _conv_full_forward(cfg, primals, tangents):
