@@ -30,3 +30,10 @@ def test_decode_benchmark_quick_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "sampler       bytes   total s   ms/byte  speed-up" in proc.stdout
     assert proc.stdout.count("incremental") == 2
+
+
+def test_rule_ratios_benchmark_quick_run(quick_benchmark):
+    stdout, data = quick_benchmark("rule_ratios.py")
+    assert "| # | case | group | size | primal (ms) | gradient (ms) | grad/primal |" in stdout
+    assert data["errors"] == [] and len(data["rows"]) > 300
+    assert all(r["grad_s"] > 0 and r["primal_s"] > 0 for r in data["rows"])
