@@ -13,7 +13,6 @@ biases, an active gate penalty with bounded theta.
 - a run stopped and resumed with the other kind of step (compiled / eager) against the
   uninterrupted run."""
 import copy
-import dataclasses
 import math
 
 import numpy as np
@@ -27,15 +26,8 @@ from tape import (Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodif
                   make_zero_, primal, tree_map)
 from tape.pytree import flatten
 
+from test_model import named_leaves
 
-def named_leaves(tree, path=""):
-    """``(path, array)`` for every array leaf, e.g. ``("blocks.0.memory.1.w_a", ...)``."""
-    if dataclasses.is_dataclass(tree):
-        return [x for f in dataclasses.fields(tree)
-                for x in named_leaves(getattr(tree, f.name), f"{path}.{f.name}")]
-    if isinstance(tree, (list, tuple)):
-        return [x for i, t in enumerate(tree) for x in named_leaves(t, f"{path}.{i}")]
-    return [(path.lstrip("."), tree)] if isinstance(tree, np.ndarray) else []
 
 
 def params_of(cfg, seed=1):
