@@ -326,9 +326,10 @@ def solve_amplifies(T, th, K) -> bool:
         return bool(xp.any(sums > limit))
 
 
-def decays_underflow(logs, starts, ends, reads=None) -> bool:
-    """Whether a token's cumulative decay within its chunk, ``exp(l_i)`` for the log decays
-    `logs` ``[B, N, C]``, is below the smallest normal number of its dtype (a subnormal number
+def decays_underflow(logs: tuple, starts, ends, reads=None) -> bool:
+    """Whether a token's cumulative decay within its chunk, ``exp(l_i)`` for each of the log
+    decays in `logs` (a tuple of ``[B, N, C]``: the retention's, and Titans' momentum decay's),
+    is below the smallest normal number of its dtype (a subnormal number
     or 0: digits lost) while its product with the largest entry of the state entering the chunk,
     `starts` ``[B, N, R, D]``, is a normal number and not negligible against the chunk's
     results: the state leaving it, `ends` ``[B, N, R, D]``, and its `reads` ``[B, N, C, D]``
@@ -338,28 +339,27 @@ def decays_underflow(logs, starts, ends, reads=None) -> bool:
     of exactly 0 (a retention of 0) loses nothing, and neither does one whose product is
     below the rounding of the chunk's other terms (an ordinary state far decayed).
 
-    >>> logs = np.log(np.full((1, 1, 8), 1e-6, np.float32)).cumsum(-1)
+    >>> logs = (np.log(np.full((1, 1, 8), 1e-6, np.float32)).cumsum(-1),)
     >>> large, zero = np.full((1, 1, 2, 2), 1e20, np.float32), np.zeros((1, 1, 2, 2), np.float32)
     >>> decays_underflow(logs, large, zero)
     True
     >>> decays_underflow(logs, large, np.ones((1, 1, 2, 2), np.float32))  # 1e-28 is negligible
     False
     """
-    xp = array_module(logs)
-    info = np.finfo(logs.dtype)
+    xp = array_module(starts)
+    info = np.finfo(starts.dtype)
     floor = float(np.log(info.tiny))
-    lost = logs < floor
-    if not bool(lost.any()):   # the usual case: every decay normal
+    if not any(bool((l < floor).any()) for l in logs):   # the usual case: every decay normal
         return False
     with np.errstate(divide="ignore"):
-        def log_top(a, axes):
-            return xp.log(xp.abs(a).max(axis=axes))
-        kept = log_top(ends, (-2, -1))                                    # [B, N]
+        def log_top(a):
+            return xp.log(xp.abs(a).max(axis=(-2, -1)))                   # [B, N]
+        kept = log_top(ends)
         if reads is not None:
-            kept = xp.maximum(kept, log_top(reads, (-2, -1)))
-        product = logs + log_top(starts, (-2, -1))[..., None]
-        return bool((lost & (product > floor)
-                     & (product > kept[..., None] + float(np.log(info.eps)))).any())
+            kept = xp.maximum(kept, log_top(reads))
+        top, negligible = log_top(starts)[..., None], kept[..., None] + float(np.log(info.eps))
+        return any(bool(((l < floor) & (l + top > floor) & (l + top > negligible)).any())
+                   for l in logs)
 
 
 def _in_some_chunk(parts, test) -> bool:

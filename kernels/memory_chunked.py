@@ -334,7 +334,8 @@ class _Chunks:
         self.K, self.V, self.Q = (_blocks(a, s, C) for a in (x.k, x.v, x.q))
         self.r = _blocks(x.ret[..., 0], s, C, 1.0)                       # [B, N, C]
         lr = xp.log(self.r)
-        self.l = l = xp.cumsum(lr, axis=-1)
+        l = xp.cumsum(lr, axis=-1)
+        self.logs = (l,)          # for `decays_underflow`
         lp = xp.concatenate([xp.zeros_like(l[..., :1]), l[..., :-1]], axis=-1)
         self.lower, self.strict = _triangles(xp, C)
         with np.errstate(under="ignore"):
@@ -395,7 +396,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
                                              W=ch.W):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     Y = ch.Psi @ _tr(starts) + ch.Pm @ ch.U0
-    if decays_underflow(ch.l, starts, leaving(starts, M), Y):
+    if decays_underflow(ch.logs, starts, leaving(starts, M), Y):
         return sequential_forward(spec, x, init, checkpoint_every, C)
     if not within_range(xp, (Y, M, starts, ch.U0, getattr(ch, "W", None)), grow, x.k.dtype):
         return sequential_forward(spec, x, init, checkpoint_every, C)

@@ -176,8 +176,9 @@ class _Chunks:
         self.th = _blocks(x.th[..., 0], s, C)
         self.lower, self.strict = _triangles(xp, C)
         d = self.K.shape[-1]
-        self.lr, self.gr, self.Er = _decays(xp.log(self.r))
-        self.le, self.ge, self.Ee = _decays(xp.log(self.eta))
+        lr, self.gr, self.Er = _decays(xp.log(self.r))
+        le, self.ge, self.Ee = _decays(xp.log(self.eta))
+        self.logs = (lr, le)      # for `decays_underflow`
         self.W = self.Er @ self.Ee
         self.c = (self.Er @ self.ge[..., None])[..., 0]
         self.grp, self.cp = _shift(self.gr, 1.0), _shift(self.c, 0.0)
@@ -235,12 +236,6 @@ class _Chunks:
         d = self.K.shape[-1]
         return updates_cancel(self.erased, self.th, self.grp, self.K, starts[..., :d], self.U)
 
-    def decays_underflow(self, starts, ends, reads) -> bool:
-        """`memory_chunk_precision.decays_underflow` of the retention's and the momentum
-        decay's cumulative decays, given the pairs entering and leaving the chunks and the
-        reads."""
-        return any(decays_underflow(l, starts, ends, reads) for l in (self.lr, self.le))
-
     def shifted_w(self):
         """``Wp_ij = W_{i-1, j}``: 0 for j >= i, as W is lower triangular."""
         return shift_rows(self.W)
@@ -254,7 +249,7 @@ class _Chunks:
     def release(self):
         """Drop what only the forward needs or the backward recomputes at little cost: the
         residuals' memory is touched afresh by every call."""
-        self.U0 = self.Pm = self.Dk = self.lr = self.le = None
+        self.U0 = self.Pm = self.Dk = self.logs = None
 
     def _transition(self):
         """``Phi [B, N, 2d, 2d]`` with ``[M_C S_C] = [M0 S0] Phi + U0^T Dk``, for an `ops`
@@ -348,7 +343,7 @@ def forward(spec: ref.Rule, x: ref.Seq, init: tuple, checkpoint_every: Optional[
         if ch.updates_cancel(starts):
             return sequential_forward(spec, x, init, checkpoint_every, C)
         Y = ch.Qg @ _tr(starts) + ch.Pm @ ch.U
-        if ch.decays_underflow(starts, leaving(starts, MS), Y):
+        if decays_underflow(ch.logs, starts, leaving(starts, MS), Y):
             return sequential_forward(spec, x, init, checkpoint_every, C)
         ys.append(_unblocks(Y, t1 - t0))
         all_starts.append(starts)

@@ -104,8 +104,8 @@ class _DeltaHebbian:
         C = b.k.shape[-2]
         self.lower, self.strict = _triangles(xp, C)
         lr = xp.log(b.ret)
-        self.logs = (xp.cumsum(lr, axis=-1),)
-        l = self.logs[0]
+        l = xp.cumsum(lr, axis=-1)
+        self.logs = (l,)          # for `decays_underflow`
         E = span_decays(lr, C)             # decay ratios summed over their own spans
         with np.errstate(under="ignore"):
             self.gC = xp.exp(l[..., -1])                                   # [B, N]
@@ -380,8 +380,7 @@ def forward(rule: str, b: Blocks, init: tuple, ops=NumpyOps, grow: float = 1.0):
     U = _carry(ch, X0, states)
     if erased is not None and ch.updates_cancel(erased, states[:, :N], U):
         return None, None
-    if any(memory_chunk_precision.decays_underflow(l, states[:, :N], states[:, 1:])
-           for l in ch.logs):
+    if memory_chunk_precision.decays_underflow(ch.logs, states[:, :N], states[:, 1:]):
         return None, None
     if not within_range(xp, (states, ch.U0, ch.P, U), grow, X0.dtype):
         return None, None
