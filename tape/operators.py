@@ -15,7 +15,7 @@ def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
     # with a constant on the other side, go straight to the tracer's level.
     prim = UFUNC_PRIMITIVES.get(ufunc)
-    python = type(peek(tracer)) in _PYTHON_NUMBERS and type(peek(other)) in _PYTHON_NUMBERS
+    python = is_python_number(tracer) and is_python_number(other)
     if prim is None:   # (an inactive ufunc: s // 1 of a traced Python float is a Python float)
         out = _call_ufunc(ufunc, *args)
         return _python_number(out) if python else out
@@ -32,6 +32,17 @@ def _operator(ufunc, tracer, other, args):
 
 
 _PYTHON_NUMBERS = frozenset((bool, int, float, complex))
+
+
+def is_python_number(x) -> bool:
+    """Whether `x` is a Python number, traced or not (a traced Python float follows Python's
+    arithmetic, `python_arithmetic`).
+
+    >>> is_python_number(2.0), is_python_number(np.float64(2.0))
+    (True, False)
+    """
+    return type(peek(x)) in _PYTHON_NUMBERS
+
 _PYTHON_ARITHMETIC: dict = {}
 
 
@@ -72,7 +83,7 @@ def _unary(ufunc):
     the ufunc otherwise."""
     def op(self):
         prim = UFUNC_PRIMITIVES.get(ufunc)
-        if prim is not None and type(peek(self)) in _PYTHON_NUMBERS:
+        if prim is not None and is_python_number(self):
             return python_arithmetic(prim)(self)
         return _call_ufunc(ufunc, self)
     return op
@@ -98,7 +109,7 @@ _NO_PARAMS: dict = {}
 
 def _inplace(ufunc):
     def iop(self, other):
-        if type(peek(self)) in _PYTHON_NUMBERS:   # s += 1.0 rebinds s, as for a float
+        if is_python_number(self):   # s += 1.0 rebinds s, as for a float
             return _operator(ufunc, self, other, (self, other))
         result = _call_ufunc(ufunc, self, other)
         got, mine = peek(result), peek(self)

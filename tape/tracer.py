@@ -20,8 +20,8 @@ from .errors import NonDifferentiableError, TracerConversionError
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
                           _rule, _ufunc_name)
-from .operators import (_NO_PARAMS, _PYTHON_NUMBERS, _binary, _defers_to_batched, _inplace,
-                        _ipow, _pow, _unary, check_cast)
+from .operators import (_NO_PARAMS, _binary, _defers_to_batched, _inplace, _ipow, _pow,
+                        _unary, check_cast, is_python_number)
 from .views import _is_view_index, _refresh_views, _same, mark_read_only_view, mark_view
 
 _MATMUL_IN_PLACE_AXES = [(-2, -1), (-2, -1), (-2, -1)]
@@ -43,15 +43,14 @@ def _refuse_array(self, *args, **kwargs):
 
 def _refuse_python_number(tracer, what):
     """A traced Python number is indexed as the number would be: Python raises."""
-    number = peek(tracer)
-    if type(number) in _PYTHON_NUMBERS:
-        raise TypeError(f"'{type(number).__name__}' object {what}")
+    if is_python_number(tracer):
+        raise TypeError(f"'{type(peek(tracer)).__name__}' object {what}")
 
 
 def _divmod(a, b):
     """divmod(a, b): Python's (a // b, a % b) of two Python numbers, one of them traced (Python
     floats, as the floats' divmod gives), np.divmod otherwise."""
-    if type(peek(a)) in _PYTHON_NUMBERS and type(peek(b)) in _PYTHON_NUMBERS:
+    if is_python_number(a) and is_python_number(b):
         return a // b, a % b
     return _call_ufunc(np.divmod, a, b)
 
