@@ -104,7 +104,9 @@ def _lse_softmax(x, axis):
     """The derivative of logsumexp, softmax(x) along `axis`, as exp(x - m) / sum(exp(x - m))
     with m the finite max: not exp(x - logsumexp(x)), whose rounding of the output is an error
     of up to ulp(logsumexp) in x - out (at [1e16, 1e16] that gave [1, 1] for [0.5, 0.5]). m
-    cancels from the quotient, so it carries no derivative of its own."""
+    cancels from the quotient, so it carries no derivative of its own. Not the softmax
+    primitive: that makes a slice with a +inf entry all NaN, where this derivative keeps the
+    0 of every finite entry beside it, as before."""
     e = np.exp(x - _finite_max(x, axis))
     return e / np.sum(e, axis=axis, keepdims=True)
 
