@@ -76,8 +76,24 @@ def _getitem_forward(cfg, primals, tangents, index):
     return primals[0][index], tangents[0][index]
 
 
+def _getitem_accumulate_into(cfg, saved, g, buffer) -> bool:
+    # The reverse rule scatters g into zeros of x's shape, which the sweep then adds to x's
+    # cotangent: with that cotangent its own, the sweep adds g at `index` alone (a loop over a
+    # matrix's rows would otherwise make a full-size array per row).
+    shape, dtype, index = saved
+    if (type(g) is not np.ndarray and not isinstance(g, np.generic)) or _may_repeat(index):
+        return False
+    if (type(buffer) is not np.ndarray or buffer.shape != shape
+            or np.result_type(buffer.dtype, dtype, g.dtype) != buffer.dtype):
+        return False
+    buffer[index] += g
+    return True
+
+
 getitem = defprimitive("getitem", lambda x, index: x[index], _getitem_augmented,
                        _getitem_reverse, _getitem_forward)
+getitem.accumulate_into = _getitem_accumulate_into
+getitem.reverse_fresh = True   # a scatter into new zeros
 # For compiled programs: with a basic index the reverse is written into x's cotangent buffer.
 getitem.inline = ("scatter",)
 
@@ -167,19 +183,37 @@ def _setitem_reverse(cfg, saved, g):
     # a write of the whole buffer leaves them no path (no cotangent, not an array of zeros).
     if cfg.active[0] and not _covers_everything(index):
         g_old = setitem(g, 0, index=index, inplace=False)
+    return g_old, (_value_cotangent(saved, g) if cfg.active[1] else None)
+
+
+def _value_cotangent(saved, g):
+    """The cotangent of the value written by ``x[index] = value``: g at `index`, where the
+    value was kept, summed onto the value's shape."""
+    index, value_shape, kept = saved
+    g_value = g[index]
+    if kept is not None:
+        g_value = np.where(kept, g_value, 0)
+    # NumPy drops a value's leading unit axes (y[0] = v with v of shape (1, 3)): sum onto
+    # the shape it broadcast from, then restore them.
+    dropped = len(value_shape) - len(shape_of(g_value))
+    if dropped > 0:
+        return np.reshape(unbroadcast(g_value, value_shape[dropped:]), value_shape)
+    return unbroadcast(g_value, value_shape)
+
+
+def _setitem_reverse_in_place(cfg, saved, g):
+    # With g the sweep's own array, the buffer's cotangent is g itself with the written
+    # entries zeroed, rather than a copy of it per write (many scalar writes into one buffer).
+    index, value_shape, kept = saved
+    if type(g) is not np.ndarray or not cfg.active[0] or _covers_everything(index):
+        return None
     g_value = None
     if cfg.active[1]:
-        g_value = g[index]
-        if kept is not None:
-            g_value = np.where(kept, g_value, 0)
-        # NumPy drops a value's leading unit axes (y[0] = v with v of shape (1, 3)): sum onto
-        # the shape it broadcast from, then restore them.
-        dropped = len(value_shape) - len(shape_of(g_value))
-        if dropped > 0:
-            g_value = np.reshape(unbroadcast(g_value, value_shape[dropped:]), value_shape)
-        else:
-            g_value = unbroadcast(g_value, value_shape)
-    return g_old, g_value
+        g_value = _value_cotangent(saved, g)
+        if isinstance(g_value, np.ndarray) and np.may_share_memory(g_value, g):
+            g_value = g_value.copy()   # read before the zeroing below
+    g[index] = 0
+    return g, g_value
 
 
 def _setitem_forward(cfg, primals, tangents, index, inplace):
@@ -198,6 +232,8 @@ def _setitem_forward(cfg, primals, tangents, index, inplace):
 
 setitem = defprimitive("setitem", _setitem_impl, _setitem_augmented, _setitem_reverse,
                        _setitem_forward)
+setitem.reverse_in_place = _setitem_reverse_in_place
+setitem.reverse_fresh = True   # the buffer's cotangent is a copy of g
 
 
 def _setitem_method(x, index, value, inplace):

@@ -84,6 +84,20 @@ class Primitive:
     # may compute two equal calls once (tape/program_cse.py). A user's rule may keep state.
     pure = False
 
+    # Optional speed-ups of the eager sweep (`ReverseTrace.backward`), for rules whose plain
+    # reverse would make a full-size array per record (a loop over a matrix's rows):
+    # - ``accumulate_into(config, saved, cotangent, buffer) -> bool`` adds the cotangent of the
+    #   first argument into `buffer`, an array that only the sweep references, in place, and
+    #   says whether it did (False: the sweep calls `reverse`);
+    # - ``reverse_in_place(config, saved, cotangent)`` is `reverse` for a cotangent that only
+    #   the sweep references and that it may overwrite; a first result that *is* the cotangent
+    #   stays the sweep's own. It returns None where it cannot (the sweep calls `reverse`);
+    # - ``reverse_fresh``: the first result of `reverse`, when an ndarray, is new and
+    #   referenced nowhere else.
+    accumulate_into = None
+    reverse_in_place = None
+    reverse_fresh = False
+
     def __init__(self, name: str, impl: Callable, augmented_primal: Callable | None = None,
                  reverse: Callable | None = None, forward: Callable | None = None,
                  differentiable_rules: bool = True, multiple_results: bool = False):
@@ -447,20 +461,35 @@ class ReverseTrace(Trace):
             sweep = reversed(self.records)
         if self.nan_check:   # a wrapper, so that the ordinary sweep pays nothing for it
             sweep = Trace.hooks["nan_checked_sweep"](sweep, n_records)
+        # Slots whose cotangent is an ndarray the sweep made itself (a sum, or a fresh rule
+        # result) that nothing else references: further contributions are added into it in
+        # place, which gives the same values as ``prev + c`` without a new full-size array.
+        own: set = set()
         for prim, cfg, saved, in_slots, out_slot in sweep:
             if type(out_slot) is int:
                 g = ct[out_slot]
                 if g is None:
                     continue
                 ct[out_slot] = None
+                if own and out_slot in own:
+                    own.discard(out_slot)
+                    if prim.reverse_in_place is not None:
+                        cts = prim.reverse_in_place(cfg, saved, g)
+                        if cts is not None:
+                            self._add_cotangents(ct, own, in_slots, cts, cts[0] is g)
+                            continue
             else:
                 g = tuple(ct[s] for s in out_slot)
                 if all(x is None for x in g):
                     continue
                 for s in out_slot:
                     ct[s] = None
+                    own.discard(s)
             if saved is _OUTER_TRACED:
                 raise OnceDifferentiableError(prim.name)
+            if (prim.accumulate_into is not None and in_slots[0] in own
+                    and prim.accumulate_into(cfg, saved, g, ct[in_slots[0]])):
+                continue
             try:
                 cts = prim.reverse(cfg, saved, g)
             except (TypeError, ValueError):
@@ -471,13 +500,45 @@ class ReverseTrace(Trace):
                 s, c = in_slots[0], cts[0]
                 if c is not None:
                     prev = ct[s]
-                    ct[s] = c if prev is None else prev + c
+                    if prev is None:
+                        ct[s] = c
+                        if prim.reverse_fresh and type(c) is np.ndarray:
+                            own.add(s)
+                    else:
+                        ct[s] = _summed(prev, c, s, own)
                 continue
-            for s, c in zip(in_slots, cts):
-                if s is not None and c is not None:
-                    prev = ct[s]
-                    ct[s] = c if prev is None else prev + c
+            self._add_cotangents(ct, own, in_slots, cts, prim.reverse_fresh)
         return {s: ct[s] for s in keep}
+
+    @staticmethod
+    def _add_cotangents(ct: list, own: set, in_slots, cts, own_first: bool) -> None:
+        """Add a record's cotangents `cts` into `ct`. With `own_first` the first one, when it
+        is an ndarray that arrives first at its slot, becomes the sweep's own."""
+        for k, (s, c) in enumerate(zip(in_slots, cts)):
+            if s is None or c is None:
+                continue
+            prev = ct[s]
+            if prev is None:
+                ct[s] = c
+                if own_first and k == 0 and type(c) is np.ndarray:
+                    own.add(s)
+            else:
+                ct[s] = _summed(prev, c, s, own)
+
+
+def _summed(prev, c, s: int, own: set):
+    """``prev + c``: summed into `prev` itself when the sweep owns it and the sum has its dtype
+    and shape (the same values); a new ndarray sum is the sweep's own."""
+    if (own and s in own and type(c) is np.ndarray and c.dtype == prev.dtype
+            and c.shape == prev.shape):
+        prev += c
+        return prev
+    total = prev + c
+    if type(total) is np.ndarray:
+        own.add(s)
+    elif own:
+        own.discard(s)   # a 0-d sum is a NumPy scalar, which has no item assignment
+    return total
 
 
 def _popping(records: list):

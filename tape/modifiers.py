@@ -92,6 +92,11 @@ class _NaNCheckedRule:
 
     __slots__ = ("prim", "index", "total", "name")
 
+    # Every cotangent goes through `reverse`, where it is checked: none of the sweep's in-place
+    # speed-ups (tape.core.Primitive), which would skip the check.
+    accumulate_into = reverse_in_place = None
+    reverse_fresh = False
+
     def __init__(self, prim, index, total):
         self.prim, self.index, self.total, self.name = prim, index, total, prim.name
 
