@@ -70,6 +70,7 @@ LAUNCHER_VARIABLES = (
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 _EXPECTED = (DataError, CheckpointFileError, RunError)
+_ABORT_GRACE_S = 0.3
 INSTALL_HINT = 'pip install -e ".[distributed]"'
 
 
@@ -87,6 +88,17 @@ def launcher_variable(environ: Optional[dict] = None) -> Optional[str]:
     """
     environ = os.environ if environ is None else environ
     return next((name for name, _ in LAUNCHER_VARIABLES if name in environ), None)
+
+
+def launcher_rank(environ: Optional[dict] = None) -> int:
+    """This process's rank as its MPI launcher set it, before MPI is started (0 for a plain
+    run): the command line's messages (a bad flag, ``--help``) come from rank 0 alone.
+
+    >>> launcher_rank({"PMI_RANK": "1", "PMI_SIZE": "2"}), launcher_rank({})
+    (1, 0)
+    """
+    environ = os.environ if environ is None else environ
+    return _env_int(environ, _RANK_VARIABLES) or 0
 
 
 def _env_int(environ: dict, names: tuple) -> Optional[int]:
@@ -142,12 +154,13 @@ class World:
         slice(0, 6, None)
         """
         if batch % self.size:
-            lower, upper = batch - batch % self.size, batch + self.size - batch % self.size
+            upper = batch + self.size - batch % self.size
+            lower = batch - batch % self.size or upper + self.size   # two different choices
             raise self.agreed(DistributedError(
                 f"--batch-size {batch} does not divide over {self.size} MPI ranks: the global "
                 f"batch is split evenly by rows; use a multiple of {self.size} (e.g. "
-                f"{lower or upper} or {upper}), or run on a number of ranks that divides "
-                f"{batch}"))
+                f"{min(lower, upper)} or {max(lower, upper)}), or run on a number of ranks "
+                f"that divides {batch}"))
         per = batch // self.size
         return slice(self.rank * per, (self.rank + 1) * per)
 
@@ -268,6 +281,9 @@ class MPIWorld(World):
                 traceback.print_exc()
             print(f"hecate {command}: error: rank {self.rank} of {self.size}: {one_line(e)}",
                   file=sys.stderr, flush=True)
+            # The launcher stops forwarding output once a rank aborts; give the line time to
+            # reach it (without the pause it was sometimes lost, leaving exit 2 and no reason).
+            time.sleep(_ABORT_GRACE_S)
             # The launcher ends the ranks with SIGTERM: the stop handlers must not catch it.
             _default_signal_handlers()
             self.comm.Abort(exit_code_of(e))

@@ -189,8 +189,14 @@ def _run(cfg: ModelConfig, tcfg: TrainConfig, run_dir: Path, resume: bool, progr
     if corpus is not None and tcfg.task == "text":
         data = TextData(corpus, tcfg.batch_size, cfg.seq_len, tcfg.seed, source="corpus")
     else:
-        data = make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
-                         pairs=tcfg.pairs)
+        # Rank 0 loads first, so that an error every rank would meet (a missing or binary
+        # data file) is one line from rank 0; the other ranks then load their own copy.
+        def load() -> Any:
+            return make_data(tcfg.task, tcfg.batch_size, cfg.seq_len, tcfg.seed, tcfg.data,
+                             pairs=tcfg.pairs)
+        loaded: list = []
+        world.from_root(lambda: loaded.append(load()))
+        data = loaded[0] if loaded else load()
     if isinstance(data, RecallTask) and cfg.vocab < 129:
         raise RunError(f"--task recall needs vocab >= 129; got {cfg.vocab}")
     baseline = unigram_entropy(data.train) if isinstance(data, TextData) else None

@@ -32,13 +32,20 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from .distributed import launcher_rank
+
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, ``<prog>: error: <message>``, exit status 2
-    (argparse prints the whole usage block first; ``--help`` still shows it)."""
+    (argparse prints the whole usage block first; ``--help`` still shows it). Under an MPI
+    launcher every rank parses the same command line: rank 0 alone prints."""
 
     def error(self, message: str):   # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if launcher_rank() == 0:
+            super()._print_message(message, file)
 
 
 class Integer:
