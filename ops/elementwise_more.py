@@ -156,10 +156,12 @@ arctan2 = binary(np.arctan2, lambda y, x, ans: _over_squared_hypot(x, x, y),
 def _logaddexp_partials(log_base):
     """d/dx log_b(b**x + b**y) = sigmoid((x - y) ln b), 1/2 where both arguments are -inf.
     Not b**(x - ans): the rounding of ans is an error of up to ulp(ans) in x - ans (at x = y
-    = 1e16 both partials were 1, not 1/2); x - y is exact where the partials are not 0 or 1."""
+    = 1e16 both partials were 1, not 1/2); x - y is exact where the partials are not 0 or 1.
+    Two equal infinities give 1/2 each, the limit along x = y, as NumPy's own result there
+    comes quietly: no invalid-value warning (or error under np.errstate) from inf - inf."""
     def d_first(x, y, ans):
-        empty = ans == -np.inf
-        d = np.where(empty, 0.0, x - y)   # (the unselected NaN of -inf - -inf gets no cotangent)
+        with np.errstate(invalid="ignore"):   # the unselected NaN of inf - inf
+            d = np.where((x == y) & np.isinf(x), 0.0, x - y)
         return sigmoid(d if log_base == 1.0 else d * log_base)
 
     return d_first, lambda x, y, ans: d_first(y, x, ans)

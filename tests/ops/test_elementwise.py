@@ -313,3 +313,12 @@ def test_inactive_ufuncs_carry_no_derivative():
 def test_ufunc_without_rule_raises():
     with pytest.raises(NotImplementedError, match="nextafter"):
         grad(lambda x: np.sum(np.nextafter(x, 2.0)), np.array([0.3]))
+
+
+def test_logaddexp_partials_at_equal_infinities_are_half_and_quiet():
+    # NumPy's logaddexp(inf, inf) and (-inf, -inf) come without a warning; so must their
+    # partials (the limit along x = y: 1/2 each), even under np.errstate(invalid="raise").
+    for v in (np.inf, -np.inf):
+        with np.errstate(all="raise"):
+            gx, gy = grad(lambda x, y: np.logaddexp(x, y) + np.logaddexp2(x, y), v, v)
+        assert gx == gy == 1.0
