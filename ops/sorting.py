@@ -195,13 +195,17 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     shape = shape_of(a)
     x, axes = _merge_reduced(a, axis)
     n = shape_of(x)[0]
-    s = sort(x, axis=0)                  # NaN entries sort last
     xp = array_module(a)
-    nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
-    nan_count = np.sum(nan, axis=0)
-    if bool(np.any(nan)):
-        # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
-        s = np.where(nan, 0, s)
+    # With ignore_nan the positions differ per slice (they count its non-NaN entries): sort in
+    # full. Otherwise they are the same for every slice, and a partition at them is enough.
+    by_sort = ignore_nan or n == 0
+    if by_sort:
+        s = sort(x, axis=0)              # NaN entries sort last
+        nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
+        nan_count = np.sum(nan, axis=0)
+        if bool(np.any(nan)):
+            # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
+            s = np.where(nan, 0, s)
     dtype = np.result_type(peek(a))
     if dtype.kind == "c" and not median:   # NumPy's median takes complex input, quantile not
         raise TypeError("a must be an array of real numbers")
@@ -212,7 +216,7 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
         given = dtype_of(q)
         q = xp.asarray(q, dtype=given if given.kind == "f" and not weak
                        else np.result_type(real, np.float64))
-    q_shape, rest = shape_of(q), shape_of(s)[1:]
+    q_shape, rest = shape_of(q), shape_of(x)[1:]
     if ignore_nan:
         count = n - nan_count            # valid entries per slice, shape `rest`
         pos = np.reshape(q, q_shape + (1,) * len(rest)) * (count - 1)
@@ -228,12 +232,17 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
                       for i, k in enumerate(rest))
         below, above = s[(lo,) + grids], s[(hi,) + grids]
     else:
+        if by_sort:
+            s_lo, s_hi = lo, hi
+        else:
+            s, s_lo, s_hi, nan_count = _order_statistics(x, lo, hi, n, xp)
         if lo.ndim == 0:
-            lo, hi = int(lo), int(hi)    # a basic index: a cheap getitem and scatter
+            lo, hi = int(lo), int(hi)
+            s_lo, s_hi = int(s_lo), int(s_hi)   # a basic index: a cheap getitem and scatter
         if q_shape:   # a 0-d frac broadcasts as it is; reshaped, the forward-mode tangent of a
             #           scalar q would become a 1-element NumPy array, which CuPy refuses
             frac = np.reshape(frac, q_shape + (1,) * len(rest))
-        below, above = s[lo], s[hi]
+        below, above = s[s_lo], s[s_hi]
     if median or method != "linear":
         out = _selected(method, below, above, primal(frac), lo, target)
     else:
@@ -247,6 +256,35 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
         out = np.reshape(out, q_shape + tuple(1 if i in axes else shape[i]
                                               for i in range(len(shape))))
     return out if peek(out).dtype == target else out.astype(target)
+
+
+def _order_statistics(x, lo, hi, n, xp):
+    """The entries of sorted order `lo` and `hi` (integer arrays of one shape) along axis 0 of
+    `x`, found by a partition (NumPy's own way) rather than a sort: the distinct positions
+    `kth` (the last one included, where a slice's NaN sorts) are put in sorted place, and only
+    those entries are gathered, so the reverse writes those alone. Returns the gathered rows
+    (NaN replaced by 0), the row of each of `lo` and `hi` among them, and per slice a count
+    that is nonzero when the slice holds NaN.
+
+    Tied values may give their derivative to another of the tied entries than a stable sort
+    would; every mode reads the same partition, so they agree."""
+    kth = xp.unique(xp.concatenate((lo.reshape(-1), hi.reshape(-1), xp.asarray([n - 1]))))
+    positions = kth.tolist()
+    # On NumPy, np.argpartition of a tracer is a recorded nondiff step: a compiled program
+    # partitions each call's values.
+    perm = np.argpartition(x, positions, axis=0) if xp is np else \
+        xp.argpartition(primal(x), positions, axis=0)
+    index = nondiff_value(perm[kth])
+    rest = shape_of(x)[1:]
+    grids = tuple(xp.arange(k).reshape((1,) * (i + 1) + (k,) + (1,) * (len(rest) - i - 1))
+                  for i, k in enumerate(rest))
+    s = x[(index,) + grids]              # one row per position in kth
+    nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
+    nan_count = nan[-1]                  # NaN sorts last: a slice holds NaN iff its maximum is
+    if bool(np.any(nan)):
+        # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
+        s = np.where(nan, 0, s)
+    return s, xp.searchsorted(kth, lo), xp.searchsorted(kth, hi), nan_count
 
 
 def _result_dtype(dtype, q, method, median, weak) -> np.dtype:

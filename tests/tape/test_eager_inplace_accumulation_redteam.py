@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tape
+from numeric_checks import fd_gradient
 from tape import (Active, BatchDuplicated, Const, Duplicated, Forward, Reverse,
                   ReverseSplitWithPrimal, ReverseWithPrimal, autodiff, autodiff_thunk,
                   checkpoint, custom_rule, gradient, hessian, hvp, set_nan_check)
@@ -15,20 +16,10 @@ RNG = np.random.default_rng(20240611)
 M0 = RNG.standard_normal((4, 3))
 
 
-def fd_grad(f, x, h=1e-6):
-    x = np.asarray(x, dtype=np.float64)
-    g = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 def check(f, x, rtol=1e-6, atol=1e-8):
     """Reverse (twice, no state between sweeps), ReverseWithPrimal, Forward and compiled
     Reverse against central differences."""
-    want = fd_grad(f, x)
+    want = fd_gradient(f, x)
     (g1,), = autodiff(Reverse, f, Active, Active(x.copy()))
     (g2,), = autodiff(Reverse, f, Active, Active(x.copy()))
     (g3,), y = autodiff(ReverseWithPrimal, f, Active, Active(x.copy()))
@@ -135,8 +126,8 @@ def test_augmented_assignment_into_copy_of_argument():
         return np.sum(z)
     x, y = np.array([0.3, -1.2, 0.8]), 0.6
     (gx, gy), = autodiff(Reverse, f, Active, Active(x.copy()), Active(y))
-    np.testing.assert_allclose(gx, fd_grad(lambda t: f(t, y), x), rtol=1e-6)
-    assert gy == pytest.approx(fd_grad(lambda t: f(x, float(t)), np.array(y)), rel=1e-6)
+    np.testing.assert_allclose(gx, fd_gradient(lambda t: f(t, y), x), rtol=1e-6)
+    assert gy == pytest.approx(fd_gradient(lambda t: f(x, float(t)), np.array(y)), rel=1e-6)
 
 
 # -- dtypes -----------------------------------------------------------------------------------
@@ -174,8 +165,8 @@ def test_complex_rows_and_writes():
     z = M0 + 1j * RNG.standard_normal(M0.shape)
     (g,), = autodiff(Reverse, f, Active, Active(z.copy()))
     # The convention of `gradient`: df/dRe + 1j df/dIm.
-    want = (fd_grad(lambda a: f(a + 1j * z.imag), z.real)
-            + 1j * fd_grad(lambda b: f(z.real + 1j * b), z.imag))
+    want = (fd_gradient(lambda a: f(a + 1j * z.imag), z.real)
+            + 1j * fd_gradient(lambda b: f(z.real + 1j * b), z.imag))
     np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-8)
 
 
@@ -203,7 +194,7 @@ def test_split_mode_seed_and_second_sweep_untouched():
     (g1,), = rev(Active(M), seed, tp)
     (g2,), = rev(Active(M), 2.0 * seed, tp)
     np.testing.assert_array_equal(seed, kept)
-    want = fd_grad(lambda m: np.sum(f(m) * kept), M0)
+    want = fd_gradient(lambda m: np.sum(f(m) * kept), M0)
     np.testing.assert_allclose(g1, want, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(g2, 2.0 * want, rtol=1e-6, atol=1e-8)
 
@@ -218,7 +209,7 @@ def test_duplicated_shadow_and_return_seed_accumulate():
     out, seed = np.zeros_like(M0), RNG.standard_normal(M0.shape)
     kept = seed.copy()
     autodiff(Reverse, f, Const, Duplicated(M, dM), Duplicated(out, seed))
-    want = fd_grad(lambda m: np.sum(_rows_product(m) * kept), M0)
+    want = fd_gradient(lambda m: np.sum(_rows_product(m) * kept), M0)
     np.testing.assert_allclose(dM, 0.25 + want, rtol=1e-6, atol=1e-8)
 
 
@@ -282,7 +273,7 @@ def test_batched_seeds_through_row_loop_and_writes():
     autodiff(Reverse, f, Const, BatchDuplicated(M0.copy(), shadows),
              BatchDuplicated(np.zeros_like(M0), seeds))
     for sh, s in zip(shadows, kept):
-        np.testing.assert_allclose(sh, fd_grad(lambda m: np.sum(ref(m) * s), M0),
+        np.testing.assert_allclose(sh, fd_gradient(lambda m: np.sum(ref(m) * s), M0),
                                    rtol=1e-6, atol=1e-8)
 
 
@@ -302,7 +293,7 @@ def test_hessian_hvp_and_reverse_over_reverse():
     x = M0[:, :3]
     n = x.size
     grad = lambda y: gradient(Reverse, second, y)[0]
-    H_fd = np.stack([fd_grad(lambda y: grad(y).ravel()[i], x).ravel() for i in range(n)])
+    H_fd = np.stack([fd_gradient(lambda y: grad(y).ravel()[i], x).ravel() for i in range(n)])
     np.testing.assert_allclose(hessian(second, x).reshape(n, n), H_fd, rtol=1e-5, atol=1e-6)
     v = RNG.standard_normal(x.shape)
     np.testing.assert_allclose(hvp(second, x, v).ravel(), H_fd @ v.ravel(), rtol=1e-5, atol=1e-6)
@@ -349,7 +340,7 @@ def test_outer_tracer_cotangents_mixed_with_owned_plain_ones():
     x = np.array([[0.3, -1.0], [0.7, 1.2], [-0.4, 0.9]])
     v = np.array([[1.0, 0.5], [-1.0, 2.0], [0.3, -0.7]])
     grad = lambda y: gradient(Reverse, f, y)[0]
-    want = fd_grad(lambda y: np.sum(grad(y) * v), x)
+    want = fd_gradient(lambda y: np.sum(grad(y) * v), x)
     np.testing.assert_allclose(gradient(Reverse, lambda y: np.sum(grad(y) * v), x)[0], want,
                                rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(hvp(f, x, v), want, rtol=1e-6, atol=1e-8)
@@ -389,7 +380,7 @@ def test_overwritten_duplicated_argument_rows():
     x, dx = x0.copy(), np.full_like(x0, 0.5)     # the shadow seeds the overwritten buffer
     autodiff(Reverse, f, Active, Duplicated(x, dx))
     np.testing.assert_allclose(x, final(x0), rtol=1e-12)
-    want = fd_grad(lambda m: f(m.copy()) + np.sum(0.5 * final(m)), x0)
+    want = fd_gradient(lambda m: f(m.copy()) + np.sum(0.5 * final(m)), x0)
     np.testing.assert_allclose(dx, want, rtol=1e-6, atol=1e-8)
 
 
