@@ -24,7 +24,7 @@ from tape.rules import register_function, register_method
 from tape.views import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
-from .pad_modes import STATISTICS, pad_by_statistic, pad_linear_ramp
+from .pad_modes import STATISTICS, pad_by_slices, pad_by_statistic, pad_linear_ramp
 from .shape import _along, _no_out, moveaxis, normalize_axis, numpy_layout, ravel
 
 
@@ -393,12 +393,9 @@ def pad(array, pad_width, mode="constant", **kwargs):
         dtype = peek(padded).dtype
         return np.where(border, cval if cval.dtype == dtype else cval.astype(dtype), padded)
     if mode in _GATHER_MODES and kwargs.get("reflect_type", "even") == "even":
-        out = array
-        for axis, (before, after) in enumerate(widths):
-            if before or after:
-                source = xp.pad(xp.arange(shape[axis]), (before, after), mode=mode, **kwargs)
-                out = getitem(out, index=_along(axis, source))
-        return out if out is not array else pad_p(array, pad_width=widths)
+        if not any(before or after for before, after in widths):
+            return pad_p(array, pad_width=widths)
+        return pad_by_slices(array, widths, mode, **kwargs)
     if mode in STATISTICS or mode == "linear_ramp":
         for axis, width_pair in enumerate(widths):
             if shape[axis] == 0 and any(width_pair):

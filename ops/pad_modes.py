@@ -95,3 +95,49 @@ def pad_linear_ramp(array, widths: tuple, end_values=0):
         out = np.concatenate([ramps[0], out, ramps[1][_along(axis, slice(None, None, -1))]],
                              axis=axis)
     return out
+
+
+def pad_by_slices(array, widths: tuple, mode: str, **kwargs):
+    """np.pad(array, widths, mode) for mode 'edge', 'reflect', 'symmetric' or 'wrap'
+    (reflect_type 'even'): each axis's padded array is a concatenation of slices of the array
+    (reversed ones for the mirrored modes) and broadcast edge rows, so the reverse folds each
+    border's cotangent back with slice sums, and no scatter with repeated indices is needed.
+
+    >>> pad_by_slices(np.array([1.0, 2.0, 3.0]), ((2, 4),), "reflect")
+    array([3., 2., 1., 2., 3., 2., 1., 2., 3.])
+    """
+    out = array
+    for axis, (before, after) in enumerate(widths):
+        if not (before or after):
+            continue
+        n = shape_of(array)[axis]
+        # NumPy's own padding of the positions (its errors too, an empty axis say).
+        source = np.pad(np.arange(n), (before, after), mode=mode, **kwargs)
+        out = np.concatenate([_run(out, axis, source[start:stop])
+                              for start, stop in _runs(source)], axis=axis)
+    return out
+
+
+def _runs(source):
+    """Split the positions `source` into runs of steps +1, -1 or 0: (start, stop) pairs."""
+    runs, start, size = [], 0, len(source)
+    while start < size:
+        stop = start + 1
+        if stop < size and abs(int(source[stop]) - int(source[start])) <= 1:
+            step = int(source[stop]) - int(source[start])
+            while stop < size and int(source[stop]) - int(source[stop - 1]) == step:
+                stop += 1
+        runs.append((start, stop))
+        start = stop
+    return runs
+
+
+def _run(x, axis: int, positions):
+    """x's entries at `positions` (consecutive, reversed or repeated) along `axis`, by
+    slicing: a view, or a broadcast of one row."""
+    first, last, count = int(positions[0]), int(positions[-1]), len(positions)
+    if count > 1 and first == last:
+        return _repeated(x[_along(axis, slice(first, first + 1))], count, axis)
+    if first <= last:
+        return x[_along(axis, slice(first, last + 1))]
+    return x[_along(axis, slice(first, last - 1 if last else None, -1))]

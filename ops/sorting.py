@@ -4,8 +4,10 @@ their nan* versions, np.unique.
 A sort is a data-dependent permutation: the values move, the derivative moves with them. So
 `sort(x)` is `permute(x, argsort(x))`, whose reverse rule applies the inverse permutation to the
 cotangent (a gather again, hence itself differentiable) and whose forward rule permutes the
-tangent. Quantiles interpolate linearly between two sorted values. np.argsort, np.argpartition
-and np.lexsort carry no derivative (`ops.inactive`).
+tangent. Quantiles interpolate linearly between two sorted values; median, quantile and
+percentile find them with np.argpartition and gather only those entries (the nan* versions,
+whose positions differ per slice, sort). np.argsort, np.argpartition and np.lexsort carry no
+derivative (`ops.inactive`).
 
 >>> from tape import autodiff, Reverse, Active
 >>> (g,), = autodiff(Reverse, lambda x: np.sort(x)[0], Active, Active(np.array([3.0, 1.0, 2.0])))
@@ -34,7 +36,7 @@ import numpy as np
 
 from tape.backend import array_module
 from tape.core import Tracer, nondiff_value, peek, primal
-from tape.rules import register_function
+from tape.rules import inactive, register_function
 
 from ._util import defprimitive, dtype_of, shape_of
 
@@ -198,7 +200,7 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     xp = array_module(a)
     # With ignore_nan the positions differ per slice (they count its non-NaN entries): sort in
     # full. Otherwise they are the same for every slice, and a partition at them is enough.
-    by_sort = ignore_nan or n == 0
+    by_sort = ignore_nan or n == 0 or np.result_type(peek(a)).kind == "c"
     if by_sort:
         s = sort(x, axis=0)              # NaN entries sort last
         nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
@@ -260,31 +262,43 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
 
 def _order_statistics(x, lo, hi, n, xp):
     """The entries of sorted order `lo` and `hi` (integer arrays of one shape) along axis 0 of
-    `x`, found by a partition (NumPy's own way) rather than a sort: the distinct positions
-    `kth` (the last one included, where a slice's NaN sorts) are put in sorted place, and only
-    those entries are gathered, so the reverse writes those alone. Returns the gathered rows
-    (NaN replaced by 0), the row of each of `lo` and `hi` among them, and per slice a count
-    that is nonzero when the slice holds NaN.
-
-    Tied values may give their derivative to another of the tied entries than a stable sort
-    would; every mode reads the same partition, so they agree."""
+    `x`, found by a partition (as NumPy finds them) rather than a sort: only those entries are
+    gathered, so the reverse writes those alone. Returns the gathered rows (NaN replaced by
+    0), the row of each of `lo` and `hi` among them, and per slice a flag that is set when
+    the slice holds NaN."""
     kth = xp.unique(xp.concatenate((lo.reshape(-1), hi.reshape(-1), xp.asarray([n - 1]))))
-    positions = kth.tolist()
-    # On NumPy, np.argpartition of a tracer is a recorded nondiff step: a compiled program
-    # partitions each call's values.
-    perm = np.argpartition(x, positions, axis=0) if xp is np else \
-        xp.argpartition(primal(x), positions, axis=0)
-    index = nondiff_value(perm[kth])
+    positions = kth.tolist()             # n - 1 too: the maximum, where NaN sorts
+    ties = [i for i, k in enumerate(positions) if k != n - 1 or bool(xp.any(hi == n - 1))]
+    # A recorded nondiff step: a compiled program partitions each call's values.
+    index = _partition_index(x, positions, ties)
     rest = shape_of(x)[1:]
     grids = tuple(xp.arange(k).reshape((1,) * (i + 1) + (k,) + (1,) * (len(rest) - i - 1))
                   for i, k in enumerate(rest))
-    s = x[(index,) + grids]              # one row per position in kth
+    s = x[(nondiff_value(index),) + grids]   # one row per position in kth
     nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
-    nan_count = nan[-1]                  # NaN sorts last: a slice holds NaN iff its maximum is
     if bool(np.any(nan)):
         # NaN-free values to interpolate: a NaN would reach the derivative in q as 0 * nan.
         s = np.where(nan, 0, s)
-    return s, xp.searchsorted(kth, lo), xp.searchsorted(kth, hi), nan_count
+    return s, xp.searchsorted(kth, lo), xp.searchsorted(kth, hi), nan[-1]
+
+
+@inactive
+def _partition_index(x, positions, ties):
+    """For each sorted position in `positions` (increasing), the index along axis 0 of the
+    entry of `x` that a stable sort puts there. np.argpartition finds an entry of the right
+    value; where that value is tied (the rows `ties` are checked), the stable sort's is the
+    j-th tied entry in index order, j = position - the number of smaller entries."""
+    xp = array_module(x)
+    index = xp.argpartition(x, positions, axis=0)[xp.asarray(positions)]
+    values = xp.take_along_axis(x, index, axis=0)
+    for i in ties:
+        equal = x == values[i]
+        tied = xp.count_nonzero(equal, axis=0) > 1
+        if bool(tied.any()):
+            j = positions[i] - xp.count_nonzero(x < values[i], axis=0)
+            nth = xp.argmax(xp.cumsum(equal, axis=0) > j, axis=0)
+            index[i] = xp.where(tied, nth, index[i])
+    return index
 
 
 def _result_dtype(dtype, q, method, median, weak) -> np.dtype:
