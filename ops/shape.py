@@ -418,7 +418,8 @@ def repeat(a, repeats, axis=None):
         r = int(np.reshape(repeats, -1)[0])
         wide = broadcast_to(expand_dims(a, axis + 1),
                             shape=shape[:axis + 1] + (r,) + shape[axis + 1:])
-        return reshape(wide, shape=shape[:axis] + (shape[axis] * r,) + shape[axis + 1:])
+        return _new_array(_reshape(wide, shape=shape[:axis] + (shape[axis] * r,)
+                                   + shape[axis + 1:]))
     xp = array_module(a)
     return a[_along(axis, xp.repeat(xp.arange(shape[axis]), repeats))]
 
@@ -432,7 +433,17 @@ def tile(A, reps):
     reps = (1,) * (nd - len(reps)) + reps
     interleaved = reshape(A, shape=tuple(d for n in shape for d in (1, n)))
     wide = broadcast_to(interleaved, shape=tuple(d for r, n in zip(reps, shape) for d in (r, n)))
-    return reshape(wide, shape=tuple(r * n for r, n in zip(reps, shape)))
+    return _new_array(_reshape(wide, shape=tuple(r * n for r, n in zip(reps, shape))))
+
+
+def _new_array(out):
+    """`out` as NumPy's tile and repeat return it: a new C-contiguous array, not a view of
+    their input (a reshape of a broadcast can be one, with stride-0 axes). Then a ravel or
+    reshape of it is a view, and writes through that reach it, as in NumPy."""
+    value = peek(out)
+    if hasattr(value, "flags") and not value.flags.c_contiguous:
+        return out.copy()
+    return out
 
 
 # -- triangles -------------------------------------------------------------------------------------

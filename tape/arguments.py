@@ -48,6 +48,13 @@ def _argument_names(f, n):
     return [_ArgumentName(f, i) for i in range(n)]
 
 
+def _is_extension_dtype(x) -> bool:
+    """Whether `x` is an array of a floating-point dtype from outside NumPy (ml_dtypes'
+    bfloat16, float8_*), which NumPy sees as kind 'V'."""
+    dt = getattr(x, "dtype", None)
+    return isinstance(dt, np.dtype) and dt.kind == "V" and "float" in dt.name
+
+
 def _is_float(x) -> bool:
     dt = getattr(x, "dtype", None)
     if dt is None:
@@ -72,6 +79,12 @@ class _Leaves:
                                                                    where=self.place)
         kind = type(annotation).__name__
         if not self.leaves or not any(_is_float(x) for x in self.leaves):
+            odd = next((x.dtype for x in self.leaves if _is_extension_dtype(x)), None)
+            if odd is not None:   # ml_dtypes' bfloat16 and float8 types: kind 'V'
+                raise ActivityError(
+                    f"{name} is marked {kind} but holds {odd} values, a floating-point type "
+                    "outside NumPy's own (kind 'V'), which Hecate does not differentiate; "
+                    "convert it with .astype(np.float32) and back after")
             raise ActivityError(
                 f"{name} is marked {kind} but holds no floating-point value "
                 f"({_describe(annotation.val)}); integer and boolean values have no derivative. "
