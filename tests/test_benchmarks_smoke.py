@@ -37,3 +37,24 @@ def test_rule_ratios_benchmark_quick_run(quick_benchmark):
     assert "| # | case | group | size | primal (ms) | gradient (ms) | grad/primal |" in stdout
     assert data["errors"] == [] and len(data["rows"]) > 300
     assert all(r["grad_s"] > 0 and r["primal_s"] > 0 for r in data["rows"])
+
+
+def test_rule_ratios_benchmark_compiled_quick_run(tmp_path):
+    """--compiled checks tape.compile against eager autodiff: a mismatch or an error is
+    flagged in the output."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "rule_ratios.py"
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--compiled", "--only",
+                           "unary", "--json", str(out)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "| compiled gradient (ms) | compiled grad/primal | compiled / eager |" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) > 20 and all(r["group"] == "unary" for r in rows)
+    for r in rows:
+        assert not {"MISMATCH", "COMPILE-ERROR", "EAGER"} & set(r["compiled_flags"]), r
+        assert r["compiled_grad_s"] > 0 and r["stats"]["traces"] == 1
