@@ -95,7 +95,9 @@ def multigammaln(a, d: int):
     d = int(d)
     if not isinstance(a, Tracer):
         a = np.asarray(a)
-    if np.any(primal(a) <= 0.5 * (d - 1)):
+    # Tested on the traced values: a compiled function checks again at each call (a truth
+    # guard) rather than guarding the values.
+    if bool(np.any(a <= 0.5 * (d - 1))):
         raise ValueError(f"multigammaln: condition a > 0.5 * (d - 1) = {0.5 * (d - 1)} is not "
                          f"met by a = {primal(a)!r}")
     # As SciPy: the log-gammas summed in a's precision, then added to a float64 constant (a

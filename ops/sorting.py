@@ -126,9 +126,12 @@ def select(condlist, choicelist, default=0):
         raise ValueError("list of cases must be same length as list of conditions")
     if len(condlist) == 0:
         raise ValueError("select with an empty condition list is not possible")
-    conds = [primal(c) if hasattr(c, "dtype") else np.asarray(c) for c in condlist]
+    # The conditions stay traced in a compiled function (np.where takes each call's masks)
+    # rather than being guarded by value.
+    conds = [c if isinstance(c, Tracer) else c if hasattr(c, "dtype") else np.asarray(c)
+             for c in condlist]
     for i, c in enumerate(conds):
-        if c.dtype != np.bool_:
+        if dtype_of(c) != np.bool_:
             raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
     result = default
     for cond, choice in zip(reversed(conds), reversed(list(choicelist))):

@@ -133,11 +133,7 @@ def _finding(reason):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("select", marks=_finding(
-        "np.select reads its conditions with primal() (ops/sorting.py, select: `conds = "
-        "[primal(c) ...]`), so the masks x < -1, x < 1 are guarded by value and every new x "
-        "traces again; three-argument np.where passes its condition through nondiff_value and "
-        "replays")),
+    "select",
     pytest.param("bincount", marks=_finding(
         "np.bincount with traced weights reads the Const index array with primal() "
         "(ops/rearranging.py, bincount: `x = as_array(primal(x))`, `int(x.max())`): the whole "
@@ -152,10 +148,7 @@ def _finding(reason):
         "np.choose reads its Const index array with primal() and computes the gather positions "
         "in Python (ops/rearranging.py, choose: `np.choose(np.asarray(primal(a)), ...)`): the "
         "indices are guarded by value, where np.take's are inputs of the program")),
-    pytest.param("multigammaln", marks=_finding(
-        "multigammaln's domain check `np.any(primal(a) <= 0.5 * (d - 1))` "
-        "(ops/scipy_special.py, multigammaln) guards the whole differentiated `a`, so every new "
-        "`a` traces again; a check on the traced comparison would be a truth guard")),
+    "multigammaln",
 ])
 def test_rule_replays_new_inputs_without_tracing_again(name):
     stats = _run(name)
