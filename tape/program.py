@@ -421,6 +421,9 @@ def _same_signs(a, b) -> bool:
     return all(bool(np.array_equal(np.signbit(p(a)), np.signbit(p(b)))) for p in parts)
 
 
+_UINTS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def same_value(a, b) -> bool:
     """Whether a replayed value equals the traced one, for a guard: same type, dtype, shape
     and contents (NaNs equal)."""
@@ -431,8 +434,15 @@ def same_value(a, b) -> bool:
             return False
         if a.dtype.kind == "O":   # an object array: its items, each compared as a value
             return all(same_value(x, y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
-        if a.size <= 4096 and a.tobytes() == b.tobytes():
-            return True   # the same bits (speed-up for the many small arrays a watch compares)
+        if a.size <= 4096:
+            if a.tobytes() == b.tobytes():
+                return True   # the same bits (speed-up for the many small arrays a watch compares)
+        elif a.dtype.kind == "f" and a.dtype.itemsize in _UINTS:
+            # The same bits, read as unsigned integers (no copy): a large array from the
+            # closure is compared at every call, and NaN-aware equality and signs cost 10x.
+            uint = _UINTS[a.dtype.itemsize]
+            if np.array_equal(a.view(uint), b.view(uint)):
+                return True
         if not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
             return False
         return a.dtype.kind not in "fc" or _same_signs(a, b)
