@@ -20,6 +20,7 @@ import pytest
 
 import tape
 from tape import Active, Const, Duplicated, ForwardWithPrimal, ReverseWithPrimal, autodiff
+from numeric_checks import fd_gradient_of
 
 EPS = 1e-6
 TOL = dict(rtol=1e-6, atol=1e-7)
@@ -52,17 +53,6 @@ def scalar(case):
     return g
 
 
-def _fd_grad(g, xs, i):
-    grad = np.zeros_like(xs[i])
-    for j in np.ndindex(xs[i].shape):
-        def at(step):
-            ys = [a.copy() for a in xs]
-            ys[i][j] += step
-            return float(g(*ys))
-        grad[j] = (at(EPS) - at(-EPS)) / (2 * EPS)
-    return grad
-
-
 def check(case, x, v):
     x, v = np.array(x, dtype=float), np.array(v, dtype=float)
     g = scalar(case)
@@ -70,7 +60,7 @@ def check(case, x, v):
     xn, vn = x.copy(), v.copy()
     want_r = case(xn, vn)
     want = float(g(x.copy(), v.copy()))
-    grads = [_fd_grad(g, [x, v], i) for i in range(2)]
+    grads = [fd_gradient_of(g, [x, v], i, eps=EPS) for i in range(2)]
 
     # reverse
     xr, vr, dx, dv = x.copy(), v.copy(), np.zeros_like(x), np.zeros_like(v)
@@ -397,7 +387,7 @@ def test_compiled_with_new_index_values(name):
         xn = x.copy()
         case(xn, v.copy(), i)
         want = g(x.copy(), v.copy(), i)
-        grads = [_fd_grad(lambda a, b: g(a, b, i), [x, v], k) for k in range(2)]
+        grads = [fd_gradient_of(lambda a, b: g(a, b, i), [x, v], k, eps=EPS) for k in range(2)]
         xc, dx, dv = x.copy(), np.zeros_like(x), np.zeros_like(v)
         _, value = compiled(Duplicated(xc, dx), Duplicated(v.copy(), dv), Const(i.copy()))
         np.testing.assert_allclose(value, want, rtol=1e-12, atol=1e-12)
@@ -419,7 +409,7 @@ def test_compiled_traced_integer_index(name):
         v = rng.permutation(v0) * (1 + 0.1 * call)
         xn = x.copy()
         case(xn, v.copy())
-        grads = [_fd_grad(g, [x, v], k) for k in range(2)]
+        grads = [fd_gradient_of(g, [x, v], k, eps=EPS) for k in range(2)]
         xc, dx, dv = x.copy(), np.zeros_like(x), np.zeros_like(v)
         _, value = compiled(Duplicated(xc, dx), Duplicated(v.copy(), dv))
         np.testing.assert_allclose(value, g(x.copy(), v.copy()), rtol=1e-12, atol=1e-12)

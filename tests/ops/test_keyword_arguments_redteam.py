@@ -16,23 +16,13 @@ import pytest
 
 import tape
 from tape import Active, Duplicated, Forward, Reverse, ReverseWithPrimal, autodiff
+from numeric_checks import fd_gradient_of
 
 X = np.array([[0.31, -1.22, 2.03], [0.74, 0.52, -0.37]])
 Y = np.array([[1.1, 0.45, -0.6], [0.2, 0.9, 1.3]])
 W2 = np.array([0.7, -1.3])
 W3 = np.array([1.0, -2.0, 3.0])
 MASK = np.array([[True, False, True], [True, True, False]])
-
-
-def _fd(f, xs, i, eps=1e-6):
-    grad = np.zeros_like(xs[i])
-    for j in np.ndindex(xs[i].shape):
-        def at(step):
-            ys = [x.copy() for x in xs]
-            ys[i][j] += step
-            return float(f(*ys))
-        grad[j] = (at(eps) - at(-eps)) / (2 * eps)
-    return grad
 
 
 def check(f, *xs, ref=None, rtol=1e-12, grad_rtol=1e-6):
@@ -43,7 +33,7 @@ def check(f, *xs, ref=None, rtol=1e-12, grad_rtol=1e-6):
     xs = [np.array(x, dtype=float) for x in xs]
     plain = [x.copy() for x in xs]
     want = float(f(*plain))
-    grads = [_fd(ref, xs, i) for i in range(len(xs))]
+    grads = [fd_gradient_of(ref, xs, i) for i in range(len(xs))]
 
     args, shadows = [x.copy() for x in xs], [np.zeros_like(x) for x in xs]
     _, value = autodiff(ReverseWithPrimal, f, Active,
@@ -66,7 +56,7 @@ def check(f, *xs, ref=None, rtol=1e-12, grad_rtol=1e-6):
         inputs = [x * (1 + 0.3 * call * rng.standard_normal(x.shape)) for x in xs]
         plain = [x.copy() for x in inputs]
         want = float(f(*plain))
-        grads = [_fd(ref, inputs, i) for i in range(len(xs))]
+        grads = [fd_gradient_of(ref, inputs, i) for i in range(len(xs))]
         args, shadows = [x.copy() for x in inputs], [np.zeros_like(x) for x in inputs]
         _, value = compiled(*[Duplicated(a, s) for a, s in zip(args, shadows)])
         np.testing.assert_allclose(value, want, rtol=rtol, atol=rtol, err_msg=f"call {call}")

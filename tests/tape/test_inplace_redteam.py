@@ -16,21 +16,11 @@ import pytest
 from tape.errors import NonDifferentiableError
 import tape
 from tape import Active, Duplicated, Forward, ReverseWithPrimal, autodiff
+from numeric_checks import fd_gradient_of
 
 W = np.array([1.0, -2.0, 3.0, 0.5])
 X0 = np.array([0.31, -1.22, 2.03, 0.74])
 Y0 = np.array([1.1, 0.45, -0.6, 0.2])
-
-
-def _fd(f, xs, i, eps=1e-6):
-    grad = np.zeros_like(xs[i])
-    for j in np.ndindex(xs[i].shape):
-        def at(step):
-            ys = [x.copy() for x in xs]
-            ys[i][j] += step
-            return float(f(*ys))
-        grad[j] = (at(eps) - at(-eps)) / (2 * eps)
-    return grad
 
 
 def check(f, *xs, compiled_calls=4):
@@ -38,7 +28,7 @@ def check(f, *xs, compiled_calls=4):
     finite differences, compiled reverse against eager on calls with changing inputs."""
     xs = [np.array(x, dtype=float) for x in xs]
     want = float(f(*[x.copy() for x in xs]))
-    grads = [_fd(f, xs, i) for i in range(len(xs))]
+    grads = [fd_gradient_of(f, xs, i) for i in range(len(xs))]
     shadows = [np.zeros_like(x) for x in xs]
     _, value = autodiff(ReverseWithPrimal, f, Active,
                         *[Duplicated(x.copy(), s) for x, s in zip(xs, shadows)])

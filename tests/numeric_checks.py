@@ -1,5 +1,7 @@
-"""Checks shared by the program red-team tests: central differences with a step that follows
-the size of each entry, and a comparison scaled by the largest expected entry."""
+"""Checks shared by the red-team tests of tests/ops and tests/tape (this folder is on their
+import path): central differences with a step that follows the size of each entry, or a fixed
+one per argument of a function of several, and a comparison scaled by the largest expected
+entry."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,3 +36,16 @@ def close(got, want, tol=1e-6):
     got = np.asarray(got, dtype=float)
     assert np.all(np.isfinite(got)), got
     assert np.max(np.abs(got - want)) <= tol * max(1.0, float(np.max(np.abs(want)))), (got, want)
+
+
+def fd_gradient_of(f, xs, i, eps=1e-6):
+    """Central differences of the scalar f(*xs) with respect to argument i, entry by entry,
+    with a fixed step `eps` (the other arguments are held at their values)."""
+    grad = np.zeros_like(xs[i])
+    for j in np.ndindex(xs[i].shape):
+        def at(step):
+            ys = [x.copy() for x in xs]
+            ys[i][j] += step
+            return float(f(*ys))
+        grad[j] = (at(eps) - at(-eps)) / (2 * eps)
+    return grad
