@@ -391,7 +391,7 @@ def current_world(environ: Optional[dict] = None) -> World:
         try:
             from mpi4py import MPI   # MPI_Init happens here
         except ImportError:
-            size, rank = _env_int(env, _SIZE_VARIABLES), _env_int(env, _RANK_VARIABLES)
+            size, rank = _env_int(env, _SIZE_VARIABLES), launcher_rank(env)
             if size == 1:
                 world = World()
             elif rank:

@@ -526,14 +526,25 @@ class ReverseTrace(Trace):
                 ct[s] = _summed(prev, c, s, own)
 
 
+def add_into(ct, term):
+    """``ct + term`` (None standing for a zero on either side), summed into `ct` itself when
+    that gives the same array: both ndarrays of one dtype and shape. `ct` is owned (by the
+    eager sweep, or a compiled program's adjoint: tape/program_adjoint.py)."""
+    if term is None:
+        return ct
+    if ct is None:
+        return term
+    if (type(term) is np.ndarray and type(ct) is np.ndarray and term.dtype == ct.dtype
+            and term.shape == ct.shape):
+        ct += term
+        return ct
+    return ct + term
+
+
 def _summed(prev, c, s: int, own: set):
-    """``prev + c``: summed into `prev` itself when the sweep owns it and the sum has its dtype
-    and shape (the same values); a new ndarray sum is the sweep's own."""
-    if (own and s in own and type(c) is np.ndarray and c.dtype == prev.dtype
-            and c.shape == prev.shape):
-        prev += c
-        return prev
-    total = prev + c
+    """``prev + c``: summed into `prev` itself when the sweep owns it (`add_into`); a new
+    ndarray sum is the sweep's own."""
+    total = add_into(prev, c) if own and s in own else prev + c
     if type(total) is np.ndarray:
         own.add(s)
     elif own:

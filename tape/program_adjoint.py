@@ -144,20 +144,6 @@ def iadd(ct, term):
     return ct
 
 
-def add_into(ct, term):
-    """``ct + term`` (None standing for a zero on either side), summed into `ct` itself when
-    that gives the same array: both ndarrays of one dtype and shape. `ct` is owned."""
-    if term is None:
-        return ct
-    if ct is None:
-        return term
-    if (type(term) is np.ndarray and type(ct) is np.ndarray and term.dtype == ct.dtype
-            and term.shape == ct.shape):
-        ct += term
-        return ct
-    return ct + term
-
-
 def batched_add_into(ct, term):
     """`add_into` for batch mode's cotangents (`Batched`, W directions stacked on a leading
     axis): summed into `ct`'s data when ``ct + term`` would be the same array (both batched,

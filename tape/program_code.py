@@ -14,7 +14,8 @@ from .program import (AUGMENTED, FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, 
                       step_context)
 from .program_split import load
 from .batching import Batched
-from .program_adjoint import (AdjointWriter, add_into, basic_index, batched_add_into, iadd,
+from .core import add_into
+from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
