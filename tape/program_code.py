@@ -148,6 +148,17 @@ class Program:
             return f"_array(({args},))"   # same-shape float64 arrays: np.stack(axis=0)
         return None
 
+    def _reverses_in_place(self, fn, outs, writer, grad_slots) -> bool:
+        """Whether step `fn`'s reverse may take its cotangent in place
+        (`Primitive.reverse_in_place`): a single result whose cotangent the program owns
+        (tape/program_adjoint.py) and drops after this step."""
+        if fn.reverse_in_place is None or fn.multiple_results:
+            return False
+        o = outs[0]
+        state = writer.states.get(o)
+        return (state is not None and state.owned and o not in self.scalar_slots
+                and o not in grad_slots)
+
     def _user_step(self, i, lhs, useful, const) -> str:
         """The line of step i, user code: called through `calls`, as eager mode calls it (a
         rule's augmented primal whenever an argument is differentiated, even where its
@@ -361,15 +372,25 @@ class Program:
                     writer.add(ins[0], f"_broadcast_to({g}, {shape!r})", indent, False, False)
             else:
                 rev, rule_args = const(fn.reverse, fn.name + '_rev'), f"{const(cfg, 'cfg')}, s{i}, {g}"
-                lines.append(f"{indent}g = _reverse_batched({rev}, {rule_args})" if batched
-                             else f"{indent}g = {rev}({rule_args})")
+                if batched:
+                    lines.append(f"{indent}g = _reverse_batched({rev}, {rule_args})")
+                elif self._reverses_in_place(fn, outs, writer, grad_slots):
+                    # The cotangent is the program's own and dies here: the rule may write
+                    # into it (`x[index] = v` zeroes the written entries) rather than copy.
+                    in_place = const(fn.reverse_in_place, fn.name + '_rev_in_place')
+                    lines.append(f"{indent}g = {in_place}({rule_args})")
+                    lines.append(f"{indent}if g is None: g = {rev}({rule_args})")
+                else:
+                    lines.append(f"{indent}g = {rev}({rule_args})")
                 # A rule that says so (`reverse_results`) returns a cotangent for each active
-                # argument ("set"), each a new array nothing else holds ("fresh").
+                # argument ("set"), each a new array nothing else holds ("fresh"); one with
+                # `reverse_fresh` says so of its first result alone.
                 results = getattr(fn, "reverse_results", None)
                 for k, (s, a) in enumerate(zip(ins, cfg.active)):
                     if a:
+                        fresh = results == "fresh" or (k == 0 and fn.reverse_fresh and not batched)
                         writer.add(s, f"g[{k}]", indent, may_be_none=results is None,
-                                   fresh=results == "fresh")
+                                   fresh=fresh)
                 lines.append(f"    s{i} = None")
             writer.close_block()
             for o in outs:
