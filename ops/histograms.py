@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.core import Tracer, peek
-from tape.rules import register_function
+from tape.core import Tracer, nondiff_value, peek, primal
+from tape.rules import inactive, register_function
 
 from ._util import defprimitive, shape_of
 from .indexing import _dtype, getitem, scatter_add
@@ -81,13 +81,25 @@ weighted_histogram = defprimitive("weighted_histogram", _hist_impl, _hist_augmen
 
 def _refuse_traced(name, **arguments):
     for argument, value in arguments.items():
-        traced = isinstance(value, Tracer) or (
-            isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value))
-        if traced:
+        if _carries_derivative(value):
             raise NotImplementedError(
                 f"numpy.{name} of a traced `{argument}` has no derivative rule in hecate: the "
                 "counts are piecewise constant in it. Pass plain data and bins (tape.primal(x)"
                 "); only `weights` may be traced, the histogram is linear in them.")
+
+
+def _carries_derivative(value) -> bool:
+    """Whether `value` (or an item of a list or tuple) is traced with a derivative. A compiling
+    trace's Const values are tracers without one, which `nondiff_value` keeps as they are."""
+    if isinstance(value, (list, tuple)):
+        return any(_carries_derivative(v) for v in value)
+    return isinstance(value, Tracer) and nondiff_value(value) is not value
+
+
+@inactive
+def _edges(data, bins, range_, weights):
+    """np.histogram's bin edges (np.histogram_bin_edges computes them the same way)."""
+    return np.histogram_bin_edges(data, bins=bins, range=range_, weights=weights)
 
 
 def _density(hist, widths):
@@ -102,15 +114,18 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     array([1., 2.])
     """
     _refuse_traced("histogram", a=a, bins=bins, range=range)
+    bins, range = primal(bins), primal(range)   # (a compiled function checks Const ones)
     if not isinstance(weights, Tracer):
-        return np.histogram(a, bins=bins, range=range, density=density, weights=weights)
-    data = np.asarray(a)
-    # The edges do not depend on the weights' values (a compiled function replays them).
-    _, edges = np.histogram(data, bins=bins, range=range, weights=peek(weights))
+        return np.histogram(primal(a), bins=bins, range=range, density=density,
+                            weights=weights)
+    # Const data and the edges computed from it are recorded nondiff values: a compiled
+    # function bins each call's data.
+    data = nondiff_value(a if isinstance(a, Tracer) else np.asarray(a))
+    edges = _edges(data, bins, range, weights)
     hist = weighted_histogram(weights, which="histogram", data=data, bins=bins, range_=range,
-                              edges=edges)
+                              edges=nondiff_value(edges))
     if density:
-        hist = _density(hist, np.array(np.diff(edges), float))
+        hist = _density(hist, np.diff(edges).astype(float))
     return hist, edges
 
 
@@ -124,6 +139,8 @@ def histogramdd(sample, bins=10, range=None, density=None, weights=None):
            [0., 3.]])
     """
     _refuse_traced("histogramdd", sample=sample, bins=bins, range=range)
+    # Const values of a compiling trace are read (and checked at each call).
+    sample, bins, range = primal(sample), primal(bins), primal(range)
     if not isinstance(weights, Tracer):
         return np.histogramdd(sample, bins=bins, range=range, density=density,
                               weights=weights)

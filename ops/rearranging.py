@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from tape.backend import array_module
-from tape.core import Tracer, peek, primal
-from tape.rules import register_function
+from tape.core import Tracer, nondiff_value, peek, primal
+from tape.rules import inactive, register_function
 
 from ._util import as_array, shape_of
 from .indexing import getitem, scatter_add
@@ -101,8 +101,16 @@ def choose(a, choices, out=None, mode="raise"):
     choices = [_as_array(c) for c in choices]
     offsets = np.cumsum([0] + [int(np.prod(shape_of(c))) for c in choices[:-1]])
     positions = [_positions(c) + offset for c, offset in zip(choices, offsets)]
-    picked = np.choose(np.asarray(primal(a)), positions, mode=mode)
-    return getitem(concatenate([ravel(c) for c in choices]), index=picked)
+    # A recorded nondiff step: a compiled program picks with each call's index array.
+    picked = _choose_positions(a, positions, mode)
+    return getitem(concatenate([ravel(c) for c in choices]), index=nondiff_value(picked))
+
+
+@inactive
+def _choose_positions(a, positions, mode):
+    """Where each element of np.choose's result sits in the concatenated, flattened choices
+    (NumPy's own checks of `a` and `mode`)."""
+    return np.choose(np.asarray(a), positions, mode=mode)
 
 
 def ediff1d(ary, to_end=None, to_begin=None):
@@ -161,12 +169,37 @@ def vander(x, N=None, increasing=False):
 def bincount(x, weights=None, minlength=0):
     """np.bincount: with traced `weights`, the sums per bin (a scatter-add); the counts of an
     unweighted call carry no derivative."""
-    x = as_array(primal(x))   # (a list; a CuPy array stays on the device)
     if weights is None or not isinstance(weights, Tracer):
+        x = as_array(primal(x))   # (a list; a CuPy array stays on the device)
         return np.bincount(x, primal(weights) if weights is not None else None, minlength)
-    n = max(int(x.max()) + 1 if x.size else 0, minlength)
+    w_shape, x_shape = shape_of(weights), np.shape(peek(x))
+    if len(w_shape) != 1 or w_shape != x_shape:
+        raise ValueError(f"np.bincount: `weights` has shape {w_shape} and `x` has shape "
+                         f"{x_shape}; they must be 1-d arrays of the same length")
+    if np.iscomplexobj(peek(weights)):
+        raise TypeError("np.bincount sums `weights` in float64 and refuses complex ones: bin "
+                        "weights.real and weights.imag separately")
+    # Recorded nondiff steps: a compiled program reads each call's bins, and checks only how
+    # many there are (the result's shape).
+    n = int(_bin_count(x, minlength))
+    index = nondiff_value(_bin_index(x))
     # NumPy sums the weights in float64 whatever their dtype.
-    return scatter_add(weights, index=x, shape=(n,), dtype=np.float64)
+    return scatter_add(weights, index=index, shape=(n,), dtype=np.float64)
+
+
+@inactive
+def _bin_count(x, minlength):
+    """How many bins np.bincount makes of `x` (NumPy's own checks: non-negative integers, one
+    dimension), as a 0-d array."""
+    xp = array_module(x)   # (a list of numbers is cast, as NumPy casts it)
+    return xp.asarray(len(xp.bincount(x, minlength=minlength)))
+
+
+@inactive
+def _bin_index(x):
+    """The bin of each entry of `x`, as np.bincount reads it (a list of numbers is cast)."""
+    xp = array_module(x)
+    return xp.asarray(as_array(x)).astype(np.intp, copy=False)
 
 
 def _refuse_out(name, out):

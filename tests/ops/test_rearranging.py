@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tape.errors import NonDifferentiableError
-from tape import Active, Reverse, autodiff
+import tape
+from tape import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
 from tape.testing import arrays, check_grads, shapes, traced_value
 
 FAST = settings(max_examples=25, deadline=None)
@@ -74,3 +75,52 @@ def test_bincount_weights_are_differentiated_and_counts_are_not():
     with pytest.raises(NonDifferentiableError, match="out="):
         autodiff(Reverse, lambda x: np.sum(np.compress([True], x, out=np.zeros(1))), Active,
                  Active(np.ones(1)))
+
+
+@pytest.mark.parametrize("x", [[0.0, 1.7, 2.2], [True, False, True], np.array([2, 0, 2], np.uint8)],
+                         ids=["float-list", "bool-list", "uint8"])
+def test_bincount_reads_its_bins_as_numpy_does(x):
+    """NumPy casts a list of floats or booleans to bins; the weights' gradient follows."""
+    w = np.array([1.0, 2.0, 3.0])
+    with np.testing.suppress_warnings() as sup:   # NumPy deprecates non-integer lists
+        sup.filter(DeprecationWarning)
+        want = np.bincount(x, w)
+        (g,), value = autodiff(ReverseWithPrimal, lambda v: np.sum(np.bincount(x, v) ** 2),
+                               Active, Active(w))
+    bins = np.asarray(x).astype(np.intp)
+    np.testing.assert_allclose(value, np.sum(want ** 2), rtol=1e-14)
+    np.testing.assert_allclose(g, 2 * want[bins], rtol=1e-14)
+
+
+@pytest.mark.parametrize("x, match", [
+    ([-1, 0, 1], "negative"),                       # a negative bin was added at the end
+    ([0, 1], "`weights` has shape \\(3,\\) and `x` has shape \\(2,\\)"),
+    ([[0, 1, 2]], "1-d"),
+])
+def test_bincount_with_traced_weights_refuses_what_numpy_refuses(x, match):
+    with pytest.raises(ValueError, match=match):
+        autodiff(Reverse, lambda v: np.sum(np.bincount(x, v)), Active, Active(np.ones(3)))
+
+
+def test_compiled_bincount_and_choose_use_each_calls_index_array():
+    """The index arrays are read at each call: new bins replay, a new bin count (the result's
+    shape) traces again, and a negative bin raises as NumPy does."""
+    def loss(w, bins, which):
+        picked = np.choose(which, [w[:3], 2 * w[:3]])
+        return np.sum(np.bincount(bins, w) ** 2) + np.sum(picked ** 3)
+
+    g = tape.compile(Reverse, loss, Active, Duplicated, Const, Const)
+    w = np.array([0.5, 1.5, 2.0, 3.0])
+    for bins, which in [([0, 1, 1, 3], [0, 1, 0]), ([3, 0, 2, 1], [1, 1, 0]),
+                        ([3, 3, 0, 0], [0, 0, 1]), ([1, 0, 0, 1], [1, 0, 1])]:
+        bins, which = np.array(bins), np.array(which)
+        got, want = np.zeros(4), np.zeros(4)
+        g(Duplicated(w, got), Const(bins), Const(which))
+        autodiff(Reverse, loss, Active, Duplicated(w, want), Const(bins), Const(which))
+        np.testing.assert_array_equal(got, want)
+        expected = 2 * np.bincount(bins, w)[bins]
+        expected[:3] += 3 * np.where(which == 0, 1.0, 8.0) * w[:3] ** 2
+        np.testing.assert_allclose(got, expected, rtol=1e-14)
+    assert g.stats.traces == 2 and g.stats.guard_failures == 1   # the last: two bins
+    with pytest.raises(ValueError, match="negative"):
+        g(Duplicated(w, np.zeros(4)), Const(np.array([0, -1, 1, 1])), Const(which))

@@ -5,9 +5,9 @@ NumPy operation) whose compiled function traced more than once or ran eagerly in
 Each loss is compiled with the sweep's activities (the differentiated arrays `Duplicated`, index
 arrays, masks and data `Const`) and called with three inputs of the same shapes and dtypes and
 other values. The values must equal eager autodiff's (and the gradient central finite
-differences); the strict xfails are rules that guard a whole array's values, or refuse a
-`Const` tracer, where a replayed step would do, so that every new input traces again (and,
-past `max_traces`, the signature runs eagerly).
+differences), and the rules must replay each call's Const arrays (index arrays, histogram
+data) rather than guard their values or refuse them, which would trace again at every new
+input (and, past `max_traces`, run the signature eagerly).
 """
 from __future__ import annotations
 
@@ -128,26 +128,11 @@ def test_compiled_gradient_equals_eager_over_new_inputs(name):
     assert stats.traces + stats.eager_calls >= 1
 
 
-def _finding(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 @pytest.mark.parametrize("name", [
     "select",
-    pytest.param("bincount", marks=_finding(
-        "np.bincount with traced weights reads the Const index array with primal() "
-        "(ops/rearranging.py, bincount: `x = as_array(primal(x))`, `int(x.max())`): the whole "
-        "index array is guarded, where only the output length (max + 1 against minlength) "
-        "decides a shape")),
-    pytest.param("histogram", marks=_finding(
-        "np.histogram of Const data with traced weights: the compiling trace's Const tracer is "
-        "refused as a traced `a` (ops/histograms.py, _refuse_traced: isinstance(value, "
-        "Tracer)), the trace fails and every call runs eagerly without a CompileWarning; eager "
-        "mode accepts the same call")),
-    pytest.param("choose", marks=_finding(
-        "np.choose reads its Const index array with primal() and computes the gather positions "
-        "in Python (ops/rearranging.py, choose: `np.choose(np.asarray(primal(a)), ...)`): the "
-        "indices are guarded by value, where np.take's are inputs of the program")),
+    "bincount",
+    "histogram",
+    "choose",
     "multigammaln",
 ])
 def test_rule_replays_new_inputs_without_tracing_again(name):
