@@ -16,6 +16,7 @@ import numpy as np
 
 from tape.backend import array_module
 from tape.core import Tracer, peek, primal
+from tape.errors import NonDifferentiableError
 from tape.rules import register_function, register_method
 
 from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
@@ -148,10 +149,27 @@ def _astype_forward(cfg, primals, tangents, dtype, order="K"):
 astype = defprimitive("astype", _cast, _astype_augmented, _astype_reverse, _astype_forward)
 
 
+def refuse_untraceable_dtype(dtype, call: str) -> str:
+    """The kind of `dtype`, to which `call` (a format with a place for the dtype) casts a
+    traced array; object, string and structured dtypes are refused (the cast would drop the
+    derivative silently).
+
+    >>> refuse_untraceable_dtype(np.float32, "x.astype({})")
+    'f'
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "OSUV":
+        raise NonDifferentiableError(
+            f"{call.format(dtype)} of a traced array: hecate does not trace object, "
+            "string or structured arrays, and the result would carry no derivative. Keep a "
+            "float or complex dtype, or cast tape.primal(x) for a value that needs none.")
+    return dtype.kind
+
+
 def _astype_method(x, dtype, order="K"):
     """ndarray.astype: integer and boolean casts carry no derivative; `order` is NumPy's."""
-    if not np.issubdtype(np.dtype(dtype), np.inexact):
-        return _cast(primal(x), dtype, order)   # integer/bool casts carry no derivative
+    if refuse_untraceable_dtype(dtype, "x.astype({})") not in "fc":
+        return _cast(primal(x), dtype, order)   # integer/bool/time casts carry no derivative
     return astype(x, dtype=dtype) if order == "K" else astype(x, dtype=dtype, order=order)
 
 

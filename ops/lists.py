@@ -33,7 +33,7 @@ from tape.errors import NonDifferentiableError, TracerConversionError
 from tape.tracer import FUNCTION_RULES
 from tape.views import is_read_only
 
-from .creation import astype, filled, full_like, has_tracer
+from .creation import astype, filled, full_like, has_tracer, refuse_untraceable_dtype
 from .joining import concatenate, stack_p
 from .shape import reshape
 
@@ -103,6 +103,7 @@ def _in_layout(out, order, copy):
 
 
 def _build(obj, dtype):
+    refuse_untraceable_dtype(dtype, "np.array(..., dtype={})")
     if isinstance(obj, Tracer):
         return obj if obj.dtype == dtype else astype(obj, dtype=dtype)
     parts = [_build(o, dtype) if has_tracer(o) else _np_asarray(o, dtype=dtype) for o in obj]

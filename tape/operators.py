@@ -14,6 +14,8 @@ from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc
 def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
     # with a constant on the other side, go straight to the tracer's level.
+    if type(other) not in _PYTHON_NUMBERS and numpy_defers_to(other):
+        return NotImplemented   # Python asks `other` next, as it would for an ndarray
     prim = UFUNC_PRIMITIVES.get(ufunc)
     python = is_python_number(tracer) and is_python_number(other)
     if prim is None:   # (an inactive ufunc: s // 1 of a traced Python float is a Python float)
@@ -32,6 +34,29 @@ def _operator(ufunc, tracer, other, args):
 
 
 _PYTHON_NUMBERS = frozenset((bool, int, float, complex))
+_MISSING = object()
+
+
+def numpy_defers_to(other) -> bool:
+    """Whether an ndarray's arithmetic operator returns NotImplemented to `other`, so that
+    Python calls `other`'s reflected operator instead: `other` sets ``__array_ufunc__ = None``,
+    or has no ``__array_ufunc__`` and a higher ``__array_priority__`` than an ndarray's 0
+    (scipy.sparse matrices). NumPy's own ufunc would make an object array of such operands.
+
+    >>> class Opaque:
+    ...     __array_ufunc__ = None
+    >>> numpy_defers_to(Opaque()), numpy_defers_to(np.ones(2)), numpy_defers_to([1.0])
+    (True, False, False)
+    """
+    if isinstance(other, (np.ndarray, np.generic, list, tuple, Tracer, Batched)):
+        return False
+    array_ufunc = getattr(type(other), "__array_ufunc__", _MISSING)
+    if array_ufunc is not _MISSING:
+        return array_ufunc is None
+    try:
+        return float(getattr(other, "__array_priority__", -1e6)) > 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def is_python_number(x) -> bool:

@@ -137,6 +137,7 @@ class CompiledTracer(ReverseTracerArray):
     __round__ = _number(round, ReverseTracerArray.__round__)
     __trunc__ = _number(math.trunc, _no_method("__trunc__"))
     item = _number(lambda v, *args: v.item(*args), _refuse("x.item()", _KEEP_ARRAY))
+    as_integer_ratio = _number(lambda v: v.as_integer_ratio(), ReverseTracerArray.as_integer_ratio)
     tolist = _number(lambda v: v.tolist(), _refuse("x.tolist()", _KEEP_ARRAY))
     del _number, _no_method
 

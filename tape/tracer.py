@@ -174,6 +174,9 @@ class _Surface:
     __round__ = _refuse("round(x)", "Use np.round(x), which stays traced (its derivative is "
                         "zero), or round(tape.primal(x)) for a plain number.")
     item = _refuse("x.item()", _KEEP_ARRAY)
+    as_integer_ratio = _refuse("x.as_integer_ratio()", "The statistics and fractions modules "
+                               "ask for this (statistics.mean(x)): use NumPy's functions "
+                               "(np.mean(x), np.median(x), np.var(x)), which stay traced.")
     tolist = _refuse("x.tolist()", "Index the traced array instead (x[i] stays traced), or "
                      "use tape.primal(x).tolist() for plain values.")
 
