@@ -15,12 +15,16 @@ array([0. , 0.5, 0.5])
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from tape.backend import array_module
+from tape.batching import Batched
 from tape.core import Tracer, primal
 from tape.rules import register_function
 
-from ._util import defprimitive, shape_of
+from ._util import defprimitive, dtype_of, shape_of
 from .reductions import (_cast, _differentiable, _dtype, _given, _refuse, masked, normalize_axis,
                          restore_reduced)
 
@@ -32,8 +36,12 @@ def _extremum_impl(x, axis, keepdims=False, initial=None, kind="max"):
     return (np.max if kind == "max" else np.min)(x, axis=axis, keepdims=keepdims, **extra)
 
 
-def _tie_weights(x, out, axis, keepdims):
-    """1 / (number of ties) at the entries that equal their slice's extremum, 0 elsewhere.
+def _tie_weights(x, out, axis, keepdims, initial=None):
+    """Where each slice's extremum is: `(hit, counts, hits)`, `hit` the boolean mask of the
+    entries that equal their slice's extremum, `counts` the number of hits in each slice (in
+    `x`'s dtype, with the reduced axes kept) or None when no slice has a tie, and `hits` the
+    number of hits in all (None for a complex `x`). The weights are
+    `_weights(hit, counts, dtype)`: 1 / (number of ties) at the hits, 0 elsewhere.
 
     Computed on plain values: the weights are locally constant, so they carry no derivative.
     """
@@ -42,31 +50,81 @@ def _tie_weights(x, out, axis, keepdims):
     hit = x == best
     if np.isnan(best).any():   # (speed-up: only then can a NaN entry be a hit)
         hit = hit | (np.isnan(x) & np.isnan(best))
-    hit = hit.astype(_dtype(x))
-    counts = np.sum(hit, axis=axis, keepdims=True)
-    if hit.dtype.kind == "f" and counts.size and counts.max() <= 1:
-        return hit   # no ties (speed-up): hit / 1 is hit, the same bits
-    return hit / np.maximum(counts, 1)
+    dtype = _dtype(x)
+    if dtype.kind != "f":
+        return hit, np.sum(hit.astype(dtype), axis=axis, keepdims=True), None
+    hits = int(np.count_nonzero(hit))
+    if initial is None and hits == _size(out):
+        # (speed-up) Every slice has at least one hit (its extremum is one of its entries, a
+        # NaN one when it holds NaN), so as many hits as slices means one in each: no ties.
+        return hit, None, hits
+    counts = np.sum(hit.astype(dtype), axis=axis, keepdims=True)
+    if counts.size and counts.max() <= 1:
+        return hit, None, hits   # no ties (speed-up): hit / 1 is hit, the same bits
+    return hit, counts, hits
+
+
+def _weights(hit, counts, dtype):
+    weights = hit.astype(dtype)
+    return weights if counts is None else weights / np.maximum(counts, 1)
+
+
+def _size(out) -> int:
+    return math.prod(shape_of(out))
+
+
+def _plain(g) -> bool:
+    """Whether `g` is a plain array (NumPy or CuPy), neither traced nor batched."""
+    return not isinstance(g, (Tracer, Batched)) and (
+        isinstance(g, (np.ndarray, np.generic)) or hasattr(g, "__cuda_array_interface__"))
 
 
 def _extremum_augmented(cfg, x, axis, keepdims=False, initial=None, kind="max"):
     out = extremum(x, axis=axis, keepdims=keepdims, initial=initial, kind=kind)
-    return out, (_tie_weights(x, out, axis, keepdims), axis, keepdims)
+    return out, (_tie_weights(x, out, axis, keepdims, initial), _dtype(primal(x)), axis,
+                 keepdims)
+
+
+# Below this fraction of hits, the reverse rule copies the cotangent to the hits of an array
+# filled with g * 0; above it, a masked copy (a branch per entry) is slower than a product.
+_SPARSE_HITS = 1 / 512
 
 
 def _extremum_reverse(cfg, saved, g):
-    weights, axis, keepdims = saved
-    return (restore_reduced(g, shape_of(weights), axis, keepdims) * weights,)
+    (hit, counts, hits), dtype, axis, keepdims = saved
+    g = restore_reduced(g, shape_of(hit), axis, keepdims)
+    if (hits is not None and len(shape_of(hit)) and _plain(g)
+            and np.result_type(dtype_of(g), dtype) == dtype):
+        # (speed-up) g * weights, the same bits, without the division by the counts at every
+        # entry: each slice's g times its weight 1 / count (g * 1 is g without ties) at the
+        # hits, and elsewhere g * 0 (a zero of g's sign, NaN where g is infinite or NaN), which
+        # 0 * (g / count) is too.
+        at_hits = g if counts is None else g * (dtype.type(1) / np.maximum(counts, 1))
+        if hits <= _SPARSE_HITS * hit.size:
+            grad = array_module(hit).empty(shape_of(hit), dtype)
+            np.copyto(grad, g * dtype.type(0))
+            np.copyto(grad, at_hits, where=hit)
+        else:
+            grad = hit.astype(dtype)
+            grad *= at_hits
+        return (grad,)
+    return (g * _weights(hit, counts, dtype),)
 
 
 def _extremum_forward(cfg, primals, tangents, axis, keepdims=False, initial=None, kind="max"):
     x, = primals
     out = extremum(x, axis=axis, keepdims=keepdims, initial=initial, kind=kind)
-    weights = _tie_weights(x, out, axis, keepdims)
+    hit, counts, _ = _tie_weights(x, out, axis, keepdims, initial)
     # A selection: the entries that are not the extremum pass nothing, not 0 times their
     # tangent (an infinite one, sqrt's at 0, would make a NaN the reverse rule does not make).
-    picked = np.where(weights != 0, tangents[0], 0)
-    return out, np.sum(picked * weights, axis=axis, keepdims=keepdims)
+    t, dtype = tangents[0], _dtype(primal(x))
+    if counts is not None:   # each tangent times its weight, 1 / count, taken at the hits
+        t = t * (dtype.type(1) / np.maximum(counts, 1))
+    elif np.result_type(dtype_of(t), dtype) != dtype_of(t):
+        t = t * dtype.type(1)   # (the dtype that the weights would give)
+    # (speed-up) the product of the selection with the weights, without the weights: t * w
+    # at the hits, 0 * 0 elsewhere, the same bits.
+    return out, np.sum(np.where(hit, t, 0), axis=axis, keepdims=keepdims)
 
 
 extremum = defprimitive("extremum", _extremum_impl, _extremum_augmented, _extremum_reverse,
