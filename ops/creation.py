@@ -17,7 +17,7 @@ import numpy as np
 from tape.backend import array_module
 from tape.core import Tracer, peek, primal
 from tape.errors import NonDifferentiableError
-from tape.rules import register_function, register_method
+from tape.rules import inactive, register_function, register_method
 
 from ._util import add_tangents, broadcast_tangent, defprimitive, shape_of, unbroadcast
 from .shape import _array, broadcast_to, reshape
@@ -166,10 +166,15 @@ def refuse_untraceable_dtype(dtype, call: str) -> str:
     return dtype.kind
 
 
+# A recorded nondiff step: a compiled function casts each call's values (an index built
+# with (x > 0).astype(np.intp) is read, not checked).
+_plain_cast = inactive(_cast)
+
+
 def _astype_method(x, dtype, order="K"):
     """ndarray.astype: integer and boolean casts carry no derivative; `order` is NumPy's."""
     if refuse_untraceable_dtype(dtype, "x.astype({})") not in "fc":
-        return _cast(primal(x), dtype, order)   # integer/bool/time casts carry no derivative
+        return _plain_cast(x, dtype, order)   # integer/bool/time casts carry no derivative
     return astype(x, dtype=dtype) if order == "K" else astype(x, dtype=dtype, order=order)
 
 
