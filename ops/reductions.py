@@ -180,12 +180,40 @@ def _in_dtype_of(result, initial):
     return dtype.type(initial)
 
 
+# -- scans along a leading axis --------------------------------------------------------------------
+# NumPy's accumulate walks each column of a leading axis through memory separately, several
+# times slower than the reduction: np.cumsum(x, axis=0) of a 1000x1000 array takes about 30x
+# np.sum's time. Scanning one slice at a time multiplies or adds whole contiguous slices; the
+# operations and their order per entry are the same (accumulate is sequential), so the bits are.
+_SLICE_SCAN_MIN = 128   # entries per slice below which the Python loop costs more than it saves
+
+
+def _scan_along(ufunc, numpy_scan, x, axis, reverse, kinds="fc"):
+    """`numpy_scan` (np.cumsum / np.cumprod) of `x` along `axis`, from the last entry when
+    `reverse`, one slice at a time where that is faster (see above) for dtypes of `kinds`."""
+    shape = shape_of(x)
+    if (type(x) is np.ndarray and x.dtype.kind in kinds and axis < len(shape) - 1
+            and math.prod(shape[axis + 1:]) >= _SLICE_SCAN_MIN and shape[axis] > 1):
+        out = np.empty(shape, x.dtype)
+        src, dst = np.moveaxis(x, axis, 0), np.moveaxis(out, axis, 0)
+        order = range(shape[axis] - 1, -1, -1) if reverse else range(shape[axis])
+        previous = None
+        for i in order:
+            if previous is None:
+                dst[i] = src[i]
+            else:
+                ufunc(dst[previous], src[i], out=dst[i])
+            previous = i
+        return out
+    if not reverse:
+        return numpy_scan(x, axis=axis)
+    xp = array_module(x)
+    return xp.flip(numpy_scan(xp.flip(x, axis), axis=axis), axis)
+
+
 # -- cumulative sums: linear, the transpose is the cumulative sum taken from the other end -------
 def _cumsum_impl(x, axis, reverse=False):
-    if not reverse:
-        return np.cumsum(x, axis=axis)
-    xp = array_module(x)
-    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
+    return _scan_along(np.add, np.cumsum, x, axis, reverse)
 
 
 cumsum_ = defprimitive(
@@ -275,10 +303,9 @@ linear_recurrence = defprimitive("linear_recurrence", _linrec_impl, _linrec_augm
 
 # -- cumulative products ------------------------------------------------------------------------
 def _cumprod_impl(x, axis, reverse=False):
-    if not reverse:
-        return np.cumprod(x, axis=axis)
-    xp = array_module(x)
-    return xp.flip(xp.cumprod(xp.flip(x, axis), axis=axis), axis)
+    # (Complex products of whole slices take NumPy's vectorised loop, whose roundings differ
+    # from the one-entry loop that accumulate runs: complex scans stay NumPy's.)
+    return _scan_along(np.multiply, np.cumprod, x, axis, reverse, kinds="f")
 
 
 def _cumprod_augmented(cfg, x, axis, reverse=False):

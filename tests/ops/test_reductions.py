@@ -432,3 +432,33 @@ def test_reductions_with_where_match_numpy_and_finite_differences(fn, shape, axi
             fd[i] = (np.nansum(call(x + e)) - np.nansum(call(x - e))) / (2 * h)
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
         assert np.all(g[..., ~mask] == 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.complex128])
+@pytest.mark.parametrize("shape, axis", [((6, 130), 0), ((3, 4, 64), 1), ((5, 2, 70), -3)])
+def test_scans_along_a_leading_axis_are_numpys_bits(shape, axis, dtype):
+    """cumsum / cumprod along a leading axis with long slices scan one slice at a time
+    (ops/reductions.py `_scan_along`): the primal is NumPy's bit for bit, zeros, NaN and inf
+    included, and the reverse scan (the cotangent of cumsum) too."""
+    rng = np.random.default_rng(3)
+    x = (rng.random(shape) + 0.5).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.random(shape)
+    x.flat[[5, 77, 140]] = [0, np.nan, np.inf]
+    with np.errstate(invalid="ignore"):
+        for fn in (np.cumsum, np.cumprod):
+            got = traced_value(lambda v: fn(v, axis=axis), x)
+            np.testing.assert_array_equal(got, fn(x, axis=axis))
+            assert got.dtype == fn(x, axis=axis).dtype
+    w = rng.random(shape)
+    (g,), = autodiff(Reverse, lambda v: np.sum(np.cumsum(v, axis=axis) * w), Active,
+                     Active(rng.random(shape)))
+    np.testing.assert_array_equal(g, np.flip(np.cumsum(np.flip(w, axis), axis=axis), axis))
+
+
+def test_prod_and_cumprod_gradients_along_a_leading_axis_with_zeros():
+    rng = np.random.default_rng(4)
+    x = rng.random((4, 130)) + 0.5
+    x[1, 3] = x[2, 3] = x[0, 9] = 0.0    # two zeros in one slice, one in another
+    check_grads(lambda v: np.prod(v, axis=0), x, order=1)
+    check_grads(lambda v: np.cumprod(v, axis=0), x, order=1)
