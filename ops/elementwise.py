@@ -48,6 +48,11 @@ def route_ufunc(ufunc, prim):
     def call(*args, **kw):
         if kw:
             args = ufunc_inputs(name, args, kw)
+        if any(type(a) is list or type(a) is tuple for a in args):
+            # NumPy makes an array of a list operand (of traced values too: np.array is
+            # Hecate's while something is traced); the rules compute with arrays.
+            args = tuple(np.array(a) if type(a) is list or type(a) is tuple else a
+                         for a in args)
         return prim(*args)
 
     call.__name__ = name

@@ -108,7 +108,19 @@ def _lse_softmax(x, axis):
     primitive: that makes a slice with a +inf entry all NaN, where this derivative keeps the
     0 of every finite entry beside it, as before."""
     e = np.exp(x - _finite_max(x, axis))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    top = np.max(x, axis=axis, keepdims=True)
+    if bool(np.all(np.isfinite(top)) or np.any(np.isnan(top))):   # (NaN: a NaN derivative)
+        return e / np.sum(e, axis=axis, keepdims=True)
+    # A slice with a +inf entry: its +inf entries share the derivative (the limit along equal
+    # values), the others get 0; a slice of -inf entries only: 1 / n each. np.logaddexp's
+    # partials at two infinities are the same. (inf / inf or 0 / 0 would give NaN.)
+    with np.errstate(invalid="ignore"):
+        weights = e / np.sum(e, axis=axis, keepdims=True)
+    at_inf = x == np.inf
+    n_inf = np.sum(at_inf, axis=axis, keepdims=True)
+    weights = np.where(top == np.inf, at_inf / np.maximum(n_inf, 1), weights)
+    count = math.prod(shape_of(x)) // max(math.prod(shape_of(top)), 1)
+    return np.where(top == -np.inf, 1.0 / count, weights)
 
 
 def _lse_augmented(cfg, x, axis, keepdims):
@@ -155,6 +167,14 @@ def _logaddexp_reduce(base_log):
                 f"{name} of a traced value takes axis and keepdims only, not "
                 f"{', '.join(given + sorted(unsupported))}; write ops.logsumexp(x, axis) "
                 "(or tape.scipy.special.logsumexp) and cast or copy the result")
+        shape = shape_of(a)
+        if len(shape) == 0 and axis in (0, -1, None, ()):
+            return a * 1.0   # NumPy reduces a 0-d array to its value (as a float)
+        axes = _axes(axis, len(shape))
+        if any(shape[k] == 0 for k in axes):   # the identity, -inf: nothing to differentiate
+            ufunc = np.logaddexp if base_log == 1.0 else np.logaddexp2
+            return ufunc.reduce(np.zeros(shape, np.result_type(peek(a), np.float16)),
+                                axis=axis, keepdims=keepdims)
         if base_log == 1.0:
             return logsumexp(a, axis=axis, keepdims=keepdims)
         return logsumexp(a * base_log, axis=axis, keepdims=keepdims) / base_log

@@ -14,8 +14,15 @@ from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc
 def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
     # with a constant on the other side, go straight to the tracer's level.
-    if type(other) not in _PYTHON_NUMBERS and numpy_defers_to(other):
-        return NotImplemented   # Python asks `other` next, as it would for an ndarray
+    if type(other) not in _PYTHON_NUMBERS:
+        if type(other) is list or type(other) is tuple:
+            # NumPy makes an array of a list operand (of traced values too: np.array is
+            # Hecate's while something is traced); the rules compute with arrays.
+            converted = np.array(other)
+            args = tuple(converted if a is other else a for a in args)
+            other = converted
+        elif numpy_defers_to(other):
+            return NotImplemented   # Python asks `other` next, as it would for an ndarray
     prim = UFUNC_PRIMITIVES.get(ufunc)
     python = is_python_number(tracer) and is_python_number(other)
     if prim is None:   # (an inactive ufunc: s // 1 of a traced Python float is a Python float)

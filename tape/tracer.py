@@ -106,7 +106,8 @@ class _Surface:
             if prim is not None:
                 if len(inputs) == 1 and self.level.alive:
                     return self.level.process(prim, inputs, _NO_PARAMS)
-                return prim(*inputs)   # (a Batched input: see Primitive.__call__)
+                if not any(type(a) is list or type(a) is tuple for a in inputs):
+                    return prim(*inputs)   # (a Batched input: see Primitive.__call__)
         if _defers_to_batched(inputs) or _defers_to_batched(kwargs.get("out", ())):
             return NotImplemented
         if ufunc is np.matmul and kwargs.get("axes") == _MATMUL_IN_PLACE_AXES:
