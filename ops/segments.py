@@ -73,7 +73,10 @@ add_reduceat_p = defprimitive("add_reduceat", _reduceat_impl, _reduceat_augmente
 
 def _reduceat_arguments(name, array, indices, axis, out):
     _no_out(f"{name}.reduceat", out)
+    listed = isinstance(indices, (list, tuple))
     indices = np.asarray(plain_index(indices))
+    if listed and indices.dtype.kind in "fb":
+        indices = indices.astype(np.intp)   # NumPy casts the numbers of a list (not an array's)
     if indices.ndim != 1:
         raise ValueError(f"np.{name}.reduceat: `indices` must be 1-d, got shape {indices.shape}")
     axis = normalize_axis(axis, np.ndim(array))

@@ -197,11 +197,6 @@ def test_outer_broadcasts_into_a_larger_out():
     check(f, X)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "np.add.reduceat accepts a list of float indices ([0.0, 2.0]) as NumPy and "
-    "np.multiply.reduceat do; traced, ops/segments.py:76 keeps them float and "
-    "ops/segments.py:49 hands them to NumPy as a float64 array, which NumPy refuses "
-    "(TypeError: Cannot cast ... float64 to int64)"))
 def test_add_reduceat_with_float_index_list():
     check(lambda x: np.add.reduceat(x, [0.0, 2.0], axis=1), X)
 
