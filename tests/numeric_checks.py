@@ -49,3 +49,19 @@ def fd_gradient_of(f, xs, i, eps=1e-6):
             return float(f(*ys))
         grad[j] = (at(eps) - at(-eps)) / (2 * eps)
     return grad
+
+
+def fd_jacobian_of(g, x, eps=1e-5):
+    """Central differences of an array function `g` of a float array (a gradient, for a
+    Hessian), one column per entry of x: shape (g's size, x's size), fixed step `eps`."""
+    n = x.size
+    J = None
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = eps
+        e = e.reshape(x.shape)
+        column = (np.reshape(g(x + e), -1) - np.reshape(g(x - e), -1)) / (2 * eps)
+        if J is None:
+            J = np.zeros((column.size, n))
+        J[:, k] = column
+    return J

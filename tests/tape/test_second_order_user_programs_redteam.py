@@ -14,6 +14,7 @@ import tape
 import tape.scipy.linalg as tsl
 from tape import (Active, BatchDuplicated, Duplicated, Forward, Reverse, autodiff, gradient,
                   gradient_, hessian, hvp, hvp_and_gradient_, jacobian)
+from numeric_checks import fd_jacobian_of
 
 
 def _grad(f):
@@ -33,14 +34,7 @@ def _fd_grad(f, x, eps=1e-6):
 
 
 def _fd_hessian(g, x, eps=1e-5):
-    n = x.size
-    H = np.zeros((n, n))
-    for i in range(n):
-        e = np.zeros(n)
-        e[i] = eps
-        e = e.reshape(x.shape)
-        H[:, i] = (np.reshape(g(x + e), -1) - np.reshape(g(x - e), -1)) / (2 * eps)
-    return H
+    return fd_jacobian_of(g, x, eps)
 
 
 def _check_all_routes(f, x, rtol=1e-6, seed=0):
