@@ -148,9 +148,10 @@ class _Surface:
                                      result if isinstance(result, tuple) else (result,)):
                 check_cast(ufunc.__name__, "output", value, target,
                            kwargs.get("casting", "same_kind"))
-        # a call broadcasts into a larger `out`, as NumPy's ufuncs do; reduce and accumulate don't
+        # a call (and outer) broadcasts into a larger `out`, as NumPy's ufuncs do; reduce and
+        # accumulate don't
         name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
-        return _write_out(out, result, name, exact_shape=method != "__call__")
+        return _write_out(out, result, name, exact_shape=method not in ("__call__", "outer"))
 
     def __array_function__(self, func, types, args, kwargs):
         if Batched in types:
@@ -493,19 +494,19 @@ def _masked_ufunc(ufunc, inputs, kwargs, out):
     """`ufunc(*inputs, out=out, where=mask)`: only the selected entries are computed and
     written, so `np.divide(a, b, out=c, where=b != 0)` gets no nan derivative from the others."""
     outs = out if isinstance(out, tuple) else (out,)
-    traced = any(isinstance(x, Tracer) for x in inputs)
-    for target in outs:   # as `_write_out` refuses it without `where=`
-        if traced and not isinstance(target, (Tracer, ConstBuffer)):
-            raise NonDifferentiableError(
-                f"np.{ufunc.__name__}(..., out=..., where=...) would write a traced value "
-                "into a plain array, which cannot carry a derivative; allocate the output "
-                "with np.zeros_like(x) instead")
     shape = np.shape(peek(outs[0]))
     mask = np.broadcast_to(primal(kwargs.pop("where")), shape)
     picked = [np.broadcast_to(x, shape)[mask] for x in inputs]
     result = _call_ufunc(ufunc, *picked, **kwargs)
     results = result if isinstance(result, tuple) else (result,)
-    for target, value in zip(outs, results):
+    for target, value in zip(outs, results):   # before any write
+        if isinstance(value, Tracer) and not isinstance(target, (Tracer, ConstBuffer)):
+            # as `_write_out` refuses it without `where=` (np.frexp's integer exponent, which
+            # carries no derivative, may go to a plain array)
+            raise NonDifferentiableError(
+                f"np.{ufunc.__name__}(..., out=..., where=...) would write a traced value "
+                "into a plain array, which cannot carry a derivative; allocate the output "
+                "with np.zeros_like(x) instead")
         check_cast(ufunc.__name__, "output", value, target, kwargs.get("casting", "same_kind"))
     for target, value in zip(outs, results):
         target[mask] = value

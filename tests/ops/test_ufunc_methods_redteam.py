@@ -166,11 +166,6 @@ def test_logaddexp_reduce_derivative_agrees_with_the_pairwise_ufunc(ufunc, x):
     np.testing.assert_array_equal(reduced, pairwise)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "np.frexp(x, out=(m, e), where=mask) with a plain integer exponent buffer `e` is refused "
-    "('would write a traced value into a plain array'), although the exponent carries no "
-    "derivative and the same call without where= works: tape/tracer.py:495-500 checks every "
-    "output buffer instead of those that receive a traced value"))
 def test_frexp_with_where_and_a_plain_integer_exponent_buffer():
     mask = np.array([True, False, True])
 
@@ -183,11 +178,6 @@ def test_frexp_with_where_and_a_plain_integer_exponent_buffer():
     check(f, X)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ufunc.outer broadcasts its result into a larger `out` as any ufunc call does (NumPy "
-    "accepts np.add.outer(a(3,), b(1,), out=(3, 3))); tape/tracer.py:152 asks for an exact "
-    "shape for every method other than __call__, outer included, and the error wrongly says "
-    "NumPy needs them equal"))
 def test_outer_broadcasts_into_a_larger_out():
     def f(x):
         out = np.zeros((3, 3)) + x[0, 0]
