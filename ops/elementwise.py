@@ -48,11 +48,6 @@ def route_ufunc(ufunc, prim):
     def call(*args, **kw):
         if kw:
             args = ufunc_inputs(name, args, kw)
-        if any(type(a) is list or type(a) is tuple for a in args):
-            # NumPy makes an array of a list operand (of traced values too: np.array is
-            # Hecate's while something is traced); the rules compute with arrays.
-            args = tuple(np.array(a) if type(a) is list or type(a) is tuple else a
-                         for a in args)
         return prim(*args)
 
     call.__name__ = name
@@ -368,6 +363,8 @@ where.reverse_results = "fresh"   # never None for an active argument; new array
 def _where(condition, x=None, y=None):
     if x is None and y is None:
         return np.nonzero(primal(condition))
+    # NumPy makes arrays of list operands (np.array is Hecate's while something is traced).
+    x, y = (np.array(v) if type(v) is list or type(v) is tuple else v for v in (x, y))
     return where(x, y, condition=nondiff_value(condition))
 
 

@@ -24,6 +24,7 @@ from tape.rules import register_function, register_method
 from tape.views import mark_read_only_view
 
 from ._util import defprimitive, shape_of, unbroadcast
+from .creation import has_tracer
 from .pad_modes import STATISTICS, pad_by_slices, pad_by_statistic, pad_linear_ramp
 from .shape import _along, _no_out, moveaxis, normalize_axis, numpy_layout, ravel
 
@@ -382,10 +383,12 @@ def pad(array, pad_width, mode="constant", **kwargs):
         cval = kwargs.pop("constant_values", 0)
         if kwargs:
             raise TypeError(f"unsupported keyword arguments for mode 'constant': {set(kwargs)}")
-        if not isinstance(cval, Tracer):
+        if not has_tracer(cval):
             return pad_p(array, pad_width=widths, constant_values=cval)
-        if np.ndim(cval) != 0:
-            raise NotImplementedError("np.pad with a traced non-scalar constant_values")
+        if not isinstance(cval, Tracer) or np.ndim(cval) != 0:   # (a list of them too)
+            raise NotImplementedError(
+                "np.pad with a traced constant_values per axis or side: give one traced "
+                "scalar, or pad with 0 and set each border with np.where or slices")
         border = xp.pad(xp.zeros(shape, dtype=bool), widths, constant_values=True)
         padded = pad_p(array, pad_width=widths)
         # Selected, not added (an infinite constant times 0 would be NaN inside), in the

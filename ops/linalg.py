@@ -106,7 +106,7 @@ solve = defprimitive("solve", lambda a, b: np.linalg.solve(a, b), _solve_augment
 
 def _solve(a, b):
     """np.linalg.solve: `b` is a vector only when it is 1-D (NumPy 2 semantics)."""
-    b = _as_array(b)
+    a, b = _as_array(a), _as_array(b)
     if len(shape_of(b)) == 1:
         return solve(a, b[:, None])[..., 0]
     return solve(a, b)

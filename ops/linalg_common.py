@@ -97,7 +97,9 @@ def _gap_inverse(w):
 
 
 def _as_array(x):
-    return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.asarray(x)
+    # np.array, not np.asarray: a list holding traced values becomes a traced array (np.array
+    # is Hecate's while something is traced).
+    return x if isinstance(x, Tracer) or hasattr(x, "shape") else np.array(x)
 
 
 def _hermitian(hermitian):

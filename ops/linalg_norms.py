@@ -14,7 +14,7 @@ import numpy as np
 
 from tape.rules import inactive, register_function
 
-from ._util import defprimitive, numpy_scalar, shape_of
+from ._util import defprimitive, dtype_of, numpy_scalar, shape_of
 from .linalg import inv
 from .linalg_svd import svdvals
 
@@ -88,6 +88,9 @@ def _matrix_norm(x, ord="fro", axis=(-2, -1), keepdims=False):
         raise ValueError("Duplicate axes given.")
     if ord in (None, "fro", "f"):
         return l2norm(x, axis=tuple(sorted((row, col))), keepdims=keepdims)
+    shape = shape_of(x)
+    if shape[row] == 0 or shape[col] == 0:   # no entries, nothing to differentiate: NumPy's
+        return np.linalg.norm(np.zeros(shape, dtype_of(x)), ord, (row, col), keepdims)
     if ord in (2, -2, "nuc"):
         perm = tuple(i for i in range(nd) if i not in (row, col)) + (row, col)
         s = svdvals(x if perm == tuple(range(nd)) else np.transpose(x, perm))
@@ -119,6 +122,9 @@ def _norm(x, ord=None, axis=None, keepdims=False):
 
 def _cond(x, p=None):
     """np.linalg.cond: the ratio of extreme singular values, or norm(x) * norm(inv(x))."""
+    shape = shape_of(x)
+    if len(shape) >= 2 and 0 in shape[-2:]:
+        return np.linalg.cond(np.zeros(shape, dtype_of(x)), p)   # NumPy refuses these
     if p in (None, 2, -2):
         s = svdvals(x)
         return s[..., -1] / s[..., 0] if p == -2 else s[..., 0] / s[..., -1]

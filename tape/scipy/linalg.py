@@ -170,10 +170,15 @@ def _svd_signs(a, u, full_matrices, lapack_driver):
     return _signs_like(u, ref_u)
 
 
+def _r_of(result):
+    """SciPy's qr(mode='r') result: the tuple (R,) for one matrix, R itself for a stack."""
+    return result[0] if isinstance(result, tuple) else result
+
+
 @inactive
 def _qr_signs(a, r):
     """The signs that turn R's rows (Q's columns) of `a` into SciPy's."""
-    ref_r = scipy.linalg.qr(np.asarray(a), mode="r")[0]
+    ref_r = _r_of(scipy.linalg.qr(np.asarray(a), mode="r"))
     diag = np.diagonal(np.asarray(r), axis1=-2, axis2=-1)
     ref_diag = np.diagonal(ref_r, axis1=-2, axis2=-1)[..., :np.shape(diag)[-1]]
     return _unit_signs(np.real(diag * np.conj(ref_diag)) < 0, diag)
@@ -299,7 +304,7 @@ def qr(a: Array, overwrite_a: bool = False, lwork: int | None = None, mode: str 
         if m > n:   # SciPy's 'r' is the full (m, n) R
             r = np.concatenate([r, np.zeros(shape_of(r)[:-2] + (m - n, n), dtype=_float_dtype(r))],
                                axis=-2)
-        return (r,)
+        return (r,) if len(shape_of(a)) == 2 else r   # as SciPy returns it
     return q * signs[..., None, :], r
 
 

@@ -111,6 +111,12 @@ def _weighted_lse(a, b, axes: tuple):
 _sign_of = inactive(np.sign)
 
 
+def _array_like(x: Any) -> Any:
+    """A list or tuple as an array, as SciPy reads it (one holding traced values too: np.array
+    is Hecate's while something is traced)."""
+    return np.array(x) if type(x) is list or type(x) is tuple else x
+
+
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
               return_sign: bool = False) -> Any:
     """log(sum(b * exp(a))) over `axis`, computed without overflow (scipy.special.logsumexp).
@@ -123,6 +129,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     >>> logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -2.0]), return_sign=True)
     (array(2.48988013), array(-1.))
     """
+    a, b = _array_like(a), _array_like(b)
     if np.ndim(a) == 0:
         a = np.reshape(a, (1,))   # SciPy treats a 0-d input as 1-d (keepdims gives (1,))
     if b is None and not return_sign and np.size(peek(a)):   # (its size only: no guard)
@@ -158,7 +165,7 @@ def softmax(x: Any, axis: Any = None) -> Any:
     array([[0.5, 0.5],
            [0. , 1. ]])
     """
-    return _nn.softmax(x, axis=axis)
+    return _nn.softmax(_array_like(x), axis=axis)
 
 
 def log_softmax(x: Any, axis: Any = None) -> Any:
@@ -167,4 +174,4 @@ def log_softmax(x: Any, axis: Any = None) -> Any:
     >>> log_softmax(np.array([0.0, 1000.0]))
     array([-1000.,     0.])
     """
-    return _nn.log_softmax(x, axis=axis)
+    return _nn.log_softmax(_array_like(x), axis=axis)
