@@ -309,6 +309,16 @@ def _pad_route(fn, args, kwargs):
     return _NOT_YET
 
 
+def _select_route(fn, args, kwargs):
+    # np.select(plain conditions, plain choices, default=traced) is not dispatched (`default`
+    # is not among the dispatched arguments): the rule takes it.
+    default = args[2] if len(args) > 2 else kwargs.get("default")
+    if has_tracer(default) and not has_tracer(list(args[:2]) + [
+            kwargs.get("condlist"), kwargs.get("choicelist")]):
+        return FUNCTION_RULES[fn](*args, **kwargs)
+    return _NOT_YET
+
+
 # np.polynomial's polyval, chebval, ... give the coefficients one axis per axis of x only when
 # `isinstance(x, np.ndarray)`, which a traced x is not (tensor=True, the default): the
 # coefficient array they make first with np.array gets those axes here, found by the caller's
@@ -330,6 +340,7 @@ def _polynomial_axes(out, frame):
 
 _WRAPPER_MAKERS = {np.full: _full_wrapper, np.full_like: _full_like_wrapper,
                    np.pad: lambda fn, fallback: _wrapper(fn, fallback, route=_pad_route),
+                   np.select: lambda fn, fallback: _wrapper(fn, fallback, route=_select_route),
                    np.array: lambda fn, fallback: _wrapper(fn, fallback,
                                                            finish=_polynomial_axes)}
 

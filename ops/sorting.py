@@ -149,8 +149,8 @@ def select(condlist, choicelist, default=0):
 
 def _stand_in(value):
     """A one-entry array of `value`'s dtype; a Python number as it is (NumPy's weak scalar)."""
-    if type(value) in (bool, int, float, complex):
-        return value
+    if type(peek(value)) in (bool, int, float, complex):   # (a traced Python number too)
+        return peek(value)
     return np.zeros(1, dtype_of(value))
 
 

@@ -238,11 +238,6 @@ def test_heaviside_of_a_list_with_a_traced_h0():
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "np.select(conds, [2.0], default=x): NumPy's select dispatcher does not list `default`, so "
-    "with plain conditions and choices NumPy's own code runs np.asarray(default) and refuses; "
-    "the fallback (ops/lists.py:231-241 `_convert_lists`) converts only lists, so it calls "
-    "NumPy's select again and the TracerConversionError escapes"))
 def test_select_with_a_traced_default_only():
     check(lambda x: np.select([x > 1], [2.0], default=x), V, compiled=False)
 

@@ -294,10 +294,6 @@ def test_select_with_python_scalar_choices_keeps_the_array_dtype(name, x):
         _assert_same(got, want)
 
 
-@pytest.mark.xfail(strict=True, raises=tape.errors.TracerConversionError,
-                   reason="np.select's dispatcher ignores `default`, and ops/lists.py has no "
-                   "route for it (as np.pad has for constant_values): NumPy's own select runs "
-                   "and refuses the traced default")
 @pytest.mark.parametrize("default", [F32, 0.5], ids=["float32 array", "Python float"])
 def test_select_differentiates_a_traced_default(default):
     f = lambda d: np.select([MASK], [P32], default=d)   # noqa: E731
