@@ -105,9 +105,26 @@ def partition(a, kth, axis=-1, kind="introselect", order=None):
         raise NotImplementedError("np.partition with order= is not differentiable")
     a, axis = _flat_if_none(a, axis)
     xp = array_module(a)
-    perm = np.argpartition(a, primal(kth), axis=axis, kind=kind) if xp is np else \
+    # On NumPy a recorded nondiff step: a compiled program partitions each call's values.
+    perm = _partition_order(a, primal(kth), axis, kind) if xp is np else \
         xp.argpartition(primal(a), primal(kth), axis=axis)
     return permute(a, perm=nondiff_value(perm), axis=axis)
+
+
+@inactive
+def _partition_order(a, kth, axis, kind):
+    """The permutation that gives np.partition(a, kth)'s own arrangement. NumPy's
+    np.partition and np.argpartition may order the entries beside `kth` differently (a SIMD
+    selection for the first): np.argpartition's permutation where it gives the same array,
+    else one matched through stable sorts of `a` and of np.partition's result (equal values
+    are interchangeable)."""
+    perm = np.argpartition(a, kth, axis=axis, kind=kind)
+    want = np.partition(a, kth, axis=axis, kind=kind)
+    if np.array_equal(np.take_along_axis(a, perm, axis=axis), want, equal_nan=True):
+        return perm
+    order = np.argsort(a, axis=axis, kind="stable")
+    np.put_along_axis(perm, np.argsort(want, axis=axis, kind="stable"), order, axis=axis)
+    return perm
 
 
 register_function(np.sort, sort)

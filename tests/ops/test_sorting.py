@@ -12,6 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import tape
 from tape import Active, Duplicated, Forward, Reverse, autodiff
 from tape.testing import arrays, check_grads, shapes, traced_value
 
@@ -330,3 +331,36 @@ def test_median_with_nan_gives_nan_and_finite_derivatives():
                          Active(x), Active(0.25))
     np.testing.assert_allclose(gx, [[0, 0, 0], [0.5, 0.5, 0]], atol=1e-12)
     assert gq == pytest.approx(1.5 * 2)   # row 1: d/dq of sorted[0] + 2q (sorted[1]-sorted[0])
+
+
+@pytest.mark.parametrize("shape, kth, axis", [((1000,), 500, -1), ((1000,), [3, 700], 0),
+                                              ((40, 300), 150, 1), ((300, 40), [0, 299], 0),
+                                              ((20, 50), 400, None)])
+def test_partition_primal_is_numpys_own_arrangement(shape, kth, axis):
+    """np.partition's entries beside kth are in NumPy's own order (which np.argpartition
+    may not give: a SIMD selection on float64), so a loss that weights positions matches plain
+    NumPy, in every mode and compiled."""
+    x = np.random.default_rng(0).uniform(-2, 2, shape)
+    w = np.random.default_rng(1).standard_normal(np.partition(x, kth, axis=axis).shape)
+    np.testing.assert_array_equal(traced_value(lambda v: np.partition(v, kth, axis=axis), x),
+                                  np.partition(x, kth, axis=axis))
+    f = lambda v: np.sum(np.partition(v, kth, axis=axis) * w)  # noqa: E731
+    compiled = tape.compile(tape.ReverseWithPrimal, f, Active, Active)
+    for z in (x, x[::-1].copy() if x.ndim == 1 else x * 1.5):
+        (g,), value = compiled(Active(z))
+        assert value == f(z)
+        want = np.zeros_like(z)   # the weight of the position each entry lands on
+        np.put_along_axis(want.reshape(-1) if axis is None else want,
+                          _numpy_order(z, kth, axis), w.reshape(-1) if axis is None else w,
+                          axis=0 if axis is None else axis)
+        np.testing.assert_array_equal(g, want)
+
+
+def _numpy_order(z, kth, axis):
+    """Where each entry of np.partition(z, kth, axis)'s result comes from (distinct values)."""
+    flat = z.reshape(-1) if axis is None else z
+    part = np.partition(flat, kth, axis=0 if axis is None else axis)
+    along = 0 if axis is None else axis
+    order = np.argsort(flat, axis=along)
+    rank_of_result = np.argsort(np.argsort(part, axis=along), axis=along)
+    return np.take_along_axis(order, rank_of_result, axis=along)
