@@ -14,8 +14,9 @@ from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc
 def _operator(ufunc, tracer, other, args):
     # Speed-up: operators are the hottest entry point, so they skip the NumPy protocol and,
     # with a constant on the other side, go straight to the tracer's level.
-    if type(other) not in _PYTHON_NUMBERS:
-        if type(other) is list or type(other) is tuple:
+    kind = type(other)
+    if kind not in _PYTHON_NUMBERS and kind is not np.ndarray and not isinstance(other, Tracer):
+        if kind is list or kind is tuple:
             # NumPy makes an array of a list operand (of traced values too: np.array is
             # Hecate's while something is traced); the rules compute with arrays.
             converted = np.array(other)

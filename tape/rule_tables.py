@@ -40,10 +40,13 @@ def _call_ufunc(ufunc, *args, **kw):
                 "calls its Python function on plain elements (object arrays), so the "
                 "derivative would be lost. " + PYTHON_ON_ELEMENTS_FIX)
         raise _missing(_ufunc_name(ufunc))
-    if any(type(a) is list or type(a) is tuple for a in args):
-        # NumPy makes an array of a list operand (of traced values too: np.array is
-        # Hecate's while something is traced); the rules compute with arrays.
-        args = tuple(np.array(a) if type(a) is list or type(a) is tuple else a for a in args)
+    for a in args:
+        if type(a) is list or type(a) is tuple:
+            # NumPy makes an array of a list operand (of traced values too: np.array is
+            # Hecate's while something is traced); the rules compute with arrays.
+            args = tuple(np.array(a) if type(a) is list or type(a) is tuple else a
+                         for a in args)
+            break
     return rule(*args, **kw)
 
 

@@ -106,7 +106,10 @@ class _Surface:
             if prim is not None:
                 if len(inputs) == 1 and self.level.alive:
                     return self.level.process(prim, inputs, _NO_PARAMS)
-                if not any(type(a) is list or type(a) is tuple for a in inputs):
+                for a in inputs:   # (a list operand: made an array by `_call_ufunc`)
+                    if type(a) is list or type(a) is tuple:
+                        break
+                else:
                     return prim(*inputs)   # (a Batched input: see Primitive.__call__)
         if _defers_to_batched(inputs) or _defers_to_batched(kwargs.get("out", ())):
             return NotImplemented
