@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import tape
+from tape import Active, Duplicated, Forward, ReverseWithPrimal, autodiff
+from tape.testing import traced_value
+
 
 def fd_gradient(f, x, eps=1e-6):
     """Central differences of a scalar function of a float array, step eps * max(1, |x_i|)."""
@@ -65,3 +69,42 @@ def fd_jacobian_of(g, x, eps=1e-5):
             J = np.zeros((column.size, n))
         J[:, k] = column
     return J
+
+
+def fixed_weights(shape):
+    """Fixed weights of a shape, none of them zero."""
+    return np.linspace(-1.3, 1.7, int(np.prod(shape))).reshape(shape) + 0.05
+
+
+def check_all_modes(f, x, rtol=1e-12, grad_tol=1e-6, compiled=True):
+    """`f(x)` (an array) against plain NumPy, through the loss sum(f(x) * W) for fixed weights
+    W: reverse mode against central differences, forward mode along one direction (a plain
+    number, no tracer), and tape.compile (unless `compiled` is false) at two points."""
+    x = np.asarray(x, dtype=float)
+    want = np.asarray(f(x.copy()))
+    w = fixed_weights(want.shape)
+    loss = lambda a: np.sum(f(a) * w)   # noqa: E731
+
+    np.testing.assert_allclose(np.asarray(traced_value(f, x.copy(), mode="reverse")), want,
+                               rtol=rtol, atol=rtol)
+    grad = fd_gradient_of(loss, [x.copy()], 0)
+    shadow = np.zeros_like(x)
+    _, value = autodiff(ReverseWithPrimal, loss, Active, Duplicated(x.copy(), shadow))
+    np.testing.assert_allclose(value, float(loss(x.copy())), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(shadow, grad, rtol=grad_tol, atol=grad_tol)
+
+    direction = np.linspace(-1.0, 1.0, x.size).reshape(x.shape) + 0.3
+    tangent, = autodiff(Forward, loss, Duplicated(x.copy(), direction.copy()))
+    assert isinstance(tangent, (float, np.floating, np.ndarray)), type(tangent)
+    np.testing.assert_allclose(tangent, np.sum(grad * direction), rtol=grad_tol, atol=grad_tol)
+
+    if not compiled:
+        return
+    program = tape.compile(ReverseWithPrimal, loss, Active, Duplicated)
+    for scale in (1.0, 1.17):
+        xs = x * scale
+        shadow = np.zeros_like(xs)
+        _, value = program(Duplicated(xs.copy(), shadow))
+        np.testing.assert_allclose(value, float(loss(xs.copy())), rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(shadow, fd_gradient_of(loss, [xs.copy()], 0),
+                                   rtol=grad_tol, atol=grad_tol)

@@ -16,53 +16,15 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
-import tape
 import tape.scipy.special as tsp
-from tape import Active, Duplicated, Forward, ReverseWithPrimal, autodiff
 from tape.testing import traced_value
-from numeric_checks import fd_gradient_of
+from numeric_checks import check_all_modes as check
 
 V = np.array([0.31, 1.22, 2.03])
 M = np.array([[0.31, 1.22], [0.74, 0.52]])
 L2 = [0.5, 1.5]
 L3 = [0.5, 1.5, -0.7]
 LM = [[2.0, 0.3], [0.1, 1.5]]
-
-
-def _weights(shape):
-    return np.linspace(-1.3, 1.7, int(np.prod(shape))).reshape(shape) + 0.05
-
-
-def check(f, x, rtol=1e-12, grad_tol=1e-6, compiled=True):
-    """f(x) -> an array; checked through sum(f(x) * W)."""
-    x = np.asarray(x, dtype=float)
-    want = np.asarray(f(x.copy()))
-    w = _weights(want.shape)
-    loss = lambda a: np.sum(f(a) * w)   # noqa: E731
-
-    np.testing.assert_allclose(np.asarray(traced_value(f, x.copy(), mode="reverse")), want,
-                               rtol=rtol, atol=rtol)
-    grad = fd_gradient_of(loss, [x.copy()], 0)
-    shadow = np.zeros_like(x)
-    _, value = autodiff(ReverseWithPrimal, loss, Active, Duplicated(x.copy(), shadow))
-    np.testing.assert_allclose(value, float(loss(x.copy())), rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(shadow, grad, rtol=grad_tol, atol=grad_tol)
-
-    direction = np.linspace(-1.0, 1.0, x.size).reshape(x.shape) + 0.3
-    tangent, = autodiff(Forward, loss, Duplicated(x.copy(), direction.copy()))
-    assert isinstance(tangent, (float, np.floating, np.ndarray)), type(tangent)
-    np.testing.assert_allclose(tangent, np.sum(grad * direction), rtol=grad_tol, atol=grad_tol)
-
-    if not compiled:
-        return
-    program = tape.compile(ReverseWithPrimal, loss, Active, Duplicated)
-    for scale in (1.0, 1.17):
-        xs = x * scale
-        shadow = np.zeros_like(xs)
-        _, value = program(Duplicated(xs.copy(), shadow))
-        np.testing.assert_allclose(value, float(loss(xs.copy())), rtol=rtol, atol=rtol)
-        np.testing.assert_allclose(shadow, fd_gradient_of(loss, [xs.copy()], 0),
-                                   rtol=grad_tol, atol=grad_tol)
 
 
 # -- passing: array-likes next to a traced array ---------------------------------------------------

@@ -17,43 +17,10 @@ import pytest
 import tape
 from tape import (Active, Duplicated, Forward, Reverse, ReverseWithPrimal, autodiff)
 from tape.testing import traced_value
-from numeric_checks import fd_gradient_of
+from numeric_checks import check_all_modes as check, fd_gradient_of, fixed_weights
 
 X = np.array([[0.31, 1.22, 2.03], [0.74, 0.52, 1.37]])
 A3 = np.array([0.4, 1.3, 0.9])
-
-
-def _weights(shape):
-    return np.linspace(-1.3, 1.7, int(np.prod(shape))).reshape(shape) + 0.05
-
-
-def check(f, x, rtol=1e-12, grad_tol=1e-6):
-    """f(x) -> an array; checked through sum(f(x) * W)."""
-    x = np.asarray(x, dtype=float)
-    want = np.asarray(f(x.copy()))
-    w = _weights(want.shape)
-    loss = lambda a: np.sum(f(a) * w)   # noqa: E731
-
-    np.testing.assert_allclose(np.asarray(traced_value(f, x.copy(), mode="reverse")), want,
-                               rtol=rtol, atol=rtol)
-    grad = fd_gradient_of(loss, [x.copy()], 0)
-    shadow = np.zeros_like(x)
-    _, value = autodiff(ReverseWithPrimal, loss, Active, Duplicated(x.copy(), shadow))
-    np.testing.assert_allclose(value, float(loss(x.copy())), rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(shadow, grad, rtol=grad_tol, atol=grad_tol)
-
-    direction = np.linspace(-1.0, 1.0, x.size).reshape(x.shape) + 0.3
-    tangent, = autodiff(Forward, loss, Duplicated(x.copy(), direction.copy()))
-    np.testing.assert_allclose(tangent, np.sum(grad * direction), rtol=grad_tol, atol=grad_tol)
-
-    compiled = tape.compile(ReverseWithPrimal, loss, Active, Duplicated)
-    for scale in (1.0, 1.17):
-        xs = x * scale
-        shadow = np.zeros_like(xs)
-        _, value = compiled(Duplicated(xs.copy(), shadow))
-        np.testing.assert_allclose(value, float(loss(xs.copy())), rtol=rtol, atol=rtol)
-        np.testing.assert_allclose(shadow, fd_gradient_of(loss, [xs.copy()], 0),
-                                   rtol=grad_tol, atol=grad_tol)
 
 
 def _gradient(f, x):
@@ -131,7 +98,7 @@ def test_binary_ufunc_with_a_list_operand(call, mode):
          "np.float_power(x, list)": lambda x: np.float_power(x, lst),
          "np.arctan2(list, x)": lambda x: np.arctan2(lst, x),
          "np.divide.outer(x, list)": lambda x: np.divide.outer(x, lst[:2])}[call]
-    w = _weights(np.shape(f(X)))
+    w = fixed_weights(np.shape(f(X)))
     loss = lambda a: np.sum(f(a) * w)   # noqa: E731
     grad = fd_gradient_of(loss, [X.copy()], 0)
     if mode == "reverse":
