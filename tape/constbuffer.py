@@ -16,7 +16,7 @@ import numpy as np
 
 from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
-from .errors import ActivityError, ConstWriteError, NonDifferentiableError
+from .errors import ActivityError, ConstWriteError
 from .residuals import _map_items, _may_change
 
 
@@ -83,9 +83,11 @@ class ConstBuffer(np.ndarray):
             # as it is. A plain view of it would look like a caller's array that may change,
             # which the record would have to copy (one copy of c per use, as in a loop).
             if not any(isinstance(i, Tracer) for i in inputs):   # tracers inside a list only
-                raise NonDifferentiableError(
-                    f"np.{ufunc.__name__} got a list holding traced values (a Duplicated or "
-                    "Active argument passed as a list, say); convert it first: np.asarray(x)")
+                # NumPy makes an array of the list (np.array is Hecate's while something is
+                # traced); the ufunc then dispatches to that traced array.
+                return getattr(ufunc, method)(
+                    *(np.array(i) if isinstance(i, (list, tuple)) and _has_tracer(i) else i
+                      for i in inputs), **kwargs)
             return NotImplemented
         if out is not None:
             if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):

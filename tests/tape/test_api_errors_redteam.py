@@ -141,16 +141,16 @@ def test_a_carry_changing_dtype_in_checkpointed_scan_names_the_step_and_the_fix(
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_a_list_duplicated_times_a_const_array_names_the_list_and_the_fix(compiled):
-    args = lambda: (Duplicated([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]), Const(X))
+def test_a_list_duplicated_times_a_const_array_is_differentiated_as_an_array(compiled):
+    """NumPy makes an array of a list operand; so does Hecate, a list of traced values too:
+    the gradient reaches the list shadow, in eager and compiled mode alike."""
+    shadow = [0.0, 0.0, 0.0]
+    args = (Duplicated([1.0, 2.0, 3.0], shadow), Const(X))
     if compiled:
-        call = lambda: tape.compile(Reverse, _product, Active, Duplicated, Const)(*args())
+        tape.compile(Reverse, _product, Active, Duplicated, Const)(*args)
     else:
-        call = lambda: autodiff(Reverse, _product, Active, *args())
-    kind, msg = _error(call)
-    assert issubclass(kind, ActivityError) or issubclass(kind, tape.NonDifferentiableError)
-    assert "ConstBuffer" not in msg and "NotImplemented" not in msg
-    assert "np.array" in msg or "np.asarray" in msg
+        autodiff(Reverse, _product, Active, *args)
+    np.testing.assert_allclose(shadow, X, rtol=1e-15)
 
 
 def test_hvp_and_gradient_underscore_refusing_grad_leaves_res_untouched():
