@@ -28,6 +28,7 @@ import numpy as np
 
 from tape.core import STRONG_ZERO, Tracer, is_complex, nondiff_value, peek, primal
 from tape.operators import check_cast
+from tape.rule_tables import array_of_sequence
 from tape.rules import register_function, register_ufunc
 
 from ._util import (add_tangents, broadcast_tangent, defprimitive, scale_tangent, shape_of,
@@ -363,9 +364,7 @@ where.reverse_results = "fresh"   # never None for an active argument; new array
 def _where(condition, x=None, y=None):
     if x is None and y is None:
         return np.nonzero(primal(condition))
-    # NumPy makes arrays of list operands (np.array is Hecate's while something is traced).
-    x, y = (np.array(v) if type(v) is list or type(v) is tuple else v for v in (x, y))
-    return where(x, y, condition=nondiff_value(condition))
+    return where(array_of_sequence(x), array_of_sequence(y), condition=nondiff_value(condition))
 
 
 register_function(np.where, _where)

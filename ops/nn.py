@@ -78,8 +78,12 @@ def _mean(a, axes: tuple, n: int):
 
 def _finite_max(x, axes):
     """The max over `axes` (kept), replaced by 0 where it is +-inf: a safe shift for exp."""
-    xp = array_module(x)
-    m = xp.max(x, axis=axes, keepdims=True)
+    return _finite(array_module(x).max(x, axis=axes, keepdims=True))
+
+
+def _finite(m):
+    """`m` with +-inf replaced by 0."""
+    xp = array_module(m)
     return xp.where(xp.isfinite(m), m, 0)
 
 
@@ -107,8 +111,8 @@ def _lse_softmax(x, axis):
     cancels from the quotient, so it carries no derivative of its own. Not the softmax
     primitive: that makes a slice with a +inf entry all NaN, where this derivative keeps the
     0 of every finite entry beside it, as before."""
-    e = np.exp(x - _finite_max(x, axis))
     top = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - _finite(top))
     if bool(np.all(np.isfinite(top)) or np.any(np.isnan(top))):   # (NaN: a NaN derivative)
         return e / np.sum(e, axis=axis, keepdims=True)
     # A slice with a +inf entry: its +inf entries share the derivative (the limit along equal

@@ -18,6 +18,7 @@ from .aliasing import refuse_aliased_write
 from .core import _TRACE_STACK, Tracer
 from .errors import ActivityError, ConstWriteError
 from .residuals import _map_items, _may_change
+from .rule_tables import array_of_sequence
 
 
 def _has_tracer(x) -> bool:
@@ -83,11 +84,9 @@ class ConstBuffer(np.ndarray):
             # as it is. A plain view of it would look like a caller's array that may change,
             # which the record would have to copy (one copy of c per use, as in a loop).
             if not any(isinstance(i, Tracer) for i in inputs):   # tracers inside a list only
-                # NumPy makes an array of the list (np.array is Hecate's while something is
-                # traced); the ufunc then dispatches to that traced array.
-                return getattr(ufunc, method)(
-                    *(np.array(i) if isinstance(i, (list, tuple)) and _has_tracer(i) else i
-                      for i in inputs), **kwargs)
+                # NumPy makes an array of the list; the ufunc then dispatches to that
+                # traced array.
+                return getattr(ufunc, method)(*map(array_of_sequence, inputs), **kwargs)
             return NotImplemented
         if out is not None:
             if any(isinstance(o, ConstBuffer) for o in out) and _has_tracer(inputs):

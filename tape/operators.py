@@ -8,7 +8,7 @@ import numpy as np
 from .batching import Batched
 from .core import Primitive, Tracer, peek
 from .errors import refuse_matrix_or_masked
-from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc
+from .rule_tables import UFUNC_PRIMITIVES, _call_ufunc, array_of_sequence
 
 
 def _operator(ufunc, tracer, other, args):
@@ -17,9 +17,7 @@ def _operator(ufunc, tracer, other, args):
     kind = type(other)
     if kind not in _PYTHON_NUMBERS and kind is not np.ndarray and not isinstance(other, Tracer):
         if kind is list or kind is tuple:
-            # NumPy makes an array of a list operand (of traced values too: np.array is
-            # Hecate's while something is traced); the rules compute with arrays.
-            converted = np.array(other)
+            converted = array_of_sequence(other)
             args = tuple(converted if a is other else a for a in args)
             other = converted
         elif numpy_defers_to(other):

@@ -29,6 +29,17 @@ def _rule(table: dict, key, what: str):
     return rule
 
 
+def array_of_sequence(value):
+    """A list or tuple as the array NumPy makes of an operand (one holding traced values
+    becomes a traced array: np.array is Hecate's while something is traced); anything else as
+    it is. The rules compute with arrays.
+
+    >>> array_of_sequence([1.0, 2.0])
+    array([1., 2.])
+    """
+    return np.array(value) if isinstance(value, (list, tuple)) else value
+
+
 # The rule lookups name what is missing only when a rule is (speed-up: the message is not
 # formatted on every call).
 def _call_ufunc(ufunc, *args, **kw):
@@ -42,10 +53,7 @@ def _call_ufunc(ufunc, *args, **kw):
         raise _missing(_ufunc_name(ufunc))
     for a in args:
         if type(a) is list or type(a) is tuple:
-            # NumPy makes an array of a list operand (of traced values too: np.array is
-            # Hecate's while something is traced); the rules compute with arrays.
-            args = tuple(np.array(a) if type(a) is list or type(a) is tuple else a
-                         for a in args)
+            args = tuple(array_of_sequence(a) for a in args)
             break
     return rule(*args, **kw)
 

@@ -36,6 +36,7 @@ from ops import nn as _nn
 from ops._util import dtype_of
 from tape.core import Tracer, peek
 from tape.inactive_code import inactive
+from tape.rule_tables import array_of_sequence
 from tape.tracer import UFUNC_RULES
 
 # The differentiable ufuncs (their rules are in ops.scipy_special) and the two Python
@@ -111,12 +112,6 @@ def _weighted_lse(a, b, axes: tuple):
 _sign_of = inactive(np.sign)
 
 
-def _array_like(x: Any) -> Any:
-    """A list or tuple as an array, as SciPy reads it (one holding traced values too: np.array
-    is Hecate's while something is traced)."""
-    return np.array(x) if type(x) is list or type(x) is tuple else x
-
-
 def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
               return_sign: bool = False) -> Any:
     """log(sum(b * exp(a))) over `axis`, computed without overflow (scipy.special.logsumexp).
@@ -129,7 +124,7 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     >>> logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -2.0]), return_sign=True)
     (array(2.48988013), array(-1.))
     """
-    a, b = _array_like(a), _array_like(b)
+    a, b = array_of_sequence(a), array_of_sequence(b)
     if np.ndim(a) == 0:
         a = np.reshape(a, (1,))   # SciPy treats a 0-d input as 1-d (keepdims gives (1,))
     if b is None and not return_sign and np.size(peek(a)):   # (its size only: no guard)
@@ -165,7 +160,7 @@ def softmax(x: Any, axis: Any = None) -> Any:
     array([[0.5, 0.5],
            [0. , 1. ]])
     """
-    return _nn.softmax(_array_like(x), axis=axis)
+    return _nn.softmax(array_of_sequence(x), axis=axis)
 
 
 def log_softmax(x: Any, axis: Any = None) -> Any:
@@ -174,4 +169,4 @@ def log_softmax(x: Any, axis: Any = None) -> Any:
     >>> log_softmax(np.array([0.0, 1000.0]))
     array([-1000.,     0.])
     """
-    return _nn.log_softmax(_array_like(x), axis=axis)
+    return _nn.log_softmax(array_of_sequence(x), axis=axis)
