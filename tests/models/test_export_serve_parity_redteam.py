@@ -37,17 +37,26 @@ def edge_tokens(cfg: ModelConfig, n: int, seed: int = 0) -> list:
     return toks
 
 
+def _skip_without_onnx():
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+
+
+def _onnx_decoder(params, cfg):
+    """The exported one-token step model of `params`, run by onnxruntime from a fresh state."""
+    from models.export import OnnxDecoder, build_step_model, fresh_state
+    return OnnxDecoder(build_step_model(params, cfg).SerializeToString(), fresh_state(cfg))
+
+
 @pytest.mark.parametrize("name", sorted(CORNERS))
 def test_onnx_and_incremental_steps_equal_the_full_forward(name):
     # 17 tokens: past the window, past seq_len and past every period, from position 0.
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    from models.export import OnnxDecoder, build_step_model, fresh_state
+    _skip_without_onnx()
     cfg = ModelConfig(dtype="float64", **CORNERS[name])
     params = init_params(cfg, seed=1)
     toks = edge_tokens(cfg, 17)
     full, _ = logits(params, np.array([toks]), None, cfg)
-    dec = OnnxDecoder(build_step_model(params, cfg).SerializeToString(), fresh_state(cfg))
+    dec = _onnx_decoder(params, cfg)
     st = decode.init_state(params, cfg, batch=1)
     for t, tok in enumerate(toks):
         got = dec.step(tok)
@@ -58,49 +67,39 @@ def test_onnx_and_incremental_steps_equal_the_full_forward(name):
 
 
 def test_onnx_stream_loss_equals_the_model_cross_entropy():
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    from models.export import OnnxDecoder, build_step_model, fresh_state
+    _skip_without_onnx()
     cfg = ModelConfig(vocab=256, d_model=8, layers=2, window=4, seq_len=8, levels=2,
                       periods=(1, 3), rule="titans", heads=2, rotary=True, dtype="float64")
     params = init_params(cfg, seed=3)
     toks = edge_tokens(cfg, 12, seed=4)
     want, _ = loss(params, np.array([toks]), None, cfg)
-    dec = OnnxDecoder(build_step_model(params, cfg).SerializeToString(), fresh_state(cfg))
+    dec = _onnx_decoder(params, cfg)
     assert abs(dec.stream_loss(toks) - float(want)) < 1e-5
 
 
 def test_onnx_step_refuses_a_token_id_outside_the_vocabulary():
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    from models.export import OnnxDecoder, build_step_model, fresh_state
+    _skip_without_onnx()
     cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8, levels=1)
-    dec = OnnxDecoder(build_step_model(init_params(cfg, seed=0), cfg).SerializeToString(),
-                      fresh_state(cfg))
+    dec = _onnx_decoder(init_params(cfg, seed=0), cfg)
     with pytest.raises(Exception):
         dec.step(cfg.vocab)
 
 
 def test_onnx_step_refuses_a_negative_token_id():
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    from models.export import OnnxDecoder, build_step_model, fresh_state
+    _skip_without_onnx()
     cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8, levels=1)
     params = init_params(cfg, seed=0)
     with pytest.raises(ValueError):
         decode.step(params, cfg, decode.init_state(params, cfg, 1), np.array([-1]))
-    dec = OnnxDecoder(build_step_model(params, cfg).SerializeToString(), fresh_state(cfg))
+    dec = _onnx_decoder(params, cfg)
     with pytest.raises(Exception):
         dec.step(-1)
 
 
 def test_onnx_stream_loss_refuses_a_negative_target():
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    from models.export import OnnxDecoder, build_step_model, fresh_state
+    _skip_without_onnx()
     cfg = ModelConfig(vocab=11, d_model=8, layers=1, window=4, seq_len=8, levels=1)
-    dec = OnnxDecoder(build_step_model(init_params(cfg, seed=0), cfg).SerializeToString(),
-                      fresh_state(cfg))
+    dec = _onnx_decoder(init_params(cfg, seed=0), cfg)
     with pytest.raises(Exception):
         dec.stream_loss([3, -1])
 
