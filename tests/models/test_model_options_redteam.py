@@ -155,10 +155,10 @@ def test_gradient_entries_match_central_differences(combo):
     assert checked == len(named_leaves(params))
 
 
-def entries_match_central_differences(params, tokens, state, cfg, eps=1e-6):
-    """Checks one random entry of every parameter leaf of the training objective against a
-    central difference in float64; returns the gradient and ``(leaf name, gradient entry)``
-    per leaf."""
+def entries_match_central_differences(params, tokens, state, cfg, eps=1e-6, per_leaf=1):
+    """Checks `per_leaf` random entries of every parameter leaf of the training objective
+    against central differences in float64; returns the gradient and ``(leaf name, gradient
+    entry)`` per entry checked."""
     def objective(p):
         return float(primal(model.training_loss(p, tokens, state, cfg)[0]))
 
@@ -168,17 +168,18 @@ def entries_match_central_differences(params, tokens, state, cfg, eps=1e-6):
     analytic = dict(named_leaves(grads))
     rng, checked = np.random.default_rng(4), []
     for name, leaf in named_leaves(params):
-        idx = tuple(int(rng.integers(0, s)) for s in leaf.shape)
-        old = leaf[idx]
-        leaf[idx] = old + eps
-        up = objective(params)
-        leaf[idx] = old - eps
-        down = objective(params)
-        leaf[idx] = old
-        numeric = (up - down) / (2 * eps)
-        got = analytic[name][idx]
-        assert abs(got - numeric) <= 1e-8 + 1e-5 * abs(numeric), (name, idx, got, numeric)
-        checked.append((name, got))
+        for _ in range(per_leaf):
+            idx = tuple(int(rng.integers(0, s)) for s in leaf.shape)
+            old = leaf[idx]
+            leaf[idx] = old + eps
+            up = objective(params)
+            leaf[idx] = old - eps
+            down = objective(params)
+            leaf[idx] = old
+            numeric = (up - down) / (2 * eps)
+            got = analytic[name][idx]
+            assert abs(got - numeric) <= 1e-8 + 1e-5 * abs(numeric), (name, idx, got, numeric)
+            checked.append((name, got))
     return grads, checked
 
 
