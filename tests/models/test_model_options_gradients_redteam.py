@@ -27,18 +27,7 @@ from tape import (Active, Const, Duplicated, ReverseWithPrimal, autodiff, make_z
 from tape.pytree import flatten
 
 from test_model import named_leaves
-from test_model_options_redteam import entries_match_central_differences
-
-
-
-def params_of(cfg, seed=1):
-    """Parameters with gate weights 20x their init, so the gates depend on the token."""
-    params = model.init_params(cfg, seed=seed)
-    for block in params.blocks:
-        for lv in block.memory:
-            for name in ("w_a", "w_t", "w_e"):
-                setattr(lv, name, getattr(lv, name) * 20)
-    return params
+from test_model_options_redteam import entries_match_central_differences, params_of
 
 
 def close(a, b, rtol, atol=1e-30):
