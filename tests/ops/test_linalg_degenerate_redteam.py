@@ -192,9 +192,13 @@ def test_pinv_and_lstsq_of_a_rank_deficient_matrix_with_constant_rank(mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=["reverse", "forward"])
-@pytest.mark.parametrize("spectrum", [[2.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]],
-                         ids=["rank2", "rank1", "zero"])
+@pytest.mark.parametrize("spectrum", [[2.0, 1.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0],
+                                      [2.0, 1.0, 1e-9], [2.0, 1e-8, 1e-9], [2.0, 1.0, 1e-5]],
+                         ids=["rank2", "rank1", "zero", "cond2e9", "cond2e9-two-small",
+                              "cond2e5"])
 def test_det_gradient_is_the_cofactor_matrix_at_singular_matrices(mode, spectrum):
+    # Near-singular matrices take the SVD path, moderately conditioned ones det(a) a^-T: the
+    # cofactor matrix from the minors is exact to rounding in both cases.
     a = (orthogonal(4, 3) * spectrum) @ orthogonal(5, 3).T
     for f in (np.linalg.det, tsl.det):
         np.testing.assert_allclose(gradient(mode, f, a)[0], _adjugate_transpose(a), atol=1e-12)
