@@ -264,6 +264,40 @@ def _outward(frame, resumed_by):
             frame, resumed_by = resumed_by, None
 
 
+# Solvers whose every iterate is a smooth function of the previous one and of the traced values
+# (Newton, secant and Halley steps): differentiating the last iterate gives the implicit
+# derivative to within the convergence of the iterations, which are followed.
+_FOLLOWED_SOLVERS = ("newton",)
+
+
+def refuse_solver_decision(frame, value) -> None:
+    """Raise if the code that asked for a comparison (or another function without derivative)
+    of the traced `value` is SciPy's optimiser or root-finder code, or NumPy code it called.
+    `frame` is the innermost frame of the call; the engine's own frames are skipped.
+
+    Such a solver only compares the traced values and builds its result from plain numbers
+    (golden-section search), or carries them through whichever steps it happened to take last
+    (brent), so the derivative of its result would be silently zero or depend on where the
+    iterations stopped. Decisions in the user's own code, the solver's callbacks included,
+    stay allowed."""
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
+            "tape", "ops", "kernels"):
+        frame = frame.f_back
+    if frame is None or not frame.f_globals.get("__name__", "").startswith(("scipy.",
+                                                                             "numpy.")):
+        return   # the usual case, `np.where(x > 0, ...)` in the user's code
+    caller = _library_caller(frame)
+    if caller is None or caller[1] != "scipy.optimize" or caller[2] in _FOLLOWED_SOLVERS:
+        return
+    raise NonDifferentiableError(
+        f"scipy.optimize.{caller[2]} compared a traced value ({np.result_type(value)} of shape "
+        f"{np.shape(value)}) to choose its next step: Hecate does not differentiate through a "
+        "solver's iterations (the derivative of their result would be zero, or depend on "
+        "where they stopped). Solve with plain values (tape.primal(x)) and give the solution "
+        "its derivative by the implicit function theorem in a tape.custom_rule: for z* with "
+        "g(z*, x) = 0, dz*/dx = -(dg/dz)^-1 dg/dx.")
+
+
 class NaNError(HecateError, FloatingPointError):
     """NaN-check mode (`set_nan_check(mode)`) found a NaN in a cotangent (or tangent).
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from typing import Callable
 
 import numpy as np
 
 from .core import _TRACE_STACK, Tracer, primal
-from .errors import PytreeError
+from .errors import PytreeError, refuse_solver_decision
 from .pytree import flatten, mark_inactive_type, unflatten
 
 
@@ -31,6 +32,11 @@ def inactive(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(*args, **kwargs):
         traces = _TRACE_STACK.get()
+        if traces:
+            for a in args:   # a decision on a differentiated value, by whom?
+                if isinstance(a, Tracer) and not getattr(a, "nondiff", False):
+                    refuse_solver_decision(sys._getframe(1), primal(a))
+                    break
         if traces and traces[-1].records_inactive:   # a compiling trace replays the call
             return traces[-1].call_inactive(fn, args, kwargs)
         return fn(*_plain(args), **{k: _plain_one(v) for k, v in kwargs.items()})

@@ -175,9 +175,6 @@ def test_minimize_with_traced_args_is_refused_naming_minimize():
     _correct_or_refused(f, X, "minimize")
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.optimize.root/fsolve with a traced value: the "
-                   "conversion error is printed from inside MINPACK and the call raises "
-                   "minpack.error 'Result from function call is not a proper array of floats'")
 @pytest.mark.parametrize("solver", ["root", "fsolve"])
 def test_minpack_solvers_with_traced_values_are_refused_naming_them(solver):
     if solver == "root":
@@ -188,10 +185,6 @@ def test_minpack_solvers_with_traced_values_are_refused_naming_them(solver):
     _correct_or_refused(f, X, solver)
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.optimize.brentq with a traced value in `args` "
-                   "fails inside SciPy's C solver on float(x) (or, run outside pytest, with "
-                   "'SystemError: <built-in function isinstance> returned a result with an "
-                   "exception set'), never naming brentq as root/least_squares get")
 def test_brentq_with_traced_args_is_refused_naming_it():
     _correct_or_refused(lambda x: so.brentq(lambda z, a: z ** 3 + z - a, -5, 5,
                                             args=(x[0],)) + x[1], X, "brentq")
