@@ -80,6 +80,10 @@ def _sum_axes(g, axes: tuple):
     d = 10, runs 8-20x slower than a pass over memory), so a run of adjacent axes that is not
     the whole array is summed as a product with a vector of ones (BLAS) when g is a
     C-contiguous float ndarray. Tracers, batched, strided and CuPy values take np.sum."""
+    if dtype_of(g) == np.float16:
+        # NumPy adds float16 rows in float16, which stops growing at 2048 (2048 + 1 rounds
+        # back to 2048); np.mean accumulates float16 in float32, and so does this sum.
+        return np.sum(g, axis=axes, dtype=np.float32).astype(np.float16)
     first, last = axes[0], axes[-1]
     if (type(g) is not np.ndarray or g.dtype not in _BLAS_FLOATS or last - first + 1 != len(axes)
             or len(axes) == g.ndim or not g.flags.c_contiguous):

@@ -206,10 +206,6 @@ def _check_float16_sum_of_3000(f):
         np.testing.assert_allclose(grad.astype(np.float64), [3000.0, 3000.0], rtol=3e-2)
 
 
-@pytest.mark.xfail(strict=True, reason="the reverse of broadcasting sums a float16 cotangent "
-                   "in float16, which stops at 2048 (ops/_util.py _sum_axes: g.sum(axis=axes); "
-                   "batch mode: np.sum of the Batched cotangent); NumPy's own np.mean "
-                   "accumulates float16 in float32")
 @pytest.mark.parametrize("name", REDUCED)
 def test_float16_gradient_summed_over_a_broadcast(name):
     _check_float16_sum_of_3000(REDUCED[name])
