@@ -11,10 +11,13 @@ the dtype NumPy gives them (float32 stays float32).
 
 Conventions at non-smooth points (max/min ties: `ops.extrema`; std'(0) = 0: `ops.averages`):
 
-- prod, cumprod: exact at zeros, to every order. The rules never divide by an entry: they use the
-  product of the *other* entries, built from exclusive cumulative products taken from both ends,
-  so d prod([2, 0, 3]) = [0, 6, 0]. The reverse and forward rules of cumprod are first-order
-  linear recurrences (`linear_recurrence`), whose own rules are linear recurrences again.
+- prod, cumprod: exact at zeros, to every order. Where an entry or a product is 0, inf, NaN or
+  not a normal number, and whenever a rule is itself differentiated, the rules never divide by
+  an entry: they use the product of the *other* entries, built from exclusive cumulative
+  products taken from both ends, so d prod([2, 0, 3]) = [0, 6, 0]. The reverse and forward
+  rules of cumprod are first-order linear recurrences (`linear_recurrence`), whose own rules
+  are linear recurrences again. Otherwise (the usual case) a first derivative divides by the
+  entries, as accurate and many times faster.
 - nansum, nanmean, nanprod: NaN entries are ignored and get a zero derivative (nanmax, nanmin,
   nanvar, nanstd, nancumsum, nancumprod too: `ops.reductions_nan`).
 """
@@ -26,6 +29,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from tape.backend import array_module
+from tape.batching import Batched
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
@@ -313,10 +317,37 @@ def _cumprod_augmented(cfg, x, axis, reverse=False):
     return y, (x, y, axis, reverse)
 
 
+def _cumprod_reverse_by_division(x, y, g, axis, reverse):
+    """gx[i] = (sum_{k >= i} g[k] y[k]) / x[i], or None where that could lose accuracy.
+
+    Used when every y is a finite nonzero normal number (then no entry of x is 0, inf or NaN),
+    no product g[k] y[k] of a nonzero g[k] underflows and the sums are finite: the quotient is
+    then as accurate as the recurrence, at a few passes over memory instead of its log-depth
+    scan. Only for plain arrays, as in prod's rule: the derivative of the quotient cancels."""
+    if isinstance(x, Tracer) or isinstance(y, Tracer) or isinstance(g, (Tracer, Batched)):
+        return None
+    xp = array_module(y)
+    magnitude = xp.abs(y)
+    tiny = np.finfo(magnitude.dtype).tiny
+    if not bool(xp.isfinite(magnitude.max()) & (magnitude.min() >= tiny)):
+        return None
+    weighted = g * y
+    if not bool(xp.all((xp.abs(weighted) >= tiny) | (g == 0))):
+        return None
+    summed = cumsum_(weighted, axis=axis, reverse=not reverse)
+    if not bool(xp.isfinite(summed).all()):
+        return None
+    return summed / x
+
+
 def _cumprod_reverse(cfg, saved, g):
     # gx[i] = sum_{k >= i} g[k] * prod_{j <= k, j != i} x[j]
     #       = y[i-1] * lam[i],  lam[i] = g[i] + x[i+1] * lam[i+1]:  no division by x.
     x, y, axis, reverse = saved
+    if x.size:
+        quick = _cumprod_reverse_by_division(x, y, g, axis, reverse)
+        if quick is not None:
+            return (quick,)
     step = -1 if reverse else 1
     before = shift(y, axis=axis, offset=step, fill=1)
     lam = linear_recurrence(shift(x, axis=axis, offset=-step, fill=0), g, axis=axis,

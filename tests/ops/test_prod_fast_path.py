@@ -79,3 +79,54 @@ def test_hessian_of_prod_without_zeros():
     expected = np.array([[0.0 if i == j else np.prod(np.delete(x, [i, j]))
                           for j in range(4)] for i in range(4)])
     np.testing.assert_allclose(h, expected, rtol=1e-13, atol=1e-15)
+
+
+# -- cumprod: gx[i] = sum_{k >= i} g[k] prod_{j <= k, j != i} x[j], by division when safe ------
+def cumprod_gradient(x, g):
+    """The reverse of np.cumprod, term by term (plain NumPy, no division)."""
+    return np.array([sum(g[k] * np.prod(np.delete(x[:k + 1], i)) for k in range(i, x.size))
+                     for i in range(x.size)])
+
+
+CUMPROD_CASES = {
+    "plain": ([0.7, -1.3, 2.1, 0.4, 1.1], [1.0, -2.0, 0.5, 0.3, 1.5]),
+    "one zero": ([0.7, 0.0, 2.1, 0.4, 1.1], [1.0, -2.0, 0.5, 0.3, 1.5]),
+    "wide range": ([1e300, 1e-300, 3.0, 1e-5, 2.0], [1.0, -2.0, 0.5, 0.3, 1.5]),
+    # g[1] y[1] = 1e-100 * 1e-300 underflows; the term it stands for, g[1] x[0], is 1e-250
+    "weighted terms underflow": ([1e-150, 1e-150, 1e150, 1.0, 2.0],
+                                 [1e-30, 1e-100, 0.0, 0.0, 0.0]),
+    # g[1] y[1] = 1e30 * 1e300 overflows; the term it stands for, g[1] x[0], is 1e180
+    "weighted terms overflow": ([1e150, 1e150, 1e-150, 1.0, 2.0], [1.0, 1e30, 1.0, 1.0, 1.0]),
+    "cancelling cotangent": ([0.5, 2.0, 1.0, 4.0, 0.25], [1.0, -0.25, -0.25, 0.0, 0.0]),
+    "zero cotangent entries": ([0.7, -1.3, 2.1, 0.4, 1.1], [0.0, 0.0, 0.5, 0.0, 1.5]),
+}
+
+
+@pytest.mark.parametrize("name", list(CUMPROD_CASES))
+def test_gradient_of_cumprod_matches_the_termwise_sum(name):
+    x, w = (np.array(v) for v in CUMPROD_CASES[name])
+    expected = cumprod_gradient(x, w)
+    (g, _), = autodiff(Reverse, lambda a, w: np.sum(np.cumprod(a) * w), Active, Active(x),
+                       Const(w))
+    np.testing.assert_allclose(g, expected, rtol=1e-13, atol=1e-300)
+    # reversed: the same scan from the other end
+    (g, _), = autodiff(Reverse, lambda a, w: np.sum(np.cumprod(a[::-1])[::-1] * w), Active,
+                       Active(x), Const(w))
+    np.testing.assert_allclose(g, cumprod_gradient(x[::-1], w[::-1])[::-1], rtol=1e-13,
+                               atol=1e-300)
+
+
+def test_cumprod_gradient_along_each_axis_of_a_matrix():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.5, 1.5, (4, 6)) * rng.choice([-1.0, 1.0], (4, 6))
+    w = rng.standard_normal((4, 6))
+    for axis in (0, 1):
+        (g, _), = autodiff(Reverse, lambda a, w: np.sum(np.cumprod(a, axis=axis) * w), Active,
+                           Active(x), Const(w))
+        expected = np.moveaxis(np.array([cumprod_gradient(xs, ws) for xs, ws in zip(
+            np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis]),
+            np.moveaxis(w, axis, -1).reshape(-1, x.shape[axis]))]).reshape(
+            np.moveaxis(x, axis, -1).shape), -1, axis)
+        np.testing.assert_allclose(g, expected, rtol=1e-12)
+        h = tape.hessian(lambda a: np.sum(np.cumprod(a, axis=axis) * w), x)   # the scans
+        assert np.all(np.isfinite(h))
