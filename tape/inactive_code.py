@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from .core import _TRACE_STACK, Tracer, primal
+from .core import _TRACE_STACK, Tracer, peek, primal
 from .errors import PytreeError, refuse_solver_decision
 from .pytree import flatten, mark_inactive_type, unflatten
 
@@ -35,7 +35,7 @@ def inactive(fn: Callable) -> Callable:
         if traces:
             for a in args:   # a decision on a differentiated value, by whom?
                 if isinstance(a, Tracer) and not getattr(a, "nondiff", False):
-                    refuse_solver_decision(sys._getframe(1), primal(a))
+                    refuse_solver_decision(sys._getframe(1), peek(a))   # (no guard)
                     break
         if traces and traces[-1].records_inactive:   # a compiling trace replays the call
             return traces[-1].call_inactive(fn, args, kwargs)
