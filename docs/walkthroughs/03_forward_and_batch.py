@@ -3,7 +3,8 @@
 Forward mode carries a *tangent* along with each value: `Duplicated(x, v)` gives the
 Jacobian-vector product J v in one pass, with no tape. Reverse mode gives u^T J. So a Jacobian
 of f: R^n -> R^m costs n forward passes (one column each) or m reverse passes (one row each):
-forward wins for wide-and-short (n << m), reverse for tall (n >> m; gradients are m = 1).
+forward wins when inputs are few (n << m: a tall Jacobian), reverse when outputs are few
+(n >> m: a wide Jacobian; a gradient has m = 1).
 `BatchDuplicated` pushes several tangents through one pass. Every number printed is checked
 against the hand-written Jacobian; the timings are only printed.
 

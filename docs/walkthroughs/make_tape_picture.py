@@ -1,4 +1,4 @@
-"""Render tape_picture.svg, the tape of walkthrough 1's function plus a matrix layer.
+"""Render tape_picture.svg, the tape of sum(sin(h) * h**2) after a matrix layer.
 
 Run: python docs/walkthroughs/make_tape_picture.py  (needs graphviz's `dot` for the SVG;
 without it the DOT text is written to tape_picture.dot: render it with
