@@ -13,6 +13,17 @@ one exp, ``P = exp(S - lse)``, instead of re-running the softmax and its normali
 The reference walks the sequence in blocks of query rows; a block of B queries only ever sees
 the B + window - 1 keys of its band, so time and memory are linear in the sequence length.
 Forward mode (JVP) runs the reference on either backend.
+
+Non-finite inputs: each output row, gradient row and tangent row depends on its window only,
+as a row-by-row computation would give it. A block's products run over its whole band, where
+masked keys get weight 0, and ``0 * inf = NaN`` would carry a NaN or inf from a key or value a
+query never attends to (a later token, or one that has left the window) into that query's
+row. So each call first checks the inputs that can cross rows (v in the forward; k, D and lse
+in the backward; k, v and their tangents in forward mode); when one holds a non-finite entry,
+a band that holds one is walked row by row over each row's own window (the other bands keep
+the blocked path). Rows whose window holds a non-finite value get what IEEE arithmetic gives
+there (typically NaN or inf); the other rows are unaffected. All-finite inputs take the
+blocked path as is: the ``isfinite`` passes over those inputs are the only extra work.
 """
 from __future__ import annotations
 
@@ -40,13 +51,30 @@ def block_rows(window: int) -> int:
     return min(128, max(32, window // 2))
 
 
-def _blocks(xp, s: int, window: int):
+def _finite(xp, arrays) -> bool:
+    """True when every entry of every array (None skipped) is finite."""
+    return all(bool(xp.isfinite(a).all()) for a in arrays if a is not None)
+
+
+def _blocks(xp, s: int, window: int, exact=None):
     """(i0, i1, j0, mask) for each block of query rows: keys j0..i1-1, `mask` True where
-    the key is inside the row's window."""
+    the key is inside the row's window.
+
+    `exact`, when given, is ``(queries, keys)``: the call's arrays indexed ``[:, query]`` and
+    ``[:, key]`` (None skipped). A block whose rows or band of them hold a non-finite entry is
+    then split into single rows, each with the keys of its own window only (mask all True),
+    so that no masked product can turn a non-finite key or value into a NaN of another row."""
     rows = block_rows(window)
     for i0 in range(0, s, rows):
         i1 = min(s, i0 + rows)
         j0 = max(0, i0 - window + 1)
+        if exact is not None and not (
+                _finite(xp, (None if a is None else a[:, i0:i1] for a in exact[0]))
+                and _finite(xp, (None if a is None else a[:, j0:i1] for a in exact[1]))):
+            for t in range(i0, i1):
+                lo = max(0, t - window + 1)
+                yield t, t + 1, lo, xp.ones((1, t + 1 - lo), dtype=bool)
+            continue
         rel = xp.arange(i0, i1)[:, None] - xp.arange(j0, i1)[None, :]
         yield i0, i1, j0, (rel >= 0) & (rel < window)
 
@@ -63,7 +91,10 @@ def swa_forward(q, k, v, window: int):
     scale = 1.0 / math.sqrt(hd)
     out = xp.empty_like(q)
     lse = xp.empty((B, s), q.dtype)
-    for i0, i1, j0, mask in _blocks(xp, s, window):
+    # Masked scores are replaced, so a non-finite q or k stays in its own rows; only the
+    # masked zeros of P @ v can carry a non-finite value to another row.
+    exact = None if _finite(xp, (v,)) else ((), (v,))
+    for i0, i1, j0, mask in _blocks(xp, s, window, exact):
         S = _scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
         m = S.max(axis=-1, keepdims=True)   # finite: the diagonal is always in the window
         P = xp.exp(S - m)
@@ -83,7 +114,12 @@ def swa_backward(q, k, v, out, lse, dout, window: int, need: tuple):
     dk = xp.zeros_like(k) if need_k else None
     dv = xp.zeros_like(v) if need_v else None
     D = (dout * out).sum(axis=-1)
-    for i0, i1, j0, mask in _blocks(xp, s, window):
+    # Every product here can carry a non-finite q, k, v, dout, D or lse across rows through
+    # a masked zero. With out and lse from `swa_forward` on the same q, k, v, three arrays
+    # screen them all: a non-finite q_i makes lse_i non-finite, a non-finite v_j makes out_j
+    # non-finite (key j is in the window of query j), and out_i, dout_i reach D_i.
+    exact = None if _finite(xp, (k, D, lse)) else ((q, dout, D, lse), (k, v))
+    for i0, i1, j0, mask in _blocks(xp, s, window, exact):
         P = xp.exp(_scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
                    - lse[:, i0:i1, None])
         g = dout[:, i0:i1]
@@ -104,7 +140,10 @@ def swa_jvp(q, k, v, tq, tk, tv, window: int):
     B, s, hd = q.shape
     scale = 1.0 / math.sqrt(hd)
     out, tout = xp.empty_like(q), xp.zeros_like(q)
-    for i0, i1, j0, mask in _blocks(xp, s, window):
+    # A non-finite q or tq stays in its own rows; k, v and their tangents can cross them.
+    keys = (k, v, tk, tv)
+    exact = None if _finite(xp, keys) else ((), keys)
+    for i0, i1, j0, mask in _blocks(xp, s, window, exact):
         S = _scores(xp, q[:, i0:i1], k[:, j0:i1], mask, scale)
         P = xp.exp(S - S.max(axis=-1, keepdims=True))
         P /= P.sum(axis=-1, keepdims=True)
@@ -194,6 +233,10 @@ def swa_attention(q: Any, k: Any, v: Any, window: int, *, storage: Optional[str]
     for the backward; the reference rounds the same way, so it is the CUDA variant's oracle.
     Gradients then pass straight through the rounding. `backend` forces ``"reference"`` or
     ``"cuda"``; by default `kernels.select_backend` decides.
+
+    A NaN or inf reaches only the rows whose window holds it: on the reference backend
+    (forward, gradients and forward mode) every other row's output, gradient and tangent is
+    finite, as a row-by-row softmax over the window gives it.
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active

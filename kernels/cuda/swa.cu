@@ -92,7 +92,10 @@ __device__ void swa_fwd_impl(const T* __restrict__ q, const T* __restrict__ k,
         const float corr = expf(m_run - m_new);   // exp(-inf) = 0 on the first hit
         l_run = l_run * corr + warp_sum(p);
         for (int r = 0; r < MAXC; ++r) acc[r] *= corr;
-        for (int jj = 0; jj < TILE; ++jj) {
+        // Only this row's window (warp-uniform bounds): a masked p = 0 times an inf or NaN
+        // value of a key outside it would be NaN.
+        const int jlo = max(0, i - window + 1 - j0), jhi = min(TILE, i + 1 - j0);
+        for (int jj = jlo; jj < jhi; ++jj) {
             const float pj = __shfl_sync(FULL, p, jj);
             for (int r = 0; r < MAXC; ++r) {
                 const int c = lane + WARP * r;
@@ -158,7 +161,8 @@ __device__ void swa_bwd_dq_impl(const T* __restrict__ q, const T* __restrict__ k
             const float p = expf(qk * scale - lse_i);
             ds = p * (gv - D_i);
         }
-        for (int jj = 0; jj < TILE; ++jj) {
+        const int jlo = max(0, i - window + 1 - j0), jhi = min(TILE, i + 1 - j0);
+        for (int jj = jlo; jj < jhi; ++jj) {   // this row's window only, as in the forward
             const float dsj = __shfl_sync(FULL, ds, jj);
             for (int r = 0; r < MAXC; ++r) {
                 const int c = lane + WARP * r;
@@ -229,7 +233,10 @@ __device__ void swa_bwd_dkdv_impl(const T* __restrict__ q, const T* __restrict__
             p = expf(qk * scale - Ls[lane]);
             ds = p * (gv - Ds[lane]);
         }
-        for (int ii = 0; ii < TILE; ++ii) {
+        // The queries that attend this key only (warp-uniform bounds): a masked zero times
+        // an inf or NaN in another query's q or dout would be NaN.
+        const int ilo = max(0, j - i0), ihi = min(TILE, j + window - i0);
+        for (int ii = ilo; ii < ihi; ++ii) {
             const float pi = __shfl_sync(FULL, p, ii);
             const float dsi = __shfl_sync(FULL, ds, ii);
             for (int r = 0; r < MAXC; ++r) {
