@@ -7,7 +7,8 @@
 The modules, in layers; each imports only from the layers before it (tests/test_layers.py
 checks that there is no cycle):
 
-1. ``activities``, ``errors``, ``config``: the annotations, the errors, the rule configs;
+1. ``activities``, ``errors`` (with ``library_calls``: which NumPy or SciPy function asked),
+   ``config``: the annotations, the errors, the rule configs;
 2. ``core``: tracers, primitives and the traces (record, then sweep), ``forward_trace``
    (dual numbers); ``backend``,
    ``pytree``, ``aliasing``, ``constbuffer``;

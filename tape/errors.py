@@ -1,11 +1,11 @@
 """Errors raised by the engine. Each one says what was wrong and where."""
-import ast
-import importlib
 import inspect
-import linecache
 import sys
 
 import numpy as np
+
+from .library_calls import (ENGINE_PACKAGES, RANDOM_DRAWS, called_method, library_caller,
+                            package_of, scipy_refusal)
 
 
 class HecateError(Exception):
@@ -85,12 +85,9 @@ class TracerConversionError(NonDifferentiableError):
                            else None)
 
     def __str__(self):
-        caller = _library_caller(self.frame, self.resumed_by)
+        caller = library_caller(self.frame, self.resumed_by)
         if caller is not None and caller[0] == "scipy":
-            module, function = caller[1], caller[2]
-            return (f"{module}.{function} was called on a traced value; SciPy's functions "
-                    f"compute on plain arrays, so the derivative would be lost. "
-                    + _scipy_replacement(module, function))
+            return scipy_refusal(caller[1], caller[2])
         if caller is not None and caller[1] in _SUBCLASS_MODULES:
             return (f"{caller[1]}.{caller[2]} was called on a traced value; "
                     f"{_SUBCLASS_MODULES[caller[1]]}")
@@ -98,14 +95,14 @@ class TracerConversionError(NonDifferentiableError):
             return ("np.vectorize calls its function on plain elements, so the derivative "
                     "would be lost. " + PYTHON_ON_ELEMENTS_FIX)
         if caller is None:
-            call, method = _called_method(self.frame)
+            call, method = called_method(self.frame)
             if method == "dot":
                 return (f"`{call}` calls a method of a plain NumPy array with a traced value, "
                         "and NumPy's array methods convert their arguments to plain arrays, "
                         "so the derivative would be lost. Use the function or the operator, "
                         "which Hecate differentiates: `A @ B` or `np.dot(A, B)` for "
                         "`A.dot(B)`.")
-            if method is not None and method not in _RANDOM_DRAWS and hasattr(np.ndarray, method):
+            if method is not None and method not in RANDOM_DRAWS and hasattr(np.ndarray, method):
                 function = (f"np.{method}(...), which Hecate differentiates, "
                             if callable(getattr(np, method, None)) else "NumPy's functions ")
                 return (f"`{call}` calls the method `{method}` of a plain NumPy array with a "
@@ -113,17 +110,17 @@ class TracerConversionError(NonDifferentiableError):
                         "plain arrays, so the derivative would be lost. Call "
                         f"{function}instead, on arrays made from the traced values "
                         "(np.zeros_like(x) for a buffer to write into).")
-            if method in _RANDOM_DRAWS:
+            if method in RANDOM_DRAWS:
                 lost = (f"`{call}` draws random numbers with a traced parameter; NumPy's random "
                         "generators convert their parameters to plain arrays, so the "
                         "derivative would be lost. ")
-                if _RANDOM_DRAWS[method] is None:
+                if RANDOM_DRAWS[method] is None:
                     return lost + (f"A {method} draw is no simple transform of a "
                                    "parameter-free one: pass its parameters as plain values "
                                    "(tape.primal(x)) where they need no derivative.")
                 return lost + ("Draw standard noise and transform it, which Hecate "
                                "differentiates (the pathwise derivative for the drawn noise): "
-                               + _RANDOM_DRAWS[method])
+                               + RANDOM_DRAWS[method])
         where = f" (in {caller[1]}.{caller[2]})" if caller is not None else ""
         return (self.message + where + " This also happens with np.float64(x), np.int64(x) "
                 "or plain_array[i] = x (a plain array cannot hold a traced value: allocate it "
@@ -134,134 +131,29 @@ class TracerConversionError(NonDifferentiableError):
                 "first, np.array([a, b]).")
 
 
-# Random draws whose parameters NumPy's generators convert themselves (C code, no dispatch), and
-# the standard draw that gives them differentiably.
-_RANDOM_DRAWS = {
-    "normal": "loc + scale * rng.standard_normal(size) for rng.normal(loc, scale, size).",
-    "uniform": "low + (high - low) * rng.random(size) for rng.uniform(low, high, size).",
-    "exponential": "scale * rng.standard_exponential(size) for rng.exponential(scale, size).",
-    "lognormal": "np.exp(mean + sigma * rng.standard_normal(size)) for rng.lognormal(mean, "
-                 "sigma, size).",
-    "laplace": "loc + scale * rng.laplace(0.0, 1.0, size) for rng.laplace(loc, scale, size).",
-    "logistic": "loc + scale * rng.logistic(0.0, 1.0, size) for rng.logistic(loc, scale, "
-                "size).",
-    "gumbel": "loc + scale * rng.gumbel(0.0, 1.0, size) for rng.gumbel(loc, scale, size).",
-    "multivariate_normal": "mean + rng.standard_normal(size + mean.shape) @ L.T with L = "
-                           "np.linalg.cholesky(cov) for rng.multivariate_normal(mean, cov, size).",
-}
-for _name in ("gamma", "beta", "chisquare", "standard_t", "weibull", "pareto", "poisson",
-              "binomial", "vonmises", "wald", "rayleigh", "dirichlet", "triangular"):
-    _RANDOM_DRAWS[_name] = None   # no parameter-free draw to transform
-del _name
+class PythonNumberError(NonDifferentiableError):
+    """A traced value was asked to become a plain Python number (float(x), int(x), x.item()).
 
+    Where SciPy's code asked (scipy.integrate.quad calls float() on what the integrand
+    returns), the message names the SciPy function and what to use instead; that is looked up
+    only when the message is read, so a refusal that is caught costs nothing more."""
 
-def _called_method(frame) -> tuple:
-    """``(source, name)`` of the method call (`a.dot(b)`, `rng.normal(mu, s)`) that `frame`
-    is running, or ``(None, None)``. NumPy's `ndarray.dot` and its random generators have no
-    dispatch protocol: they convert a traced argument themselves, from user code, so no NumPy
-    frame lies between."""
-    if frame is None:
-        return None, None
-    try:
-        line, end_line, start, end = list(frame.f_code.co_positions())[frame.f_lasti // 2]
-    except (AttributeError, IndexError, ValueError):
-        return None, None
-    if None in (line, end_line, start, end):
-        return None, None
-    lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(line, end_line + 1)]
-    lines[-1] = lines[-1][:end]
-    lines[0] = lines[0][start:]
-    call = " ".join(text.strip() for text in lines)
-    try:
-        node = ast.parse(call, mode="eval").body
-    except SyntaxError:
-        return None, None
-    called = getattr(node, "func", None)   # the outermost call only: not np.float64(a.dot(b))
-    return (call, called.attr) if isinstance(called, ast.Attribute) else (None, None)
+    def __init__(self, message: str, frame=None, call: str = ""):
+        super().__init__(message)
+        self.message, self.frame, self.call = message, frame, call
 
-
-def _scipy_replacement(module: str, function: str) -> str:
-    """What to use instead of SciPy's `module.function`: tape's counterpart where it exists,
-    else NumPy's function of that name, else a custom rule."""
-    try:
-        # Looked up by name when the message is read: tape.scipy is optional (it needs SciPy).
-        counterpart = importlib.import_module(f"tape.{module}")
-    except ImportError:
-        counterpart = None
-    found = counterpart
-    for part in function.split("."):
-        if found is None:   # (None itself has attributes: `__init__` would be found on it)
-            break
-        found = getattr(found, part, None)
-    if found is not None:
-        return (f"Use the differentiable tape.{module}.{function} (`from tape.{module} import "
-                f"{function.partition('.')[0]}`, SciPy's signature) instead")
-    if module.count(".") == 1 and callable(getattr(np, function, None)):
-        return f"Use np.{function}, which is differentiated, instead"
-    where = f"tape.{module} has no {function}" if counterpart else f"there is no tape.{module}"
-    return (f"{where}: write it with NumPy operations (those are differentiated), or wrap "
-            f"{module}.{function} in a tape.custom_rule")
-
-
-def _function_name(frame) -> str:
-    """`vectorize.__call__`, `rv_continuous.logpdf`: the method's class where there is one."""
-    owner = frame.f_locals.get("self")
-    name = frame.f_code.co_name
-    if owner is None:
-        return name
-    return f"{type(owner).__name__.removesuffix('_gen')}.{name}"   # scipy.stats' norm_gen
-
-
-def _public_module(module: str) -> str:
-    """`scipy.linalg` for `scipy.linalg._decomp_cholesky`; `scipy` for `scipy._lib._util`."""
-    return ".".join(p for p in module.split(".")[:2] if not p.startswith("_"))
-
-
-def _wrapped_function(frame):
-    """(public module, name) of the library function a decorator's wrapper frame closes over
-    (functools.wraps keeps it in the closure), or None."""
-    package = frame.f_globals.get("__name__", "").partition(".")[0]
-    for var in frame.f_code.co_freevars:
-        wrapped = frame.f_locals.get(var)
-        module = getattr(wrapped, "__module__", None) or ""
-        if callable(wrapped) and module.startswith(package + ".") and \
-                _public_module(module) != package:
-            return _public_module(module), getattr(wrapped, "__name__", var)
-    return None
-
-
-_WRAPPER_NAMES = ("wrapper", "wrapped", "inner", "decorated")
-
-
-def _library_caller(frame, resumed_by=None):
-    """("scipy" or "numpy", public module, function) of the outermost SciPy or NumPy frame
-    between `frame` and the user's code, or None. `resumed_by`: the frame that was running
-    `frame`, a generator's, when the error was made (its own link is gone)."""
-    found = None
-    for frame in _outward(frame, resumed_by):
-        module = frame.f_globals.get("__name__", "")
-        package = module.partition(".")[0]
-        if package in ("scipy", "numpy"):
-            public, name = _public_module(module), _function_name(frame)
-            if public == package or name in _WRAPPER_NAMES:
-                # A decorator's wrapper (scipy._lib's batching `wrapper`, scipy.special's
-                # around spherical_jn) names neither the module nor the function; the function
-                # it wraps does.
-                public, name = _wrapped_function(frame) or (public, name)
-            if found is None or public != package or found[1] == package:
-                found = (package, public, name)
-        elif package not in ("tape", "ops", "kernels") and found is not None:
-            return found
-    return found
-
-
-def _outward(frame, resumed_by):
-    """`frame` and its callers, outwards; past a stopped generator's frame, `resumed_by`'s."""
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-        if frame is None:
-            frame, resumed_by = resumed_by, None
+    def __str__(self):
+        frame = self.frame
+        while frame is not None and package_of(frame) in ENGINE_PACKAGES:
+            frame = frame.f_back
+        # Only a conversion SciPy's own code asked for: the user's float(x) (math.exp(x)) is
+        # fixed where it is written, whatever called the user's code.
+        if frame is not None and package_of(frame) == "scipy":
+            caller = library_caller(frame)
+            if caller is not None and caller[0] == "scipy":
+                return scipy_refusal(caller[1], caller[2], f" (it asked for {self.call})"
+                                      if self.call else "")
+        return self.message
 
 
 # Solvers whose every iterate is a smooth function of the previous one and of the traced values
@@ -286,7 +178,7 @@ def refuse_solver_decision(frame, value) -> None:
     if frame is None or not frame.f_globals.get("__name__", "").startswith(("scipy.",
                                                                              "numpy.")):
         return   # the usual case, `np.where(x > 0, ...)` in the user's code
-    caller = _library_caller(frame)
+    caller = library_caller(frame)
     if caller is None or caller[1] != "scipy.optimize" or caller[2] in _FOLLOWED_SOLVERS:
         return
     raise NonDifferentiableError(
@@ -362,7 +254,9 @@ def reraise_hidden_cause(error: BaseException | None) -> None:
     cause = getattr(error, "__cause__", None)
     if (type(error) is ValueError and isinstance(cause, NonDifferentiableError)
             and "setting an array element" in str(error)):
-        raise type(cause)(*cause.args).with_traceback(error.__traceback__) from None
+        again = type(cause)(*cause.args)
+        again.__dict__.update(cause.__dict__)   # PythonNumberError's frame: SciPy named
+        raise again.with_traceback(error.__traceback__) from None
 
 
 def refuse_matrix_or_masked(value, where: str, error: type = NonDifferentiableError) -> None:

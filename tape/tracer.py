@@ -15,7 +15,7 @@ from .batching import Batched
 from .constbuffer import ConstBuffer
 from .core import ReverseTrace, ReverseTracer, Tracer, peek, primal
 from .forward_trace import DualTracer, ForwardTrace
-from .errors import NonDifferentiableError, TracerConversionError
+from .errors import NonDifferentiableError, PythonNumberError, TracerConversionError
 # The tables are read from here too (tape.program, the tests): one module, two names.
 from .rule_tables import (FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES,  # noqa: F401
                           UFUNC_RULES, _call_function, _call_method, _call_ufunc, _missing,
@@ -57,9 +57,11 @@ def _divmod(a, b):
 
 def _refuse(call, fix):
     def refuse(self, *args, **kwargs):
-        raise NonDifferentiableError(
+        # The frame that asked: where it is SciPy's code (scipy.integrate.quad's float() of
+        # the integrand's value), the message names the SciPy function when it is read.
+        raise PythonNumberError(
             f"{call} of a traced value ({_describe(self)}) would give a plain Python value "
-            f"and drop its derivative. {fix}")
+            f"and drop its derivative. {fix}", sys._getframe(1), call)
     return refuse
 
 

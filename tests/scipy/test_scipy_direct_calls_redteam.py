@@ -252,12 +252,6 @@ def test_the_implicit_derivative_the_refusal_points_to():
     close(g, _argmin_grad(x), 1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.integrate.quad/quad_vec with a traced parameter "
-                   "in the integrand raise the generic 'float(x) of a traced value ... The math "
-                   "module's functions ask for this (math.exp(x)): use NumPy's' message, which "
-                   "names neither quad nor what to do (the float() comes from SciPy's C code; "
-                   "tape/tracer.py __float__ does not look for the SciPy caller as "
-                   "TracerConversionError does)")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("call", ["quad", "quad_vec"])
 def test_quad_with_a_traced_integrand_is_refused_naming_quad(call, mode):
@@ -269,10 +263,6 @@ def test_quad_with_a_traced_integrand_is_refused_naming_quad(call, mode):
     assert f"scipy.integrate.{call}" in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.fft.* (uarray multimethods implemented in C) are "
-                   "named 'scipy.fft.__ua_function__', with the advice to wrap "
-                   "scipy.fft.__ua_function__ in a custom_rule, though np.fft is differentiated "
-                   "(tape/errors.py _library_caller/_function_name take the backend frame)")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("call", ["fft", "rfft", "dct"])
 def test_scipy_fft_is_refused_naming_the_transform(call, mode):
@@ -283,10 +273,6 @@ def test_scipy_fft_is_refused_naming_the_transform(call, mode):
         assert f"np.fft.{call}" in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.stats functions decorated by "
-                   "_axis_nan_policy_factory are named 'scipy.stats.axis_nan_policy_wrapper', "
-                   "with the advice to wrap that in a custom_rule (tape/errors.py:233 "
-                   "_WRAPPER_NAMES lacks the decorator's name)")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("call", ["skew", "entropy", "gmean"])
 def test_axis_nan_policy_stats_are_refused_naming_them(call, mode):
@@ -295,12 +281,6 @@ def test_axis_nan_policy_stats_are_refused_naming_them(call, mode):
     assert f"scipy.stats.{call}" in message and "axis_nan_policy" not in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="BarycentricInterpolator(t, traced) says "
-                   "'scipy.interpolate.__init__ was called ... Use np.__init__, which is "
-                   "differentiated, instead': the decorator's wrapper gives the bare __name__ "
-                   "of the wrapped __init__ (tape/errors.py:229 _wrapped_function), and "
-                   "_scipy_replacement (tape/errors.py:199) takes the module's __init__ for a "
-                   "NumPy function")
 @pytest.mark.parametrize("mode", MODES)
 def test_barycentric_interpolator_is_refused_naming_it(mode):
     f = lambda x: _s(si.BarycentricInterpolator(T4, x)(np.array([0.1, 0.5])))  # noqa: E731
@@ -308,10 +288,6 @@ def test_barycentric_interpolator_is_refused_naming_it(mode):
     assert "BarycentricInterpolator" in message and "np.__init__" not in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="a frozen SciPy distribution (st.norm(loc, scale)."
-                   "logpdf(x)) is refused with 'tape.scipy.stats has no rv_continuous_frozen."
-                   "logpdf', although tape.scipy.stats.norm(loc, scale).logpdf exists and "
-                   "differentiates it")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dist", ["norm", "multivariate_normal"])
 def test_frozen_distribution_refusal_points_to_the_tape_distribution(dist, mode):
@@ -327,19 +303,12 @@ def test_frozen_distribution_refusal_points_to_the_tape_distribution(dist, mode)
     _correct_or_refused(mode, lambda x: np.sum(frozen.logpdf(x)), X, "\0never")
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.special's MultiUFunc functions (legendre_p, "
-                   "assoc_legendre_p, sph_legendre_p) are named 'scipy.special.MultiUFunc."
-                   "__call__' (the class of `self`, tape/errors.py:206 _function_name)")
 @pytest.mark.parametrize("mode", MODES)
 def test_multiufunc_special_function_is_refused_naming_it(mode):
     message = _message(mode, lambda x: _s(sp.legendre_p(2, 0.5 * x)), X)
     assert "legendre_p" in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.ndimage.convolve is refused with 'Use "
-                   "np.convolve, which is differentiated, instead', but np.convolve is 1-d, "
-                   "'full' by default and has no boundary modes: ndimage.convolve(x, w) is "
-                   "neither (tape/errors.py:199 suggests np.<name> for any scipy.<module>.<name>)")
 @pytest.mark.parametrize("mode", MODES)
 def test_ndimage_convolve_is_not_said_to_be_np_convolve(mode):
     assert not np.allclose(nd.convolve(X, W3), np.convolve(X, W3)[:4])   # not the same thing
