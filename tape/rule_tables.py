@@ -6,6 +6,8 @@ name what has no rule. The engine never imports a rule.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .errors import PYTHON_ON_ELEMENTS_FIX, NonDifferentiableError
@@ -63,8 +65,12 @@ def _ufunc_name(ufunc) -> str:
     report no module of their own)."""
     if getattr(np, ufunc.__name__, None) is ufunc:
         return f"numpy.{ufunc.__name__}"
-    module = getattr(ufunc, "__module__", None)
-    return f"{module or 'scipy.special'}.{ufunc.__name__}"
+    module = getattr(ufunc, "__module__", None) or "scipy.special"
+    name = ufunc.__name__
+    public = name.lstrip("_")
+    if public != name and hasattr(sys.modules.get(module), public):
+        name = public   # scipy.special.lambertw calls the private ufunc _lambertw
+    return f"{module}.{name}"
 
 
 def _call_function(func, *args, **kw):

@@ -316,8 +316,6 @@ def test_ndimage_convolve_is_not_said_to_be_np_convolve(mode):
     assert "scipy.ndimage.convolve" in message and "Use np.convolve" not in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.special.lambertw is refused as "
-                   "'scipy.special._lambertw' (the private ufunc the public function calls)")
 def test_lambertw_refusal_names_the_public_function():
     with pytest.raises(NotImplementedError) as info:
         tape.gradient(ReverseWithPrimal, lambda x: _s(np.real(sp.lambertw(x + 2))), X.copy())
