@@ -4,7 +4,7 @@ import sys
 
 import numpy as np
 
-from .library_calls import (ENGINE_PACKAGES, RANDOM_DRAWS, called_method, library_caller,
+from .library_calls import (RANDOM_DRAWS, called_method, library_caller, outside_engine,
                             package_of, scipy_refusal)
 
 
@@ -143,9 +143,7 @@ class PythonNumberError(NonDifferentiableError):
         self.message, self.frame, self.call = message, frame, call
 
     def __str__(self):
-        frame = self.frame
-        while frame is not None and package_of(frame) in ENGINE_PACKAGES:
-            frame = frame.f_back
+        frame = outside_engine(self.frame)
         # Only a conversion SciPy's own code asked for: the user's float(x) (math.exp(x)) is
         # fixed where it is written, whatever called the user's code.
         if frame is not None and package_of(frame) == "scipy":
@@ -172,11 +170,8 @@ def refuse_solver_decision(frame, value) -> None:
     (brent), so the derivative of its result would be silently zero or depend on where the
     iterations stopped. Decisions in the user's own code, the solver's callbacks included,
     stay allowed."""
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
-            "tape", "ops", "kernels"):
-        frame = frame.f_back
-    if frame is None or not frame.f_globals.get("__name__", "").startswith(("scipy.",
-                                                                             "numpy.")):
+    frame = outside_engine(frame)
+    if frame is None or package_of(frame) not in ("scipy", "numpy"):
         return   # the usual case, `np.where(x > 0, ...)` in the user's code
     caller = library_caller(frame)
     if caller is None or caller[1] != "scipy.optimize" or caller[2] in _FOLLOWED_SOLVERS:

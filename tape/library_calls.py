@@ -16,6 +16,13 @@ def package_of(frame) -> str:
     return frame.f_globals.get("__name__", "").partition(".")[0]
 
 
+def outside_engine(frame):
+    """`frame`, or the first of its callers that is not the engine's code (None if none is)."""
+    while frame is not None and package_of(frame) in ENGINE_PACKAGES:
+        frame = frame.f_back
+    return frame
+
+
 def scipy_refusal(module: str, function: str, how: str = "") -> str:
     """The refusal of SciPy's `module.function` called on a traced value."""
     return (f"{module}.{function} was called on a traced value{how}; SciPy's functions "
