@@ -33,7 +33,7 @@ from tape.batching import Batched
 from tape.core import Tracer, peek, primal
 from tape.rules import register_function
 
-from ._util import add_tangents, defprimitive, shape_of
+from ._util import add_tangents, defprimitive, dtype_of, shape_of
 
 _NO_VALUE = getattr(np, "_NoValue", None)
 
@@ -317,6 +317,14 @@ def _cumprod_augmented(cfg, x, axis, reverse=False):
     return y, (x, y, axis, reverse)
 
 
+def _all_normal(values) -> bool:
+    """Whether every entry of the plain array `values` is a finite nonzero normal number (of
+    a product: then none of its factors is 0, inf or NaN)."""
+    magnitude = array_module(values).abs(values)
+    tiny = np.finfo(dtype_of(magnitude)).tiny
+    return bool((magnitude.max() < np.inf) & (magnitude.min() >= tiny))
+
+
 def _cumprod_reverse_by_division(x, y, g, axis, reverse):
     """gx[i] = (sum_{k >= i} g[k] y[k]) / x[i], or None where that could lose accuracy.
 
@@ -326,12 +334,11 @@ def _cumprod_reverse_by_division(x, y, g, axis, reverse):
     scan. Only for plain arrays, as in prod's rule: the derivative of the quotient cancels."""
     if isinstance(x, Tracer) or isinstance(y, Tracer) or isinstance(g, (Tracer, Batched)):
         return None
-    xp = array_module(y)
-    magnitude = xp.abs(y)
-    tiny = np.finfo(magnitude.dtype).tiny
-    if not bool(xp.isfinite(magnitude.max()) & (magnitude.min() >= tiny)):
+    if not _all_normal(y):
         return None
+    xp = array_module(y)
     weighted = g * y
+    tiny = np.finfo(dtype_of(weighted)).tiny
     if not bool(xp.all((xp.abs(weighted) >= tiny) | (g == 0))):
         return None
     summed = cumsum_(weighted, axis=axis, reverse=not reverse)
@@ -437,13 +444,9 @@ def _others_product_of(x, product, axis, keepdims):
 
     Only for plain arrays: the derivative of product / x_i in x_i is a difference of two
     nearly equal terms, so a rule that is differentiated again keeps the scans."""
-    if isinstance(x, Tracer) or isinstance(product, Tracer):
+    if isinstance(x, Tracer) or isinstance(product, Tracer) or not _all_normal(product):
         return _others_product(x, axis)
-    magnitude = np.abs(product)
-    tiny = np.finfo(_dtype(magnitude)).tiny
-    if bool(np.all(np.isfinite(magnitude) & (magnitude >= tiny))):
-        return restore_reduced(product, shape_of(x), axis, keepdims) / x
-    return _others_product(x, axis)
+    return restore_reduced(product, shape_of(x), axis, keepdims) / x
 
 
 def _prod_augmented(cfg, x, axis, keepdims=False):
