@@ -321,6 +321,8 @@ def _all_normal(values) -> bool:
     """Whether every entry of the plain array `values` is a finite nonzero normal number (of
     a product: then none of its factors is 0, inf or NaN)."""
     magnitude = array_module(values).abs(values)
+    if magnitude.size == 0:
+        return True
     tiny = np.finfo(dtype_of(magnitude)).tiny
     return bool((magnitude.max() < np.inf) & (magnitude.min() >= tiny))
 
