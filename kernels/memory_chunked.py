@@ -135,16 +135,55 @@ def span_decays(lr, C: int):
     """``E_ij = exp(lr_{j+1} + ... + lr_i)`` for ``j <= i`` (0 above the diagonal) from the log
     retentions ``lr [..., C]``. Every entry sums the logs of its own span only, so its relative
     precision does not depend on the tokens before ``j`` (``exp(l_i - l_j)`` with cumulative
-    sums ``l`` does: it loses ``eps |l_j|``).
+    sums ``l`` does: it loses ``eps |l_j|``). The running sums are a product with a triangle
+    of ones (`running_sums`), whose products by 0 and 1 are exact: each entry still adds the
+    terms of its span, and nothing else.
 
     >>> span_decays(np.log(np.array([0.5, 1e-30, 0.25])), 3).round(3).tolist()
     [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.25, 1.0]]
     """
     xp = array_module(lr)
-    lower, strict = _triangles(xp, C)
-    spans = xp.cumsum(xp.where(strict, lr[..., :, None], 0.0), axis=-2)
+    terms = lr[..., :, None] * xp.tri(C, k=-1, dtype=lr.dtype)      # [m, j]: lr_m for m > j
+    spans = running_sums(terms, axis=-2)               # [i, j]: the sum over j < m <= i
     with np.errstate(under="ignore"):
-        return xp.exp(xp.where(lower, spans, -np.inf))
+        return xp.exp(spans) * xp.tri(C, dtype=lr.dtype)     # spans above the diagonal are 0
+
+
+# NumPy reduces a short axis (a chunk's C = 16 tokens) with one slow inner loop per row: a sum
+# or a running sum over it is 3x to 9x faster as a matrix product with ones (measured on
+# [32, 8, 16, 16] float32 blocks). The products by 1 and 0 are exact, so every result is still
+# a sum of its own terms; only the order of the additions may differ. Finite inputs only (the
+# chunked forms run on finite tokens and check their results): 0 * inf would be a NaN.
+def row_sums(a):
+    """``a.sum(axis=-1)`` as a matrix-vector product.
+
+    >>> row_sums(np.arange(6.0).reshape(2, 3)).tolist()
+    [3.0, 12.0]
+    """
+    return a @ array_module(a).ones(a.shape[-1], a.dtype)
+
+
+def row_dots(a, b):
+    """``(a * b).sum(axis=-1)``, the dot products of matching rows.
+
+    >>> row_dots(np.ones((2, 3)), np.arange(6.0).reshape(2, 3)).tolist()
+    [3.0, 12.0]
+    """
+    return row_sums(a * b)
+
+
+def running_sums(a, axis: int = -1):
+    """``cumsum(a, axis)`` along the last or second-to-last axis, as a product with a triangle
+    of ones.
+
+    >>> running_sums(np.array([[1.0, 2.0], [3.0, 4.0]]), axis=-2).tolist()
+    [[1.0, 2.0], [4.0, 6.0]]
+    """
+    xp = array_module(a)
+    if axis == -1:
+        return a @ xp.tri(a.shape[-1], dtype=a.dtype).T
+    assert axis == -2
+    return xp.tri(a.shape[-2], dtype=a.dtype) @ a
 
 
 def shift_rows(E):
@@ -249,9 +288,9 @@ def _log_gradient(pairs, starts):
     sums), so ``d log r_m / r_m`` keeps its precision when ``r_m`` is small."""
     xp = array_module(pairs)
     C = pairs.shape[-1]
-    full = xp.concatenate([starts[..., None], pairs], axis=-1)    # column j + 1 <-> span (j, i]
-    covered = xp.cumsum(full, axis=-1)[..., :C]                    # [i, m]: spans from j < m
-    return xp.sum(xp.where(_triangles(xp, C)[0], covered, 0.0), axis=-2)   # i >= m
+    covered = starts[..., None] + pairs @ xp.tri(C, k=-1, dtype=pairs.dtype).T  # [i, m]: j < m
+    lower = xp.tri(C, dtype=pairs.dtype)
+    return xp.ones(C, pairs.dtype) @ (covered * lower)                          # i >= m
 
 
 def _unit_lower_inverse(L):
@@ -429,23 +468,23 @@ def backward(spec: ref.Rule, saved, dy, dfinals: tuple, need: frozenset):
     dQ = ch.g[..., None] * dYM + dQK @ ch.K
     dK = _tr(dQK) @ ch.Q + ch.D[..., None] * UG
     pairs = dPm * ch.Pm                            # span terms, see `_log_gradient`
-    from0 = ch.g * xp.sum(dYM * ch.Q, axis=-1)
+    from0 = ch.g * row_dots(dYM, ch.Q)
     from0[..., -1] += ch.gC * xp.einsum("bnij,bnij->bn", GC, M0)
-    pairs[..., -1, :] += ch.D * xp.sum(UG * ch.K, axis=-1)
+    pairs[..., -1, :] += ch.D * row_dots(UG, ch.K)
     g = {}
     if spec.name == "delta":
         # R = theta * (V - gp * X) with X = K M0^T, U = T R.
         dR = _tr(ch.T) @ dU
         dRM = dR @ M0
-        dRX = xp.sum(dRM * ch.K, axis=-1)                   # dR_i . X_i
+        dRX = row_dots(dRM, ch.K)                   # dR_i . X_i
         dV = ch.th[..., None] * dR
         dL = -xp.where(ch.strict, dR @ _tr(U), 0.0)
         dA = ch.th[..., None] * dL
         dKK = dA * ch.Ep
         thgp = ch.th * ch.gp
         dK += (dKK + _tr(dKK)) @ ch.K - thgp[..., None] * dRM
-        g["theta"] = _unblocks(xp.sum(dR * ch.V, axis=-1) - ch.gp * dRX
-                               + xp.sum(dL * ch.A, axis=-1), s)
+        g["theta"] = _unblocks(row_dots(dR, ch.V) - ch.gp * dRX
+                               + row_dots(dL, ch.A), s)
         pairs[..., :-1, :] += (dA * ch.A)[..., 1:, :]        # span (j, i-1]
         from0[..., :-1] -= (thgp * dRX)[..., 1:]            # span [0, i-1]
     else:

@@ -45,8 +45,8 @@ from .memory_chunk_precision import (decays_underflow, erased_tokens, growth_lim
                                      transitions_cancel, transitions_grow, updates_cancel)
 from .memory_chunked import (NumpyOps, Promoted, Saved, _blocks, _log_gradient, _tr, leaving,
                              _triangles, _unblocks, growth, normal_gates, promoted_backward,
-                             promoted_forward,
-                             sequential_backward, sequential_forward, shift_rows, span_decays)
+                             promoted_forward, row_dots, sequential_backward,
+                             sequential_forward, shift_rows, span_decays)
 
 
 def usable(x: ref.Seq) -> bool:
@@ -137,8 +137,8 @@ def thin_transitions_grow(Wms, K, KK, w_last, e_last, grC, cC, geC) -> bool:
         cMM, cMS = quad(xM, w_last, w_last), quad(xM, e_last, e_last)     # |Wa^T Db|_F^2
         cSM, cSS = quad(xS, w_last, w_last), quad(xS, e_last, e_last)
         pM, pS = (xp.einsum("bnci,bnci->bnc", a, K) for a in (WM, WS))
-        tMM, tSM, tSS = (xp.sum(a * b, axis=-1) for a, b in ((pM, w_last), (pS, w_last),
-                                                           (pS, e_last)))   # <Wa, Db>
+        tMM, tSM, tSS = (row_dots(a, b) for a, b in ((pM, w_last), (pS, w_last),
+                                                      (pS, e_last)))   # <Wa, Db>
         extra = growth_limit(d) - d
         # |part|_F^2 less d |decays|^2, against `extra` |decays|^2 (NaN: no growth)
         grows = ((cMM + cMS - 2 * grC * tMM > extra * grC * grC)                       # M0's rows
@@ -406,8 +406,8 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     UGM, UGS = UG[..., :d], UG[..., d:]
     dK = ch.W[..., -1, :, None] * UGM
     dK += ch.Ee[..., -1, :, None] * UGS
-    dW_end = xp.sum(UGM * ch.K, axis=-1)
-    dEe_end = xp.sum(UGS * ch.K, axis=-1)
+    dW_end = row_dots(UGM, ch.K)
+    dEe_end = row_dots(UGS, ch.K)
     del UG, UGM, UGS
     dPm = xp.where(ch.lower, dY @ _tr(U), 0.0)
     dW = dPm * ch.QK
@@ -419,8 +419,8 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     dQ += ch.c[..., None] * dYS
     dQ += dQK @ ch.K
     dK += _tr(dQK) @ ch.Q
-    dgr = xp.sum(dYM * ch.Q, axis=-1)
-    dc = xp.sum(dYS * ch.Q, axis=-1)
+    dgr = row_dots(dYM, ch.Q)
+    dc = row_dots(dYS, ch.Q)
     del dYX, dYM, dYS, dQK
     dge = xp.zeros_like(dgr)
     dEe = xp.zeros_like(ch.Ee)
@@ -439,7 +439,7 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     dKK = dA * Wp
     dRX = dR @ starts                                   # [dR M0, dR S0]
     dRM, dRS = dRX[..., :d], dRX[..., d:]
-    dRXM, dRXS = xp.sum(dRM * ch.K, axis=-1), xp.sum(dRS * ch.K, axis=-1)
+    dRXM, dRXS = row_dots(dRM, ch.K), row_dots(dRS, ch.K)
     thgrp, thcp = ch.th * ch.grp, ch.th * ch.cp
     dK -= thgrp[..., None] * dRM
     dK -= thcp[..., None] * dRS
@@ -448,8 +448,8 @@ def _backward_part(ch: _Chunks, starts, dy, G, s: int):
     dK += dKK @ ch.K
     del dKK
     dV = ch.th[..., None] * dR
-    dtheta = (xp.sum(dR * ch.V, axis=-1) - ch.grp * dRXM - ch.cp * dRXS
-              + xp.sum(dLK * Wp, axis=-1))                # dL . A, A = Wp * KK
+    dtheta = (row_dots(dR, ch.V) - ch.grp * dRXM - ch.cp * dRXS
+              + row_dots(dLK, Wp))                # dL . A, A = Wp * KK
     del dR, dL, dA, dLK, Wp
     # the shifted copies: Wp_ij = W_{i-1,j}, grp_i = gr_{i-1}, cp_i = c_{i-1}
     dW[..., :-1, :] += dWp[..., 1:, :]

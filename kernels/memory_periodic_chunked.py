@@ -46,8 +46,8 @@ from ._common import input_growth, max_abs, within_range
 from . import memory_chunk_precision, memory_chunked_titans
 from .memory_chunk_precision import (solve_amplifies, squared_norms, transitions_cancel,
                                      transitions_grow)
-from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, normal_gates, shift_rows,
-                             span_decays)
+from .memory_chunked import (NumpyOps, _log_gradient, _tr, _triangles, normal_gates, row_dots,
+                             shift_rows, span_decays)
 from .memory_chunked_titans import _decays, _shift, transition_parts
 
 
@@ -171,21 +171,21 @@ class _DeltaHebbian:
             VG = self.V @ GC
             g["v"] = dU
             g["k"] = D[..., None] * VG
-            pairs[..., -1, :] = D * xp.sum(VG * K, axis=-1)
+            pairs[..., -1, :] = D * row_dots(VG, K)
         else:
             U = self.U0 - self.W @ _tr(M0) if U is None else U
             UG = U @ GC
             dR = _tr(self.T) @ dU                          # U = T R
             dRM = dR @ M0
-            dRX = xp.sum(dRM * K, axis=-1)                 # dR_i . (M0 k_i)
+            dRX = row_dots(dRM, K)                 # dR_i . (M0 k_i)
             dL = -xp.where(self.strict, dR @ _tr(U), 0.0)
             dA = self.th[..., None] * dL
             dKK = dA * self.Ep
             g["v"] = self.th[..., None] * dR
             g["k"] = D[..., None] * UG + (dKK + _tr(dKK)) @ K - self.thgp[..., None] * dRM
-            g["theta"] = (xp.sum(dR * self.V, axis=-1) - self.gp * dRX
-                          + xp.sum(dL * self.A, axis=-1))
-            pairs[..., -1, :] = D * xp.sum(UG * K, axis=-1)
+            g["theta"] = (row_dots(dR, self.V) - self.gp * dRX
+                          + row_dots(dL, self.A))
+            pairs[..., -1, :] = D * row_dots(UG, K)
             pairs[..., :-1, :] += (dA * self.A)[..., 1:, :]        # Ep_ij: span (j, i-1]
             from0[..., :-1] -= (self.thgp * dRX)[..., 1:]          # gp_i: span [0, i-1]
         g["alpha"] = -_log_gradient(pairs, from0) / self.r
@@ -271,16 +271,16 @@ class _Titans:
         dA = self.th[..., None] * dL
         dKK = dA * self.Wp
         dRM, dRS = dR @ M0, dR @ S0
-        dRXM, dRXS = xp.sum(dRM * K, axis=-1), xp.sum(dRS * K, axis=-1)
+        dRXM, dRXS = row_dots(dRM, K), row_dots(dRS, K)
         thgrp, thcp = self.th * self.grp, self.th * self.cp
         dK = (self.W[..., -1, :, None] * UGM + self.Ee[..., -1, :, None] * UGS
               + (dKK + _tr(dKK)) @ K - thgrp[..., None] * dRM - thcp[..., None] * dRS)
-        dtheta = (xp.sum(dR * self.V, axis=-1) - self.grp * dRXM - self.cp * dRXS
-                  + xp.sum(dL * self.A, axis=-1))
+        dtheta = (row_dots(dR, self.V) - self.grp * dRXM - self.cp * dRXS
+                  + row_dots(dL, self.A))
         dW = dA * self.KK                                    # through Wp_ij = W_{i-1, j}
-        dW = xp.concatenate([dW[..., 1:, :], xp.sum(UGM * K, axis=-1)[..., None, :]], -2)
+        dW = xp.concatenate([dW[..., 1:, :], row_dots(UGM, K)[..., None, :]], -2)
         dEe = xp.zeros_like(self.Ee)
-        dEe[..., -1, :] = xp.sum(UGS * K, axis=-1)
+        dEe[..., -1, :] = row_dots(UGS, K)
         dgr = xp.zeros_like(self.gr)
         dc = xp.zeros_like(self.c)
         dge = xp.zeros_like(self.ge)
