@@ -86,7 +86,8 @@ import numpy as np  # noqa: E402
 
 from benchmarks.rule_ratio_cases import CASES, QUICK, SPECIAL, VEC, Case, vec  # noqa: E402
 import tape  # noqa: E402
-from tape import Active, Const, CompileWarning, Duplicated, Reverse, autodiff  # noqa: E402
+from tape import (Active, Const, CompileWarning, Duplicated, Reverse, autodiff,  # noqa: E402
+                  keep_freed_memory)
 
 FLAG_RATIO = 8.0
 FLAG_EXPONENT = 0.4                 # gradient time ~ n^(primal's exponent + this): flagged
@@ -391,32 +392,12 @@ def compiled_table(rows):
     return "\n".join(lines)
 
 
-def keep_freed_memory():
-    """Ask glibc's malloc to keep freed memory instead of giving it back to the system.
-
-    By default a freed temporary of 128 KB to 32 MB is unmapped (or trimmed off the heap), and
-    the next one of its size page-faults its memory in again: on a VM that costs about 2.5 us
-    per 4 KB page, 2 ms for a 1e5-element float64 temporary re-faulted a few times. A gradient
-    keeps more temporaries alive than its primal, so this cost, which is the allocator's and
-    not the rule's, would dominate every cheap elementwise case (``multiply`` at n = 1e5:
-    2.4 ms with the default settings, 0.34 ms without the faults, against 0.065 ms primal).
-    Returns whether the settings were applied."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)
-                    and libc.mallopt(m_trim_threshold, 2 ** 31 - 1))
-    except (OSError, AttributeError):
-        return False
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small size, one repeat: smoke test")
     ap.add_argument("--only", default=None, help="run the cases whose name or group contains this")
     ap.add_argument("--system-malloc", action="store_true",
-                    help="keep malloc's default settings (see keep_freed_memory)")
+                    help="keep malloc's default settings (see tape.allocator)")
     ap.add_argument("--json", default=None, help="also write every row as JSON")
     ap.add_argument("--compiled", action="store_true",
                     help="also check and time tape.compile of each loss against eager autodiff")

@@ -41,7 +41,7 @@ from models.layers import conductor  # noqa: E402
 from models.optim import AdamW, clip_by_global_norm  # noqa: E402
 from models.train import array_module_for  # noqa: E402
 from models.train_step import TrainStep  # noqa: E402
-from tape import make_zero, make_zero_, primal, tree_map  # noqa: E402
+from tape import keep_freed_memory, make_zero, make_zero_, primal, tree_map  # noqa: E402
 from tape.pytree import flatten  # noqa: E402
 
 
@@ -217,7 +217,11 @@ def main(argv=None) -> int:
     ap.add_argument("--text-model", action="store_true",
                     help="models.config.TEXT_MODEL's backbone (heads, MLP, rotary, bounded "
                          "theta) instead of ModelConfig's defaults")
+    ap.add_argument("--system-malloc", action="store_true",
+                    help="keep malloc's default settings; by default freed memory is kept, as "
+                         "`hecate train` does (tape.allocator), for both tools")
     args = ap.parse_args(argv)
+    kept = False if args.system_malloc else keep_freed_memory()
     extra = dict(TEXT_MODEL) if args.text_model else {}
     cfg = ModelConfig(dtype="float32", **extra)
     if args.quick:
@@ -229,7 +233,8 @@ def main(argv=None) -> int:
     xp = array_module_for(args.device)
     t_device = "cuda" if args.device == "gpu" else "cpu"
     h_step, params = hecate_step_fn(cfg, args.batch, xp=xp)
-    result = {"config": cfg.to_dict(), "batch": args.batch, "device": args.device}
+    result = {"config": cfg.to_dict(), "batch": args.batch, "device": args.device,
+              "freed_memory_kept": kept}
     try:
         import torch
     except ImportError:

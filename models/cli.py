@@ -9,6 +9,11 @@ the detected GPU and the backend the kernel pairs select (`kernels.info`). `heca
 Every numeric flag is checked while the command line is parsed (`models.validation`); a user
 mistake is one ``hecate <command>: error: ...`` line on stderr, never a traceback, unless
 ``--debug`` is given.
+
+The commands that train, sample, evaluate, export and serve first ask the C allocator to keep
+freed memory (`tape.allocator`): a training step's temporaries are then not page-faulted in
+again at every step (1.3x to 1.4x faster steps measured). `hecate bench` sets the allocator's
+state itself (`--allocator`), the same for every tool it compares.
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ import sys
 from typing import Callable, Sequence
 
 import numpy as np
+
+from tape.allocator import keep_freed_memory
 
 
 def _finite_difference(f: Callable, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -181,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def dispatch() -> int:
         if args.command in ("train", "sample", "eval", "export", "serve"):
+            keep_freed_memory()
             return run(args)
         if args.command == "demo":
             return 1 if demo() else 0

@@ -35,6 +35,7 @@ from .activities import (Active, Annotation, BatchDuplicated, BatchDuplicatedNoN
                          ReverseSplitWithPrimal, ReverseWithPrimal, clear_nan_check,
                          clear_runtime_activity, clear_strong_zero, set_nan_check,
                          set_runtime_activity, set_strong_zero)
+from .allocator import keep_freed_memory
 from .api import autodiff, make_zero
 from .backend import array_module
 from .core import Primitive, RuleConfig, Tracer, primal
@@ -68,5 +69,5 @@ __all__ = [
     "easy_rule", "inactive_type", "RuleError",
     "checkpoint", "checkpointed_scan", "CheckpointError",
     "show", "to_dot", "record", "GraphvizNotFound",
-    "compile", "CompiledFunction", "CompileWarning",
+    "compile", "CompiledFunction", "CompileWarning", "keep_freed_memory",
 ]
