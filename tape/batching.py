@@ -106,11 +106,12 @@ class Batched:
             if not all(isinstance(o, Batched) for o in targets):
                 raise BatchingFallback(f"{ufunc.__name__} writes into a plain array")
         if method == "__call__" and out is not None and ufunc.signature is None:
-            result = _broadcast_call(ufunc, inputs, {k: v for k, v in kwargs.items()
-                                                     if k != "out"})
-            results = result if isinstance(result, tuple) else (result,)
-            for o, r in zip(out, results):
-                o.data[...] = r.data
+            # into the buffers themselves: with `where=` the entries it leaves out keep their
+            # values, and an input of fewer axes than `out` broadcasts behind the batch axis
+            _width_of(list(inputs) + list(out))
+            ndim = max(_logical_ndim(v) for v in list(inputs) + list(out))
+            rest = {k: _aligned(v, ndim) for k, v in kwargs.items() if k != "out"}
+            ufunc(*[_aligned(v, ndim) for v in inputs], out=tuple(o.data for o in out), **rest)
             return out[0] if len(out) == 1 else out
         if method == "__call__" and "out" not in kwargs:
             if ufunc.signature is None:
@@ -285,12 +286,16 @@ def _slice(values, w):
 
 def _simple_index(index) -> bool:
     """Whether prefixing the batch axis keeps NumPy's meaning of `index`: advanced indices
-    that are not adjacent would move their axes in front of the batch axis."""
+    that are not adjacent would move their axes in front of the batch axis. Beside an array
+    index an integer is an advanced index too (``x[[0, 2], :, 1]`` moves both axes first)."""
     if not isinstance(index, tuple):
         index = (index,)
-    advanced = [i for i, x in enumerate(index)
-                if not (x is None or x is Ellipsis or isinstance(x, (slice, numbers.Integral)))]
-    return not advanced or advanced[-1] - advanced[0] == len(advanced) - 1
+    basic = [x is None or x is Ellipsis or isinstance(x, slice) for x in index]
+    integer = [isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in index]
+    if all(b or i for b, i in zip(basic, integer)):
+        return True
+    advanced = [k for k, b in enumerate(basic) if not b]
+    return advanced[-1] - advanced[0] == len(advanced) - 1
 
 
 def _unwrap_index(index):
