@@ -58,7 +58,10 @@ def custom_rule(fn: Callable, *, augmented_primal: Callable, reverse: Callable,
 
     Calls are checked too (`tape.rule_calls`): a value being differentiated passed as a keyword
     parameter or inside a container argument, and a write into a result that shares memory
-    with an argument, raise `RuleError`.
+    with an argument, raise `RuleError`. What `saved` holds is kept safe from later writes
+    where it shares memory with the call's arguments (the record copies it); an array the
+    rules reach otherwise (a closure's, a global) is theirs to copy if the caller may write
+    into it before the reverse sweep: the engine cannot see what they read.
 
     >>> import numpy as np
     >>> from tape import autodiff, Reverse, Active
