@@ -11,9 +11,9 @@ mistake is one ``hecate <command>: error: ...`` line on stderr, never a tracebac
 ``--debug`` is given.
 
 The commands that train, sample, evaluate, export and serve first ask the C allocator to keep
-freed memory (`tape.allocator`): a training step's temporaries are then not page-faulted in
-again at every step (1.3x to 1.4x faster steps measured). `hecate bench` sets the allocator's
-state itself (`--allocator`), the same for every tool it compares.
+freed memory (`tape.allocator`), so that their temporaries are never page-faulted in again and
+their speed does not depend on what the process allocated before. `hecate bench` sets the
+allocator's state itself (`--allocator`), the same for every tool it compares.
 """
 from __future__ import annotations
 
