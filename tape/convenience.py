@@ -23,7 +23,8 @@ from .errors import ActivityError, PytreeError
 from .jacobians import (SamePoint, check_argument, check_chunk, check_result,
                         forward_columns, forward_jacobian, is_tree, on_float_leaves, onehot,
                         reverse_jacobian)
-from .pytree import fixed_place, flatten, flatten_with_paths, format_path, set_at
+from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, key_order_hint,
+                     set_at, unflatten)
 
 __all__ = ["GradientResult", "gradient", "gradient_", "jacobian", "hvp", "hvp_",
            "hvp_and_gradient_", "hessian", "make_zero_", "onehot"]
@@ -278,8 +279,24 @@ def hvp(f: Callable, x: Any, v: Any):
     >>> hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
+    v = _ordered_like(x, v)
     _check_direction(x, v)
     return autodiff(Forward, _grad_fn(f), Duplicated, Duplicated(x, v))[0]
+
+
+def _ordered_like(x, v):
+    """`v` rebuilt in `x`'s structure where the two differ only in the order of dict keys
+    (leaves matched by path, as `hvp_` matches `res`); else `v` as it is."""
+    xs, x_paths, x_td = flatten_with_paths(x)
+    vs, v_paths, v_td = flatten_with_paths(v)
+    if x_td == v_td or len(xs) != len(vs) or not key_order_hint(x_td, v_td):
+        return v
+    by_path = {_keys(p): leaf for p, leaf in zip(v_paths, vs)}
+    keys = [_keys(p) for p in x_paths]
+    if len(by_path) != len(vs) or any(k not in by_path for k in keys):
+        return v
+    rebuilt = unflatten(x_td, [by_path[k] for k in keys])
+    return rebuilt if flatten_with_paths(rebuilt)[2] == x_td else v
 
 
 def _check_direction(x, v) -> None:
