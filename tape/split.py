@@ -37,7 +37,8 @@ from .backend import array_module
 from .batching import stack_directions
 from .core import ReverseTrace, Tracer, primal
 from .errors import ActivityError, HecateError
-from .pytree import flatten, is_inactive, key_order_hint
+from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, is_inactive,
+                     key_order_hint)
 from .residuals import _map_items
 from .modifiers import strong_zero_scope, to_user
 
@@ -176,13 +177,28 @@ def _fingerprints(records) -> list:
     return out
 
 
-def _replace_saved(saved, copies: dict):
-    """`saved` with the arrays in `copies` (by id) replaced by their copies, inside tuples,
-    named tuples (kept as such), lists and dicts."""
+def _replace_saved(saved, protected: tuple):
+    """`saved` with the arrays about to be overwritten replaced by copies, inside tuples, named
+    tuples (kept as such), lists and dicts. `protected` is ``(copies, written)``: the copies of
+    the written arrays by id, and those arrays, whose views a record may have saved too (a
+    view of one, ``x[1:]`` or ``x.T``, gets a copy of its own)."""
+    copies, written = protected
     copy = copies.get(id(saved))
     if copy is not None:
         return copy
-    return _map_items(saved, _replace_saved, copies)
+    if hasattr(saved, "shape") and hasattr(saved, "dtype") and any(
+            _may_share_memory(saved, w) for w in written):
+        copy = copies[id(saved)] = saved.copy()
+        return copy
+    return _map_items(saved, _replace_saved, protected)
+
+
+def _may_share_memory(a, b) -> bool:
+    """Whether arrays `a` and `b` may overlap (NumPy's or CuPy's bounds check); False for
+    arrays of different modules."""
+    if type(a) is not type(b) and not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    return bool(array_module(b).may_share_memory(a, b))
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,14 +324,15 @@ def _same_const(value, recorded) -> bool:
 def _protect_and_write_primals(trace, groups):
     """Write the final values of overwritten arguments into the caller's arrays, first
     giving the records that saved those arrays a copy of the values they saw."""
-    copies = {}
+    copies, written = {}, []
     for arg in groups:
         for i, t in enumerate(arg.tracers):
             first = arg.first_slots[i]
             if first is not None and t.slot != first:
                 copies[id(arg.leaves[i])] = arg.leaves[i].copy()
+                written.append(arg.leaves[i])
     if copies:
-        trace.records = [(p, c, _replace_saved(s, copies), i, o)
+        trace.records = [(p, c, _replace_saved(s, (copies, written)), i, o)
                          for p, c, s, i, o in trace.records]
     for arg in groups:
         _write_primals(arg)
@@ -326,6 +343,22 @@ def _is_duplicated_kind(ret) -> bool:
     return isinstance(ret, type) and issubclass(ret, Duplicated)
 
 
+def _check_seedable(shadow, width) -> None:
+    """A Duplicated return's shadow is the seed, set by the caller in place: a number at the
+    top or inside a tuple cannot be, and would seed zero (Enzyme refuses such returns too)."""
+    for one in (shadow,) if width is None else shadow:
+        leaves, paths, _ = flatten_with_paths(one)
+        for leaf, path in zip(leaves, paths):
+            if isinstance(leaf, (int, float, complex, np.generic)) and (
+                    not path or fixed_place(one, path)):
+                where = format_path(path, "the result") if path else "the result"
+                raise ActivityError(
+                    f"{where} is a number: the shadow of a Duplicated return is the seed, "
+                    "written in place, and a number there cannot be written. Use an Active "
+                    "return and pass the seed to reverse(*args, dret, tape), pass dret "
+                    "explicitly, or return an array (np.asarray)")
+
+
 def _seed(tape: SplitTape, dret, seeds: dict):
     out, trace, ret, width = tape._out, tape._trace, tape.ret_activity, tape.width
     if ret is Const:
@@ -333,6 +366,7 @@ def _seed(tape: SplitTape, dret, seeds: dict):
             raise ActivityError("the return is Const: reverse takes no seed")
         return
     if _is_duplicated_kind(ret) and dret is None:
+        _check_seedable(tape.return_shadow, width)
         dret = tape.return_shadow
     if dret is None:
         raise ActivityError(f"reverse needs a seed for the {ret.__name__} return: "
@@ -356,6 +390,9 @@ def _seed_leaves(dret, td, leaves, trace) -> list:
     if seed_td != td:
         hint = (" (a None in the seed is no leaf: seed a result you do not differentiate "
                 "with 0.0 or zeros of its shape)" if _holds_none(dret) else "")
+        if isinstance(dret, (str, bytes)):
+            raise ActivityError(f"the seed is a {type(dret).__name__}, {dret!r}: a seed is a "
+                                "number or a float array per result leaf (a float(...) of it)")
         raise ActivityError(f"the seed's structure ({seed_td!r}) is not the function "
                             f"result's ({td!r}): give one seed per result leaf{hint}"
                             f"{key_order_hint(seed_td, td)}")
