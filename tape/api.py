@@ -13,7 +13,7 @@ from .aliasing import overlap, refuse_shared_written_shadows
 from .constbuffer import refuse_unseen_writes
 from .core import ReverseTrace, Tracer, peek, primal
 from .forward_trace import ForwardTrace
-from .errors import ActivityError
+from .errors import ActivityError, PytreeError
 from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
                         user_cotangents)
 from .pytree import flatten, is_inactive, set_at, unflatten
@@ -459,6 +459,8 @@ def caller_tangents(tangents: list, primals: list, annotated) -> list:
         return tangents
     shadows, values = [], []
     for a in annotated:
+        if type(a) is Const and not _flattens(a.val):
+            continue     # a Const that is no pytree (an index with a slice): no array to see
         values += [v for v in flatten(a.val)[0] if type(v) is np.ndarray]
         if isinstance(a, Duplicated) and a.dval is not None:
             shadows += [d for d in flatten(a.dval)[0] if type(d) is np.ndarray]
@@ -468,6 +470,14 @@ def caller_tangents(tangents: list, primals: list, annotated) -> list:
             and any(np.may_share_memory(t, d) for d in shadows)
             and not (type(p) is np.ndarray and any(np.may_share_memory(p, v) for v in values))
             else t for t, p in zip(tangents, primals)]
+
+
+def _flattens(value) -> bool:
+    try:
+        flatten(value)
+    except PytreeError:
+        return False
+    return True
 
 
 def _in_dtype_of(t, p):

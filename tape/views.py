@@ -84,6 +84,8 @@ def _is_view_index(index, ndim: int) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     only_integers = True
     for i in items:
+        if isinstance(i, Tracer):   # a traced integer (a compiling trace's np.argmax): its type
+            i = peek(i)             # decides, as NumPy's would (a NumPy integer, or a 0-d array)
         if isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
             continue
         if i is None or i is Ellipsis or isinstance(i, slice):
