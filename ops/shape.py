@@ -59,6 +59,20 @@ def _no_out(name, out):
         raise NotImplementedError(f"np.{name}(..., out=...) is not supported on traced values")
 
 
+def static_shape(shape):
+    """`shape` with its traced integers (``x.reshape(np.argmax(y) + 1, -1)``) as plain ones. A
+    shape decides the result's shape, and a compiled program's derivative code is written for
+    it: taken with `primal`, the program guards it and traces again when it changes, instead of
+    filling each call's value into code written for the first one.
+
+    >>> static_shape((2, -1)), static_shape(3)
+    ((2, -1), 3)
+    """
+    if isinstance(shape, (tuple, list)):
+        return tuple(primal(s) for s in shape)
+    return primal(shape)
+
+
 def _array(a):
     """Plain sequences and numbers given alongside traced arrays, as arrays."""
     return a if hasattr(a, "shape") else np.asarray(a)
@@ -82,6 +96,7 @@ def reshape(a, shape, order="C"):
     reshapes a cotangent whose own layout says nothing about `a`'s."""
     if order == "A":
         order = "F" if _is_fortran(peek(a)) else "C"
+    shape = static_shape(shape)
     out = _reshape(a, shape=shape, order=order)
     base_shape = shape_of(a)
     layout = getattr(a, "layout", None)
@@ -164,7 +179,7 @@ broadcast_to = linear("broadcast_to", lambda x, shape: np.broadcast_to(x, shape)
 def _broadcast_to_function(array, shape, subok=False):
     """np.broadcast_to: a read-only view, as in NumPy (later writes into `array` are seen
     through it)."""
-    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+    shape = static_shape(tuple(shape) if not isinstance(shape, int) else (shape,))
     return mark_read_only_view(broadcast_to(array, shape=shape), array,
                                lambda base: broadcast_to(base, shape=shape))
 
