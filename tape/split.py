@@ -32,14 +32,15 @@ from .activities import (ACTIVITY_TYPES, Active, Annotation, Const,
 from .api import (autodiff, _argument_names, _check_shadow, _is_float, _strip,
                   _write_primals, batch_width, derivatives, guess_return, make_zero,
                   record_reverse, sweep)
-from .arguments import _check_shadow_not_read_only, _check_shadow_writable
+from .arguments import (_check_shadow_not_read_only, _check_shadow_writable,
+                        _is_mutable_leaf)
 from .backend import array_module
 from .batching import stack_directions
 from .core import ReverseTrace, Tracer, primal
 from .errors import ActivityError, HecateError
 from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, is_inactive,
                      key_order_hint)
-from .residuals import _map_items
+from .residuals import protect
 from .modifiers import strong_zero_scope, to_user
 
 
@@ -177,30 +178,6 @@ def _fingerprints(records) -> list:
     return out
 
 
-def _replace_saved(saved, protected: tuple):
-    """`saved` with the arrays about to be overwritten replaced by copies, inside tuples, named
-    tuples (kept as such), lists and dicts. `protected` is ``(copies, written)``: the copies of
-    the written arrays by id, and those arrays, whose views a record may have saved too (a
-    view of one, ``x[1:]`` or ``x.T``, gets a copy of its own)."""
-    copies, written = protected
-    copy = copies.get(id(saved))
-    if copy is not None:
-        return copy
-    if hasattr(saved, "shape") and hasattr(saved, "dtype") and any(
-            _may_share_memory(saved, w) for w in written):
-        copy = copies[id(saved)] = saved.copy()
-        return copy
-    return _map_items(saved, _replace_saved, protected)
-
-
-def _may_share_memory(a, b) -> bool:
-    """Whether arrays `a` and `b` may overlap (NumPy's or CuPy's bounds check); False for
-    arrays of different modules."""
-    if type(a) is not type(b) and not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-        return False
-    return bool(array_module(b).may_share_memory(a, b))
-
-
 # --------------------------------------------------------------------------------------------
 # The thunk
 
@@ -324,15 +301,12 @@ def _same_const(value, recorded) -> bool:
 def _protect_and_write_primals(trace, groups):
     """Write the final values of overwritten arguments into the caller's arrays, first
     giving the records that saved those arrays a copy of the values they saw."""
-    copies, written = {}, []
-    for arg in groups:
-        for i, t in enumerate(arg.tracers):
-            first = arg.first_slots[i]
-            if first is not None and t.slot != first:
-                copies[id(arg.leaves[i])] = arg.leaves[i].copy()
-                written.append(arg.leaves[i])
-    if copies:
-        trace.records = [(p, c, _replace_saved(s, (copies, written)), i, o)
+    written = [arg.leaves[i] for arg in groups for i, t in enumerate(arg.tracers)
+               if arg.first_slots[i] is not None and t.slot != arg.first_slots[i]]
+    if written:
+        # the written arrays themselves, and any view of them a record saved (x[1:], x.T)
+        copies = {}
+        trace.records = [(p, c, protect(s, written, copies), i, o)
                          for p, c, s, i, o in trace.records]
     for arg in groups:
         _write_primals(arg)
@@ -349,8 +323,7 @@ def _check_seedable(shadow, width) -> None:
     for one in (shadow,) if width is None else shadow:
         leaves, paths, _ = flatten_with_paths(one)
         for leaf, path in zip(leaves, paths):
-            if isinstance(leaf, (int, float, complex, np.generic)) and (
-                    not path or fixed_place(one, path)):
+            if not _is_mutable_leaf(leaf) and (not path or fixed_place(one, path)):
                 where = format_path(path, "the result") if path else "the result"
                 raise ActivityError(
                     f"{where} is a number: the shadow of a Duplicated return is the seed, "
