@@ -459,9 +459,13 @@ def caller_tangents(tangents: list, primals: list, annotated) -> list:
         return tangents
     shadows, values = [], []
     for a in annotated:
-        if type(a) is Const and not _flattens(a.val):
-            continue     # a Const that is no pytree (an index with a slice): no array to see
-        values += [v for v in flatten(a.val)[0] if type(v) is np.ndarray]
+        try:
+            leaves = flatten(a.val)[0]
+        except PytreeError:
+            if type(a) is Const:    # no pytree (an index holding a slice): no array to see
+                continue
+            raise
+        values += [v for v in leaves if type(v) is np.ndarray]
         if isinstance(a, Duplicated) and a.dval is not None:
             shadows += [d for d in flatten(a.dval)[0] if type(d) is np.ndarray]
     if not shadows:
@@ -470,14 +474,6 @@ def caller_tangents(tangents: list, primals: list, annotated) -> list:
             and any(np.may_share_memory(t, d) for d in shadows)
             and not (type(p) is np.ndarray and any(np.may_share_memory(p, v) for v in values))
             else t for t, p in zip(tangents, primals)]
-
-
-def _flattens(value) -> bool:
-    try:
-        flatten(value)
-    except PytreeError:
-        return False
-    return True
 
 
 def _in_dtype_of(t, p):
