@@ -293,10 +293,9 @@ def _ordered_like(x, v):
         return v
     by_path = {_keys(p): leaf for p, leaf in zip(v_paths, vs)}
     keys = [_keys(p) for p in x_paths]
-    if len(by_path) != len(vs) or any(k not in by_path for k in keys):
+    if any(k not in by_path for k in keys):
         return v
-    rebuilt = unflatten(x_td, [by_path[k] for k in keys])
-    return rebuilt if flatten_with_paths(rebuilt)[2] == x_td else v
+    return unflatten(x_td, [by_path[k] for k in keys])
 
 
 def _check_direction(x, v) -> None:

@@ -24,6 +24,7 @@ from .batching import Batched
 from .core import Primitive, Tracer, is_complex, primal
 from .easy_rule import easy_rule  # noqa: F401  (re-exported: rules from partial derivatives)
 from .errors import RuleError
+from .finite_differences import widened
 from .inactive_code import _plain, _plain_one, inactive, inactive_type  # noqa: F401  (re-exported)
 from .rule_calls import UserRule, plain_buffers
 from .rule_tables import FUNCTION_RULES, METHOD_RULES, UFUNC_PRIMITIVES, UFUNC_RULES
@@ -244,7 +245,7 @@ class _CheckedRules:
         """The function's results on float64 (complex128) copies of its narrower floating
         arguments, as a tuple of leaves; empty when no argument is narrower or the function
         does not run on the copies."""
-        wide = [_widened(a) for a in args]
+        wide = [widened(a) if isinstance(a, (np.ndarray, np.generic)) else a for a in args]
         if all(w is a for w, a in zip(wide, args)):
             return ()
         try:
@@ -384,16 +385,6 @@ def _disagreement(got, want) -> str | None:
         return None
     difference = float(np.max(np.abs(got_value - want_value)))
     return f"largest difference {difference:.3g} (values up to {scale:.3g})"
-
-
-def _widened(a):
-    """A float16/float32 (complex64) NumPy array or scalar as float64 (complex128); any other
-    value as it is."""
-    dtype = getattr(a, "dtype", None)
-    if not isinstance(a, (np.ndarray, np.generic)) or dtype.kind not in "fc" \
-            or dtype.itemsize >= (16 if dtype.kind == "c" else 8):
-        return a
-    return a.astype(np.complex128 if dtype.kind == "c" else np.float64)
 
 
 def _rounded_like(want, got):
