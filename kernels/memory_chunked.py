@@ -144,7 +144,7 @@ def span_decays(lr, C: int):
     """
     xp = array_module(lr)
     terms = lr[..., :, None] * xp.tri(C, k=-1, dtype=lr.dtype)      # [m, j]: lr_m for m > j
-    spans = running_sums(terms, axis=-2)               # [i, j]: the sum over j < m <= i
+    spans = running_sums(terms)                        # [i, j]: the sum over j < m <= i
     with np.errstate(under="ignore"):
         return xp.exp(spans) * xp.tri(C, dtype=lr.dtype)     # spans above the diagonal are 0
 
@@ -154,36 +154,23 @@ def span_decays(lr, C: int):
 # [32, 8, 16, 16] float32 blocks). The products by 1 and 0 are exact, so every result is still
 # a sum of its own terms; only the order of the additions may differ. Finite inputs only (the
 # chunked forms run on finite tokens and check their results): 0 * inf would be a NaN.
-def row_sums(a):
-    """``a.sum(axis=-1)`` as a matrix-vector product.
-
-    >>> row_sums(np.arange(6.0).reshape(2, 3)).tolist()
-    [3.0, 12.0]
-    """
-    return a @ array_module(a).ones(a.shape[-1], a.dtype)
-
-
 def row_dots(a, b):
-    """``(a * b).sum(axis=-1)``, the dot products of matching rows.
+    """``(a * b).sum(axis=-1)``, the dot products of matching rows, as a matrix-vector
+    product.
 
     >>> row_dots(np.ones((2, 3)), np.arange(6.0).reshape(2, 3)).tolist()
     [3.0, 12.0]
     """
-    return row_sums(a * b)
+    return (a * b) @ array_module(a).ones(a.shape[-1], a.dtype)
 
 
-def running_sums(a, axis: int = -1):
-    """``cumsum(a, axis)`` along the last or second-to-last axis, as a product with a triangle
-    of ones.
+def running_sums(a):
+    """``cumsum(a, axis=-2)``, down the rows, as a product with a lower triangle of ones.
 
-    >>> running_sums(np.array([[1.0, 2.0], [3.0, 4.0]]), axis=-2).tolist()
+    >>> running_sums(np.array([[1.0, 2.0], [3.0, 4.0]])).tolist()
     [[1.0, 2.0], [4.0, 6.0]]
     """
-    xp = array_module(a)
-    if axis == -1:
-        return a @ xp.tri(a.shape[-1], dtype=a.dtype).T
-    assert axis == -2
-    return xp.tri(a.shape[-2], dtype=a.dtype) @ a
+    return array_module(a).tri(a.shape[-2], dtype=a.dtype) @ a
 
 
 def shift_rows(E):

@@ -1,4 +1,4 @@
-"""The chunk's short-axis sums as products with ones (`memory_chunked.row_sums`, `row_dots`,
+"""The chunk's short-axis sums as products with ones (`memory_chunked.row_dots`,
 `running_sums`, `span_decays`, `_log_gradient`) against the former reductions and, through the
 default dispatch, against the sequential loop (`kernels.force_reference`): retentions above 1
 (negative ``alpha`` down to -1e3), momentum at the smallest normal numbers, lengths off the chunk
