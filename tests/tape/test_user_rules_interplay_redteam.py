@@ -96,17 +96,30 @@ def test_an_easy_rule_from_real_to_complex_gives_real_derivatives_to_any_order()
     np.testing.assert_allclose(hessian(f, X), _fd_hessian(ref, X), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("vectorized", [True, False])
-def test_batch_reverse_through_a_complex_rule_matches_single_sweeps(vectorized):
-    def scale(x, s):
-        return np.sin(x) * s
+def _scale(x, s):
+    return np.sin(x) * s
 
+
+def _scale_rule(differentiable, vectorized=True):
+    """`_scale` as a custom rule with reverse and forward parts."""
     def reverse(cfg, saved, g):
         x, s = saved
         return (g * np.cos(x) * s if cfg.active[0] else None,
                 np.sum(g * np.sin(x)) if cfg.active[1] else None)
-    rule = custom_rule(scale, augmented_primal=lambda cfg, x, s: (np.sin(x) * s, (x, s)),
-                       reverse=reverse, vectorized=vectorized)
+
+    def forward(cfg, p, t):
+        (x, s), (tx, ts) = p, t
+        terms = [v for v in (None if tx is None else tx * np.cos(x) * s,
+                             None if ts is None else np.sin(x) * ts) if v is not None]
+        return np.sin(x) * s, (sum(terms[1:], terms[0]) if terms else None)
+    return custom_rule(_scale, augmented_primal=lambda cfg, x, s: (np.sin(x) * s, (x, s)),
+                       reverse=reverse, forward=forward, differentiable=differentiable,
+                       vectorized=vectorized, name="scale")
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_batch_reverse_through_a_complex_rule_matches_single_sweeps(vectorized):
+    rule = _scale_rule(False, vectorized=vectorized)
 
     def f(y, x, s):
         y[:] = rule(x, s)
@@ -126,8 +139,8 @@ def test_batch_reverse_through_a_complex_rule_matches_single_sweeps(vectorized):
     # Enzyme's convention for a real loss of a complex argument: d/dRe + i d/dIm.
     real_loss = lambda x: np.sum(np.abs(rule(x, s)) ** 2)   # noqa: E731
     ((dx,),) = autodiff(Reverse, real_loss, Active, Active(x))
-    want = (_fd_gradient(lambda re: np.sum(np.abs(scale(re + 1j * x.imag, s)) ** 2), x.real)
-            + 1j * _fd_gradient(lambda im: np.sum(np.abs(scale(x.real + 1j * im, s)) ** 2),
+    want = (_fd_gradient(lambda re: np.sum(np.abs(_scale(re + 1j * x.imag, s)) ** 2), x.real)
+            + 1j * _fd_gradient(lambda im: np.sum(np.abs(_scale(x.real + 1j * im, s)) ** 2),
                                 x.imag))
     np.testing.assert_allclose(dx, want, rtol=1e-6, atol=1e-7)
 
@@ -158,24 +171,6 @@ def test_compiled_calls_see_what_a_rule_reads_from_its_closure_now():
 
 
 # -- nested differentiation ------------------------------------------------------------------
-
-def _scale_rule(differentiable):
-    def scale(x, s):
-        return np.sin(x) * s
-
-    def reverse(cfg, saved, g):
-        x, s = saved
-        return (g * np.cos(x) * s if cfg.active[0] else None,
-                np.sum(g * np.sin(x)) if cfg.active[1] else None)
-
-    def forward(cfg, p, t):
-        (x, s), (tx, ts) = p, t
-        terms = [v for v in (None if tx is None else tx * np.cos(x) * s,
-                             None if ts is None else np.sin(x) * ts) if v is not None]
-        return np.sin(x) * s, (sum(terms[1:], terms[0]) if terms else None)
-    return custom_rule(scale, augmented_primal=lambda cfg, x, s: (np.sin(x) * s, (x, s)),
-                       reverse=reverse, forward=forward, differentiable=differentiable)
-
 
 def _inner_reverse(rule, s):
     ((dx, _),) = autodiff(Reverse, lambda x, s: np.sum(rule(x, s) ** 2), Active, Active(X),
