@@ -14,8 +14,8 @@ from .constbuffer import refuse_unseen_writes
 from .core import ReverseTrace, Tracer, peek, primal
 from .forward_trace import ForwardTrace
 from .errors import ActivityError, PytreeError
-from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, to_user,
-                        user_cotangents)
+from .modifiers import (check_complex_return, holomorphic_sweep, is_complex, runtime_inactive,
+                        to_user, user_cotangents)
 from .pytree import flatten, is_inactive, set_at, unflatten
 # Modules that install themselves into the layers below: the ndarray surface on tracers, the
 # vectorised functions of batch mode, and the per-direction and NaN-check hooks of the traces.
@@ -68,6 +68,8 @@ def autodiff(mode: Mode, f: Callable, *args: Any) -> tuple:
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
     # Values of an inactive_type are constants whatever their annotation (Enzyme).
     annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
+    if mode.runtime_activity:
+        annotated = runtime_inactive(annotated)
     if mode.kind == "reverse":
         return _reverse(mode, f, ret_activity, annotated, names)
     return _forward(mode, f, ret_activity, annotated, names)

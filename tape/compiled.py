@@ -44,6 +44,7 @@ import numpy as np
 from .activities import (ACTIVITY_TYPES, Active, Annotation, Const, Duplicated,
                          DuplicatedNoNeed, Mode, unannotated)
 from .api import _argument_names, autodiff
+from .modifiers import runtime_inactive
 from .core import _TRACE_STACK
 from .errors import ActivityError, PytreeError
 from .compiled_call import CompiledSignature, ReplayRaised
@@ -190,6 +191,8 @@ class CompiledFunction(MethodBehaviour):
         annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
         annotated = [Const(a.val) if is_inactive(a.val) else a for a in annotated]
         self._check_types(annotated)
+        if self.mode.runtime_activity:
+            annotated = runtime_inactive(annotated)
         try:
             reason = self._eager_reason(annotated)
             key = None if reason is not None else _signature(annotated)
@@ -276,7 +279,8 @@ class CompiledFunction(MethodBehaviour):
         return result, None
 
     def _remember_fast(self, key, compiled, annotated):
-        plain = (compiled.plain and compiled.record is None
+        # (runtime activity looks at every call's shadows, which the fast path does not)
+        plain = (compiled.plain and compiled.record is None and not self.mode.runtime_activity
                  and compiled in self._cache.get(key, ()))
         self._fast = (key, compiled) if plain and all(
             type(a) in _FAST_TYPES and (type(a.val) is np.ndarray or type(a.val) is float)

@@ -54,7 +54,8 @@ class ConstBuffer(np.ndarray):
     def _refuse(self):
         raise ConstWriteError(
             f"{self._argument} is Const, but an active (differentiated) value was written into "
-            "it; its derivative would be lost. Mark the argument Duplicated(x, dx) instead")
+            "it; its derivative would be lost. Mark the argument Duplicated(x, dx) instead, "
+            "with a shadow of its own (set_runtime_activity makes Duplicated(x, x) Const)")
 
     def __setitem__(self, index, value):
         self._check_alias()

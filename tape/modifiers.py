@@ -14,9 +14,12 @@
   way in and complex derivatives on the way out, so that users see Enzyme.jl's convention: the
   derivative of a real f of z = x + iy is ``df/dx + i df/dy``. `holomorphic_sweep` implements
   `ReverseHolomorphic`. docs/complex.md states the conventions.
-- **Runtime activity** (`set_runtime_activity(mode)`): accepted and without effect. Hecate
-  decides activity at run time already (a value is active when it is a tracer), so the
-  activity-unstable code that needs the modifier in Enzyme.jl works in every mode.
+- **Runtime activity** (`set_runtime_activity(mode)`): as in Enzyme.jl, a value whose shadow is
+  the primal itself (`Duplicated(c, c)`, the same memory) is inactive: `runtime_inactive`
+  makes such an argument Const, and gives such a leaf of a container a throwaway zero shadow.
+  Without the modifier `Duplicated(c, c)` is refused (the gradient would be added into `c`).
+  Everything else is decided at run time already (a value is active when it is a tracer), so
+  the activity-unstable code that needs the modifier in Enzyme.jl works in every mode.
 """
 from __future__ import annotations
 
@@ -26,12 +29,74 @@ import numpy as np
 
 from .backend import add_or_none, array_module
 from .batching import Batched
+from .activities import Annotation, BatchDuplicated, Const, Duplicated
+from .arguments import _is_float
 from .core import STRONG_ZERO, Trace, Tracer, is_complex, primal
 from .errors import ActivityError, NaNError
+from .pytree import flatten, unflatten
 
 __all__ = ["STRONG_ZERO", "strong_zero_enabled", "strong_zero_scope", "nan_checked",
            "nan_checked_process", "is_complex", "to_user", "user_cotangents",
-           "check_complex_return", "holomorphic_sweep"]
+           "check_complex_return", "holomorphic_sweep", "runtime_inactive"]
+
+
+def runtime_inactive(annotated: Sequence[Annotation]) -> list[Annotation]:
+    """The arguments as runtime activity sees them: a Duplicated argument whose shadow is its
+    primal (the same array object or memory) becomes Const, as Enzyme.jl treats it. In a
+    container, a leaf whose shadow is the leaf itself gets a zero shadow of its own, so that
+    it seeds nothing and the gradient it receives is dropped. Numbers are values, not memory:
+    ``Duplicated(3.0, 3.0)`` stays a tangent of 3.0.
+
+    >>> x, dx = np.ones(2), np.zeros(2)
+    >>> runtime_inactive([Duplicated(x, x), Duplicated(x, dx)])
+    [Const(array([1., 1.])), Duplicated(array([1., 1.]), array([0., 0.]))]
+    """
+    return [_runtime_inactive(a) if isinstance(a, Duplicated) else a for a in annotated]
+
+
+def _runtime_inactive(ann: Duplicated) -> Annotation:
+    leaves, td = flatten(ann.val)
+    directions = ann.dval if isinstance(ann, BatchDuplicated) else (ann.dval,)
+    shadows = []
+    for dval in directions:
+        shadow_leaves, shadow_td = flatten(dval)
+        if shadow_td != td:
+            return ann   # the structure check names the difference
+        shadows.append(shadow_leaves)
+    own = [[_is_own_shadow(x, dx) for x, dx in zip(leaves, ds)] for ds in shadows]
+    if not any(map(any, own)):
+        return ann
+    differentiable = [i for i, x in enumerate(leaves) if _is_float(x)]
+    if all(row[i] for row in own for i in differentiable):
+        return Const(ann.val)
+    fresh = [unflatten(td, [_zeros_like(dx) if mine else dx for dx, mine in zip(ds, row)])
+             for ds, row in zip(shadows, own)]
+    return type(ann)(ann.val, tuple(fresh) if isinstance(ann, BatchDuplicated) else fresh[0])
+
+
+def _zeros_like(x):
+    x = primal(x)
+    return array_module(x).zeros_like(x)
+
+
+def _has_memory(x) -> bool:
+    return hasattr(x, "__array_interface__") or hasattr(x, "__cuda_array_interface__")
+
+
+def _is_own_shadow(x, dx) -> bool:
+    """Whether shadow `dx` is primal `x` itself: the same object, or an array over exactly
+    the same memory (``x[...]``). Numbers never are."""
+    if isinstance(x, (int, float, complex, np.generic)):
+        return False
+    if dx is x:
+        return True
+    if not (_has_memory(x) and type(dx) is type(x)):
+        return False
+    if (x.shape, x.strides, x.dtype) != (dx.shape, dx.strides, dx.dtype):
+        return False
+    interface = ("__array_interface__" if hasattr(x, "__array_interface__")
+                 else "__cuda_array_interface__")
+    return getattr(x, interface)["data"][0] == getattr(dx, interface)["data"][0]
 
 
 def strong_zero_enabled() -> bool:

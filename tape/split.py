@@ -41,7 +41,7 @@ from .errors import ActivityError, HecateError
 from .pytree import (fixed_place, flatten, flatten_with_paths, format_path, is_inactive,
                      key_order_hint)
 from .residuals import protect
-from .modifiers import strong_zero_scope, to_user
+from .modifiers import runtime_inactive, strong_zero_scope, to_user
 
 
 class TapeMutatedError(HecateError, RuntimeError):
@@ -199,7 +199,7 @@ class _Thunk:
             if type(a) is not kind:
                 raise ActivityError(f"{where}: argument {i} is {type(a).__name__} but "
                                     f"autodiff_thunk was told {kind.__name__}")
-        return annotated
+        return runtime_inactive(annotated) if self.mode.runtime_activity else annotated
 
     def forward(self, *args):
         annotated = self.check_args(args, "forward")

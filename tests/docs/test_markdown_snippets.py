@@ -41,7 +41,9 @@ CONTEXT = {
     ("docs/complex.md", 2): [
         "import numpy as np\nfrom tape import autodiff, Reverse, Active",
         ("docs/complex.md", 0), ("docs/complex.md", 1)],
-    ("docs/complex.md", 3): [
+    ("docs/complex.md", 3): ["import numpy as np\nfrom tape import autodiff, Reverse, Active, "
+                             "Duplicated, set_runtime_activity"],
+    ("docs/complex.md", 4): [
         "import numpy as np\nfrom tape import autodiff_thunk, ReverseSplitNoPrimal, Active\n"
         "z = 3.1 + 2.7j"],
 }
@@ -98,7 +100,7 @@ def _check_complex_1(ns, out):
     assert a(set_strong_zero(R), ns["f"], A, A(0.0)) == ((0.0,),)
 
 
-def _check_complex_3(ns, out):
+def _check_complex_4(ns, out):
     fwd, rev, z, A = ns["fwd"], ns["rev"], ns["z"], ns["Active"]
     (gu,), = rev(A(z), 1.0 + 0j, fwd(A(z))[0])
     (gv,), = rev(A(z), 1j, fwd(A(z))[0])
@@ -107,7 +109,7 @@ def _check_complex_3(ns, out):
 
 CHECKS = {("README.md", 0): _check_readme_0, ("README.md", 1): _check_readme_1,
           ("docs/complex.md", 0): _check_complex_0, ("docs/complex.md", 1): _check_complex_1,
-          ("docs/complex.md", 3): _check_complex_3}
+          ("docs/complex.md", 4): _check_complex_4}
 
 
 def blocks(file):
