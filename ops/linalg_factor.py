@@ -22,6 +22,11 @@ import numpy as np
 
 from tape.rules import register_function
 
+try:
+    from scipy.linalg import solve_triangular as _solve_triangular
+except ImportError:   # the optional dependency is absent: the rules use general solves
+    _solve_triangular = None
+
 from ._util import add_tangents, defprimitive, shape_of
 from .linalg import solve
 from .linalg_common import (EighResult, QRResult, _cj, _diag, _diag_embed, _gap_inverse, _mH,
@@ -47,16 +52,40 @@ def _cholesky_reverse(cfg, saved, g):
     if upper:                                          # U = L^H, so gL = gU^H
         chol, g = _mH(chol), _mH(g)
     k = _phi(_mT(chol) @ g)
-    y = _mT(solve(_mH(chol), _mT(solve(_mT(chol), k))))   # L^-T k conj(L)^-1
+    if _plain_matrices(chol, k):   # speed-up: triangular solves (BLAS trsm), no factorisation
+        z = _lower_solve(chol, k, trans=1)                      # L^-T k
+        y = _lower_solve(chol.conj(), z.T, trans=1).T           # z conj(L)^-1
+    else:   # (differentiable calls: a traced or batched cotangent, a stack of matrices)
+        y = _mT(solve(_mH(chol), _mT(solve(_mT(chol), k))))   # L^-T k conj(L)^-1
     return (triangle_adjoint(y, not upper),)
 
 
 def _cholesky_forward(cfg, primals, tangents, upper=False):
     out = cholesky(primals[0], upper=upper)
     chol = _mH(out) if upper else out
-    y = solve(chol, hermitian_from_triangle(tangents[0], not upper))   # L^-1 dH
-    t = chol @ _phi(_mT(solve(_cj(chol), _mT(y))))                    # L phi(L^-1 dH L^-H)
+    dh = hermitian_from_triangle(tangents[0], not upper)
+    if _plain_matrices(chol, dh):
+        y = _lower_solve(chol, dh)                                     # L^-1 dH
+        t = chol @ _phi(_lower_solve(chol.conj(), y.T).T)              # L phi(L^-1 dH L^-H)
+    else:
+        y = solve(chol, dh)
+        t = chol @ _phi(_mT(solve(_cj(chol), _mT(y))))
     return out, _mH(t) if upper else t
+
+
+def _plain_matrices(chol, b) -> bool:
+    """Whether a rule's solves with the factor `chol` can be SciPy's triangular ones: plain
+    NumPy matrices of one LAPACK dtype (a traced value is differentiated again, a batched
+    or stacked one goes through `solve`), and SciPy installed."""
+    return (_solve_triangular is not None and type(chol) is np.ndarray
+            and type(b) is np.ndarray and chol.ndim == 2 and b.ndim == 2
+            and chol.dtype == b.dtype and chol.dtype.char in "fdFD")
+
+
+def _lower_solve(chol, b, trans=0):
+    """``L^-1 b`` (or ``L^-T b`` with trans=1) for the lower-triangular `chol`, by back
+    substitution: n^2 per column where a general solve factorises `chol` first."""
+    return _solve_triangular(chol, b, trans=trans, lower=True, check_finite=False)
 
 
 def _cholesky_impl(a, upper=False):
