@@ -31,7 +31,7 @@ from .backend import add_or_none, array_module
 from .batching import Batched
 from .activities import Annotation, BatchDuplicated, Const, Duplicated
 from .arguments import _is_float
-from .core import STRONG_ZERO, Trace, Tracer, is_complex, primal
+from .core import STRONG_ZERO, Trace, Tracer, is_complex, peek, primal
 from .errors import ActivityError, NaNError
 from .pytree import flatten, unflatten
 
@@ -67,15 +67,16 @@ def _runtime_inactive(ann: Duplicated) -> Annotation:
     if not any(map(any, own)):
         return ann
     differentiable = [i for i, x in enumerate(leaves) if _is_float(x)]
-    if all(row[i] for row in own for i in differentiable):
-        return Const(ann.val)
+    if not isinstance(ann, BatchDuplicated) and all(own[0][i] for i in differentiable):
+        return Const(ann.val)   # (a batch keeps its width: its results are W-tuples)
     fresh = [unflatten(td, [_zeros_like(dx) if mine else dx for dx, mine in zip(ds, row)])
              for ds, row in zip(shadows, own)]
     return type(ann)(ann.val, tuple(fresh) if isinstance(ann, BatchDuplicated) else fresh[0])
 
 
 def _zeros_like(x):
-    x = primal(x)
+    if isinstance(x, Tracer):   # a zero of the leaf's level (an enclosing differentiation's)
+        return np.zeros_like(x)
     return array_module(x).zeros_like(x)
 
 
@@ -90,6 +91,8 @@ def _is_own_shadow(x, dx) -> bool:
         return False
     if dx is x:
         return True
+    # (an enclosing differentiation's values: `c` and `c[...]` are two tracers of one memory)
+    x, dx = peek(x), peek(dx)
     if not (_has_memory(x) and type(dx) is type(x)):
         return False
     if (x.shape, x.strides, x.dtype) != (dx.shape, dx.strides, dx.dtype):

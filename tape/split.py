@@ -59,6 +59,7 @@ class SplitTape:
         self.ret_activity = ret_activity
         self.width = width
         self._primals = [a.val for a in annotated]
+        self._const = [type(a) is Const for a in annotated]   # (runtime activity decides it)
         self._arguments = [a.val for a in annotated]
         self._fingerprints = self._fingerprint_all()
         self._structures = [_structure(v) for v in self._arguments]
@@ -233,6 +234,14 @@ class _Thunk:
         if tape._thunk is not self:
             raise ActivityError(f"this tape was recorded by another autodiff_thunk, not by the "
                                 f"one of `{self.name}`")
+        for i, (a, was_const) in enumerate(zip(annotated, tape._const)):
+            if (type(a) is Const) != was_const:   # (the given types are checked: runtime activity)
+                now, then = ("inactive", "active") if was_const is False else ("active",
+                                                                                 "inactive")
+                raise ActivityError(
+                    f"reverse: argument {i} is {now} but was {then} in forward: under "
+                    "set_runtime_activity a shadow that is its primal makes a value inactive. "
+                    "Pass the same kind of shadow to forward and reverse")
         for i, (a, recorded) in enumerate(zip(annotated, tape._primals)):
             if type(a) is not Const and not _same_argument(a.val, recorded):
                 raise ActivityError(f"reverse: argument {i} is not the value forward recorded; "
