@@ -6,6 +6,7 @@ with central differences in float64.
 """
 import numpy as np
 import pytest
+from numeric_checks import fd_gradient
 
 import tape
 from tape import (Active, BatchDuplicated, Const, Duplicated, Forward, ForwardWithPrimal,
@@ -21,19 +22,10 @@ def f(x, c):
     return np.sum(np.sin(x) * c)
 
 
-def central_difference(fun, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[i] = eps
-        g.flat[i] = (fun(x + e) - fun(x - e)) / (2 * eps)
-    return g
-
-
 def test_a_shadow_that_is_the_primal_makes_the_argument_const():
     c = C.copy()
     (gx, gc), = autodiff(set_runtime_activity(Reverse), f, Active, Active(X), Duplicated(c, c))
-    np.testing.assert_allclose(gx, central_difference(lambda x: f(x, C), X), rtol=1e-8)
+    np.testing.assert_allclose(gx, fd_gradient(lambda x: f(x, C), X), rtol=1e-8)
     (want, _), = autodiff(Reverse, f, Active, Active(X), Const(C))
     np.testing.assert_allclose(gx, want, rtol=1e-14)
     assert gc is None
@@ -67,7 +59,7 @@ def test_a_container_leaf_whose_shadow_is_itself_is_inactive_and_the_others_are_
     autodiff(set_runtime_activity(Reverse), loss, Active,
              Duplicated({"w": w, "b": b}, {"w": w, "b": db}))
     np.testing.assert_array_equal(w, [0.5, -1.5])   # nothing was added into w
-    want = central_difference(lambda bb: loss({"w": w, "b": bb}), b)
+    want = fd_gradient(lambda bb: loss({"w": w, "b": bb}), b)
     np.testing.assert_allclose(db, want, rtol=1e-8)
 
 
@@ -80,7 +72,7 @@ def test_writes_into_the_inactive_buffer_behave_as_for_const():
     (want, _), = autodiff(Reverse, g, Active, Active(X), Const(c2))
     np.testing.assert_allclose(got, want, rtol=1e-14)
     np.testing.assert_array_equal(c1, c2)   # the primal write happened in both
-    fd = central_difference(lambda x: g(x, C.copy()), X)
+    fd = fd_gradient(lambda x: g(x, C.copy()), X)
     np.testing.assert_allclose(got, fd, rtol=1e-7)
 
 

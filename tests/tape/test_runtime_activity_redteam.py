@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from numeric_checks import fd_gradient
 
 import tape
 from tape import (Active, BatchDuplicated, Const, Duplicated, ForwardWithPrimal,
@@ -23,15 +24,6 @@ B = np.array([0.5, -1.0, 2.0])
 
 def f(x, c):
     return np.sum(np.sin(x) * c)
-
-
-def central_difference(fun, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[i] = eps
-        g.flat[i] = (fun(x + e) - fun(x - e)) / (2 * eps)
-    return g
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,7 +96,7 @@ def test_nested_container_leaf_that_is_its_own_shadow():
     (got, _), = autodiff(Reverse, outer, Active, Active(C.copy()), Const(B))
     (want, _), = autodiff(Reverse, plain, Active, Active(C.copy()), Const(B))
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    np.testing.assert_allclose(got, central_difference(lambda w: plain(w, B), C),
+    np.testing.assert_allclose(got, fd_gradient(lambda w: plain(w, B), C),
                                rtol=1e-6, atol=1e-9)
 
 
@@ -158,7 +150,7 @@ def test_forward_writes_into_the_inactive_buffer_behave_as_for_const():
     np.testing.assert_allclose(got, want, rtol=1e-14)
     np.testing.assert_allclose(v1, v2, rtol=1e-15)
     np.testing.assert_array_equal(c1, [5.0, 7.0, 5.0])
-    fd = central_difference(lambda x: g(x, C.copy()), X) @ np.ones(3)
+    fd = fd_gradient(lambda x: g(x, C.copy()), X) @ np.ones(3)
     np.testing.assert_allclose(got, fd, rtol=1e-7)
 
 
@@ -170,7 +162,7 @@ def test_the_same_array_inactive_in_one_slot_and_active_in_another():
     autodiff(set_runtime_activity(Reverse), g, Active, Duplicated(c, da), Duplicated(c, c))
     np.testing.assert_allclose(da, want, rtol=1e-13)
     np.testing.assert_array_equal(c, C)
-    np.testing.assert_allclose(da, central_difference(lambda a: g(a, C), C), rtol=1e-7)
+    np.testing.assert_allclose(da, fd_gradient(lambda a: g(a, C), C), rtol=1e-7)
     compiled = tape.compile(set_runtime_activity(Reverse), g, Active, Duplicated, Duplicated)
     for k in (1.0, 2.0, 1.0):
         c[:] = k * C
@@ -205,11 +197,11 @@ def test_compiled_container_with_a_leaf_that_is_its_own_shadow():
         db, dw = np.zeros(3), np.zeros(3)
         g(X, Duplicated({"w": w, "b": B}, {"w": w, "b": db}))
         np.testing.assert_array_equal(w, k * C)
-        want = central_difference(lambda b: loss(X, {"w": k * C, "b": b}), B)
+        want = fd_gradient(lambda b: loss(X, {"w": k * C, "b": b}), B)
         np.testing.assert_allclose(db, want, rtol=1e-6, atol=1e-8)
         g(X, Duplicated({"w": w, "b": B}, {"w": dw, "b": np.zeros(3)}))
         np.testing.assert_allclose(
-            dw, central_difference(lambda ww: loss(X, {"w": ww, "b": B}), k * C),
+            dw, fd_gradient(lambda ww: loss(X, {"w": ww, "b": B}), k * C),
             rtol=1e-6, atol=1e-8)
     assert g.stats.traces == 1   # the throwaway shadow keeps the signature
 
@@ -247,7 +239,7 @@ def test_dataclass_leaf_that_is_its_own_shadow():
     w, db = C.copy(), np.zeros(3)
     autodiff(set_runtime_activity(Reverse), loss, Active, Duplicated(P(w, B), P(w, db)))
     np.testing.assert_array_equal(w, C)
-    np.testing.assert_allclose(db, central_difference(lambda b: loss(P(C, b)), B),
+    np.testing.assert_allclose(db, fd_gradient(lambda b: loss(P(C, b)), B),
                                rtol=1e-6, atol=1e-8)
 
 
