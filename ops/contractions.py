@@ -13,8 +13,8 @@ Three primitives carry the derivatives; the other functions are written in terms
 
   * a letter of k that is neither in the output nor in another operand was summed inside k
     alone, so the cotangent is constant along it and is broadcast back (a view, not a copy);
-  * a letter repeated in k (``'ii->i'``) took a diagonal, so the cotangent is placed on that
-    diagonal by an einsum with an identity (delta) tensor.
+  * a letter repeated in k (``'ii->i'``) took a diagonal, so the cotangent is scattered onto
+    that diagonal (zeros elsewhere), as the reverse of np.diagonal is.
 
 Every rule is built from these primitives and other differentiable NumPy calls, so derivatives of
 any order work. Complex operands follow the holomorphic (transpose, not adjoint) convention of the
@@ -33,8 +33,9 @@ from tape.views import mark_view
 
 from ._util import add_tangents, defprimitive, numpy_scalar, shape_of, unbroadcast
 from .einsum_plan import contract
-from .einsum_subscripts import (LETTERS, checked_result_dtype, normalize_subscripts,
+from .einsum_subscripts import (checked_result_dtype, normalize_subscripts,
                                 sublist_subscripts)
+from .indexing import scatter_add
 from .shape import transpose
 
 def _dtype(x):
@@ -275,41 +276,38 @@ def _expand(reduced, letters, subs, shape):
         return reduced
     repeated = {c for c in subs if subs.count(c) > 1}
     if repeated:
-        spare = iter(c for c in LETTERS if c not in subs)
-        axis_letters, groups = [], {}
-        for c in subs:
-            if c in groups:
-                groups[c].append(next(spare))
-                axis_letters.append(groups[c][-1])
-            else:
-                axis_letters.append(c)
-                if c in repeated:
-                    groups[c] = [c]
-        size = {c: n for c, n in zip(subs, shape)}
-        deltas = [_delta(reduced, size[c], len(group)) for c, group in groups.items()]
-        # Axes of letters summed inside this operand alone are added by broadcasting below.
-        kept = "".join(a for a, c in zip(axis_letters, subs) if c in letters or c in repeated)
-        reduced = einsum(reduced, *deltas,
-                         subscripts=((letters,) + tuple("".join(gr) for gr in groups.values()),
-                                     kept))
-        letters = kept
-        subs = "".join(axis_letters)
+        reduced = _onto_diagonal(reduced, letters, subs, shape, repeated)
+        # Its axes are those of `subs` whose letter it kept, in order; the letters summed
+        # inside this operand alone are added by broadcasting below.
+        letters = "".join(c for c in subs if c in letters or c in repeated)
     if letters == subs:
         return reduced
     keep_shape = tuple(n if c in letters else 1 for c, n in zip(subs, shape))
     return np.broadcast_to(np.reshape(reduced, keep_shape), shape)
 
 
-def _delta(like, n: int, m: int):
-    """The constant m-dimensional identity tensor of side n (1 where all indices agree)."""
-    xp = array_module(like)
-    dtype = _dtype(like)
-    if m == 2:
-        return xp.eye(n, dtype=dtype)
-    d = xp.zeros((n,) * m, dtype=dtype)
-    idx = xp.arange(n)
-    d[(idx,) * m] = 1
-    return d
+def _onto_diagonal(reduced, letters, subs, shape, repeated):
+    """`reduced` (indexed by the distinct `letters`) written onto the diagonals of the repeated
+    letters of `subs`, zeros elsewhere: a scatter of the n entries, not a product with an
+    identity tensor. Covers the axes of `subs` whose letter is in `letters` or repeated (a
+    repeated letter missing from `letters` is constant along its diagonal)."""
+    xp = array_module(reduced)
+    size = dict(zip(subs, shape))
+    kept = "".join(c for c in dict.fromkeys(subs) if c in letters or c in repeated)
+    present = [c for c in kept if c in letters]
+    if "".join(present) != letters:
+        reduced = transpose(reduced, tuple(letters.index(c) for c in present))
+    if len(present) != len(kept):
+        reduced = np.broadcast_to(
+            np.reshape(reduced, tuple(size[c] if c in letters else 1 for c in kept)),
+            tuple(size[c] for c in kept))
+    # One index array per axis, varying along its letter's axis of `kept`: the advanced index
+    # of the kept axes of `subs` has `kept`'s shape, and selects each diagonal entry once.
+    ranges = {c: xp.arange(size[c]).reshape(tuple(-1 if d == c else 1 for d in kept))
+              for c in kept}
+    index = tuple(ranges[c] for c in subs if c in kept)
+    target = tuple(n for c, n in zip(subs, shape) if c in kept)
+    return scatter_add(reduced, index=index, shape=target, dtype=_dtype(reduced))
 
 
 def _einsum_forward(cfg, primals, tangents, subscripts, optimize=False):
@@ -371,9 +369,14 @@ def _einsum_view(a, subscripts):
     out = einsum(a, subscripts=subscripts)
     shape = shape_of(a)
     xp = array_module(a)
-    on_diagonal = _expand(xp.ones(shape_of(out), dtype=bool), output, term, shape) != 0
-    return mark_view(out, a,
-                     to_base=lambda v: np.where(on_diagonal, _expand(v, output, term, shape), a),
+    on_diagonal = []   # the mask of the entries the view shows, made at the first write
+
+    def to_base(v):
+        if not on_diagonal:
+            on_diagonal.append(
+                _expand(xp.ones(shape_of(out), dtype=bool), output, term, shape) != 0)
+        return np.where(on_diagonal[0], _expand(v, output, term, shape), a)
+    return mark_view(out, a, to_base=to_base,
                      from_base=lambda b: einsum(b, subscripts=subscripts))
 
 

@@ -6,8 +6,8 @@ A sort is a data-dependent permutation: the values move, the derivative moves wi
 cotangent (a gather again, hence itself differentiable) and whose forward rule permutes the
 tangent. Quantiles interpolate linearly between two sorted values; median, quantile and
 percentile find them with np.argpartition and gather only those entries (the nan* versions,
-whose positions differ per slice, sort). np.argsort, np.argpartition and np.lexsort carry no
-derivative (`ops.inactive`).
+whose positions differ per slice, sort, unless every axis is reduced). np.argsort,
+np.argpartition and np.lexsort carry no derivative (`ops.inactive`).
 
 >>> from tape import autodiff, Reverse, Active
 >>> (g,), = autodiff(Reverse, lambda x: np.sort(x)[0], Active, Active(np.array([3.0, 1.0, 2.0])))
@@ -30,6 +30,7 @@ Conventions at non-smooth points:
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -219,8 +220,14 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     n = shape_of(x)[0]
     xp = array_module(a)
     # With ignore_nan the positions differ per slice (they count its non-NaN entries): sort in
-    # full. Otherwise they are the same for every slice, and a partition at them is enough.
-    by_sort = ignore_nan or n == 0 or np.result_type(peek(a)).kind == "c"
+    # full. Otherwise they are the same for every slice, and a partition at them is enough; so
+    # too for a single slice (a reduction over every axis), NaN partitioning last.
+    single = math.prod(shape_of(x)[1:]) == 1
+    by_sort = (ignore_nan and not single) or n == 0 or np.result_type(peek(a)).kind == "c"
+    per_slice = ignore_nan and by_sort
+    if ignore_nan and not by_sort:
+        # no derivative; a compiled function counts again at each call
+        nan_count = np.sum(np.isnan(x), axis=0)
     if by_sort:
         s = sort(x, axis=0)              # NaN entries sort last
         nan = np.isnan(s)   # no derivative; a compiled function computes it again at each call
@@ -239,16 +246,19 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
         q = xp.asarray(q, dtype=given if given.kind == "f" and not weak
                        else np.result_type(real, np.float64))
     q_shape, rest = shape_of(q), shape_of(x)[1:]
-    if ignore_nan:
+    if per_slice:
         count = n - nan_count            # valid entries per slice, shape `rest`
         pos = np.reshape(q, q_shape + (1,) * len(rest)) * (count - 1)
         last = xp.maximum(count - 1, 0)
+    elif ignore_nan:                     # one slice: positions among its valid entries
+        count = n - np.reshape(nan_count, ())
+        pos, last = q * (count - 1), xp.maximum(count - 1, 0)
     else:
         pos, last = q * (n - 1), n - 1
     lo = xp.minimum(xp.clip(xp.floor(primal(pos)), 0, None), last).astype(np.intp)
     hi = xp.minimum(lo + 1, last)
     frac = pos - lo                      # differentiable in q when q is traced
-    if ignore_nan:                       # per-slice positions: gather with one index per slice
+    if per_slice:                        # per-slice positions: gather with one index per slice
         grids = tuple(xp.arange(k).reshape((1,) * (len(q_shape) + i) + (k,)
                                            + (1,) * (len(rest) - i - 1))
                       for i, k in enumerate(rest))
@@ -256,6 +266,8 @@ def _quantile(a, q, axis, keepdims, ignore_nan=False, weak=False, median=False,
     else:
         if by_sort:
             s_lo, s_hi = lo, hi
+        elif ignore_nan:                 # the NaN entries were counted above
+            s, s_lo, s_hi, _ = _order_statistics(x, lo, hi, n, xp)
         else:
             s, s_lo, s_hi, nan_count = _order_statistics(x, lo, hi, n, xp)
         if lo.ndim == 0:
