@@ -235,9 +235,8 @@ class _Thunk:
             raise ActivityError(f"this tape was recorded by another autodiff_thunk, not by the "
                                 f"one of `{self.name}`")
         for i, (a, was_const) in enumerate(zip(annotated, tape._const)):
-            if (type(a) is Const) != was_const:   # (the given types are checked: runtime activity)
-                now, then = ("inactive", "active") if was_const is False else ("active",
-                                                                                 "inactive")
+            if (type(a) is Const) != was_const:   # (types match: runtime activity decided)
+                now, then = ("active", "inactive") if was_const else ("inactive", "active")
                 raise ActivityError(
                     f"reverse: argument {i} is {now} but was {then} in forward: under "
                     "set_runtime_activity a shadow that is its primal makes a value inactive. "
