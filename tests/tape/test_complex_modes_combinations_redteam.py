@@ -7,6 +7,7 @@ modes. Everything is checked against NumPy and central finite differences (docs/
 reverse mode on a real f(z) gives df/dx + i df/dy; forward tangents are complex directions)."""
 import numpy as np
 import pytest
+from numeric_checks import fd_gradient_complex
 
 import tape
 from tape import (Active, BatchDuplicated, Duplicated, Forward, MixedDuplicated, Reverse,
@@ -22,30 +23,6 @@ def _rng(seed):
 
 def _z(rng, shape):
     return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
-
-
-def _fd_complex(f, z):
-    """df/dx + i df/dy of a real f at complex z (array), by central differences."""
-    z = np.asarray(z, dtype=np.complex128)
-    out = np.zeros_like(z)
-    for i in np.ndindex(z.shape):
-        for unit in (1.0, 1j):
-            zp, zm = z.copy(), z.copy()
-            zp[i] += H * unit
-            zm[i] -= H * unit
-            out[i] += unit * (f(zp) - f(zm)) / (2 * H)
-    return out
-
-
-def _fd_real(f, x, h=H):
-    x = np.asarray(x, dtype=np.float64)
-    out = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += h
-        xm[i] -= h
-        out[i] = (f(xp) - f(xm)) / (2 * h)
-    return out
 
 
 def _directional(f, args, dirs):
@@ -91,7 +68,7 @@ def test_reverse_over_reverse_holomorphic_of_a_real_loss():
     loss = lambda z: np.abs(_holo_derivative(z)) ** 2                          # noqa: E731
     (g,), = autodiff(Reverse, loss, Active, Active(Z0))
     d1 = lambda z: (3 * z ** 2 + z ** 3) * np.exp(z)                           # noqa: E731
-    want = _fd_complex(lambda z: np.abs(d1(z[()])) ** 2, np.array(Z0))
+    want = fd_gradient_complex(lambda z: np.abs(d1(z[()])) ** 2, np.array(Z0))
     assert g == pytest.approx(complex(want), rel=1e-8)
 
 
@@ -177,8 +154,8 @@ def test_mixed_duplicated_complex_scalar_and_array_in_split_and_compiled_reverse
     loss = lambda p: (np.sum(np.abs(p["a"] * p["s"] ** 2 + np.conj(p["s"])) ** 2)   # noqa: E731
                       + np.real(p["s"] ** 2 * 1j))
     p = _mixed(rng)
-    ws = _fd_complex(lambda s: loss({"s": s[()], "a": p["a"]}), np.array(p["s"]))
-    wa = _fd_complex(lambda a: loss({"s": p["s"], "a": a}), p["a"])
+    ws = fd_gradient_complex(lambda s: loss({"s": s[()], "a": p["a"]}), np.array(p["s"]))
+    wa = fd_gradient_complex(lambda a: loss({"s": p["s"], "a": a}), p["a"])
 
     dp = {"s": 0j, "a": np.zeros(3, complex)}
     fwd, rev = autodiff_thunk(ReverseSplitWithPrimal, loss, Active, MixedDuplicated)
@@ -236,14 +213,14 @@ REAL_THROUGH_COMPLEX = {
 def test_real_inputs_through_complex_intermediates_batched_compiled_and_hvp(name):
     f, rng = REAL_THROUGH_COMPLEX[name], _rng(6)
     x = rng.standard_normal(4)
-    want = _fd_real(f, x)
+    want = fd_gradient_complex(f, x)
     # batched forward, eager and compiled: one direction per unit vector
     (t,) = autodiff(Forward, f, BatchDuplicated, BatchDuplicated(x.copy(), tuple(np.eye(4))))
     np.testing.assert_allclose(np.array(t), want, rtol=1e-6, atol=1e-7)
     g = tape.compile(Forward, f, BatchDuplicated, BatchDuplicated)
     for shift in (0.0, 0.1):
         (t,) = g(BatchDuplicated(x + shift, tuple(np.eye(4))))
-        np.testing.assert_allclose(np.array(t), _fd_real(f, x + shift), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.array(t), fd_gradient_complex(f, x + shift), rtol=1e-6, atol=1e-7)
     assert g.stats.eager_calls == 0
     # reverse jacobian in chunks (BatchDuplicated reverse passes); real dtype out
     (j,) = tape.jacobian(Reverse, f, x.copy(), chunk=2)
