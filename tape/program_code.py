@@ -18,6 +18,7 @@ from .core import add_into
 from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
+from .program_inplace import multiply_in_place, operands_to_reuse, reusable_values, reuse_buffers
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
@@ -159,6 +160,15 @@ class Program:
         return (state is not None and state.owned and o not in self.scalar_slots
                 and o not in grad_slots)
 
+    def _consumes_cotangent(self, outs, writer, grad_slots) -> bool:
+        """Whether an inline reverse may multiply its step's cotangent in place: a float64
+        program (`inplace`) outside batch mode, the cotangent owned by the program, an array,
+        and dropped after the step."""
+        o = outs[0]
+        state = writer.states.get(o)
+        return (writer.inplace and state is not None and state.owned
+                and o not in self.scalar_slots and o not in grad_slots)
+
     def _user_step(self, i, lhs, useful, const) -> str:
         """The line of step i, user code: called through `calls`, as eager mode calls it (a
         rule's augmented primal whenever an argument is differentiated, even where its
@@ -268,6 +278,12 @@ class Program:
             ns["_warnings_raise"] = warnings_raise
             lines.append("    strict = _warnings_raise()")
         lines.append("    # primal")
+        reusable = reusable_values(
+            self.steps, self.inline, self.values,
+            {s for s, _ in leaf_slots} | set(result_slots) | set(grad_slots) | set(self.guards)
+            | set(self.shapes_read) | {o for i in (*self.repeats, *self.repeats.values())
+                                       for o in self.steps[i][6]})
+        reuse_at: dict[int, list[int]] = {}   # line -> operands its result may be written into
         last_reader = {a: i for i, a in self.shared_residuals.items() if a in self.keep_residuals}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
             if not needed[i] and i not in self.when_strict:
@@ -302,6 +318,8 @@ class Program:
                     kw = f", **{const(params, 'p')}" if params else ""
                 if useful[i] and i in self.inline:
                     lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
+                    reuse_at[len(lines) - 1] = operands_to_reuse(self.steps[i], self.values,
+                                                                 reusable)
                 elif (useful[i] or i in self.keep_residuals) and i not in self.scatters:
                     out = f"({lhs})" if fn.multiple_results else lhs
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
@@ -310,6 +328,8 @@ class Program:
                     direct = self._direct(fn, ins, params, args, const)
                     lines.append(f"    {lhs} = " + (direct or f"{const(fn.impl, fn.name + '_impl')}"
                                                             f"({args}{kw})"))
+            if i in trace.contexts or i in self.when_strict:
+                reuse_at.pop(len(lines) - 1, None)   # (lines about to be rewritten)
             if i in trace.contexts:   # the function set its own errstate / warning filters
                 lines.insert(len(lines) - 1, f"    with _step_context(*{const(trace.contexts[i], 'context')}):")
                 lines[-1] = "    " + lines[-1]
@@ -354,8 +374,18 @@ class Program:
             if i in self.inline:
                 operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
                 data_shape = (self.width,) + self.values[outs[0]][1] if batched else None
-                for k, term, fresh in inline_terms(fn.inline, cfg.active, g, operand,
-                                                   f"v{outs[0]}", const, data_shape):
+                terms = list(inline_terms(fn.inline, cfg.active, g, operand, f"v{outs[0]}",
+                                          const, data_shape))
+                # A cotangent the program owns and drops after this step is handed on: to
+                # the one argument that takes it unchanged (``x + c``), or multiplied in place
+                # for the last argument (``g *= d``), once the other terms have read it.
+                consumed = self._consumes_cotangent(outs, writer, grad_slots)
+                passed = [n for n, (_, term, _) in enumerate(terms) if term == g]
+                for n, (k, term, fresh) in enumerate(terms):
+                    if consumed and passed == [n]:
+                        fresh = True
+                    elif consumed and not passed and fresh and n == len(terms) - 1:
+                        term = multiply_in_place(term, g, lines, indent)
                     writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
@@ -404,6 +434,7 @@ class Program:
         grads = ", ".join(f"ct{s}" if s in cts else "None" for s in grad_slots)
         lines.append(f"    return ({results}{',' if result_slots else ''}), "
                      f"({grads}{',' if grad_slots else ''})")
+        lines = reuse_buffers(lines, reuse_at, reusable)
         return "\n".join(_release_dead_values(lines)) + "\n", ns
 
     def __repr__(self):

@@ -34,6 +34,7 @@ import timeit
 from pathlib import Path
 
 from . import PACKAGE_PARENT, checkout_root
+from .allocator import ALLOCATOR_STATES, KEEP_TUNABLES, prime_allocator
 from ..validation import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Parser
 
 SECTIONS = ("gmm", "lstm", "ba", "overhead", "kernels", "train", "checkpoint", "peers")
@@ -385,29 +386,14 @@ def parse_args(argv):
     return args
 
 
-# The allocator's state changes every time measured here by up to 2x, for every tool alike:
-# glibc serves an array above its mmap threshold with fresh pages (a page fault per 4 kB on
-# first touch), and that threshold rises only when a larger array is freed (up to 32 MB).
-# "primed" frees one 24 MB array first, as any program that has held a large array has done,
-# so that results do not depend on which benchmark ran before; "keep" makes glibc keep all
-# freed memory (no page faults at all: a what-if); "cold" leaves the process as it starts.
-ALLOCATOR_STATES = ("primed", "cold", "keep")
-_KEEP = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295"
-
-
-def _prime_allocator() -> None:
-    import numpy as np
-    block = np.ones(3 * 2 ** 20)   # 24 MB, touched, then freed
-    del block
-
-
 def _restart(argv, threads: int, keep_memory: bool) -> int:
     """Run the harness again in a child process whose BLAS and XLA use `threads` threads
     (those libraries read their thread counts only when they load), and whose glibc keeps
     freed memory when `keep_memory`."""
     env = dict(os.environ, **{_CHILD: "1"})
     if keep_memory:
-        env["GLIBC_TUNABLES"] = ":".join(p for p in (env.get("GLIBC_TUNABLES"), _KEEP) if p)
+        env["GLIBC_TUNABLES"] = ":".join(p for p in (env.get("GLIBC_TUNABLES"), KEEP_TUNABLES)
+                                         if p)
     if threads:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS"):
@@ -434,7 +420,7 @@ def main(argv=None) -> int:
     if (args.threads or args.allocator == "keep") and os.environ.get(_CHILD) != "1":
         return _restart(argv, args.threads, args.allocator == "keep")
     if args.allocator == "primed":
-        _prime_allocator()
+        prime_allocator()
 
     from .adbench import suite
 

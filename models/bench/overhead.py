@@ -37,6 +37,7 @@ from tape import Active, Const, Duplicated, Reverse, autodiff
 from tape import compile as compile_
 
 from ..validation import NON_NEGATIVE, POSITIVE_INT
+from .allocator import prime_allocator
 
 # --------------------------------------------------------------------------------------------
 # Workloads
@@ -240,6 +241,10 @@ TARGETS = [
      "grad_over_primal", 2.5),
     ("gradient/primal <= 8x (chain-10; autograd ~19x)", "chain-10", "hecate",
      "grad_over_primal", 8.0),
+    ("compiled gradient/primal <= 3x (chain-10)", "chain-10", "hecate-compiled",
+     "grad_over_primal", 3.0),
+    ("compiled gradient/primal <= 2.3x (chain-256x256)", "chain-256x256", "hecate-compiled",
+     "grad_over_primal", 2.3),
 ]
 
 
@@ -268,6 +273,10 @@ def format_report(meta, results) -> str:
     tools = ", ".join(f"{k} {v}" for k, v in meta["tools"].items())
     lines += ["", f"Tools: {tools}; NumPy {meta['numpy']}, Python {meta['python']}, "
               f"{meta['machine']}. min over {meta['repeat']} repeats of ~{meta['target_ms']:g} ms."]
+    if "allocator" in meta:
+        lines.append(f"glibc allocator: {meta['allocator']}"
+                     + (" (a 24 MB array freed before measuring)." if meta["allocator"] == "primed"
+                        else "."))
     if meta["torch_threads"]:
         lines.append("PyTorch eager with torch.set_num_threads(1).")
     for name in meta["skipped"]:
@@ -324,13 +333,19 @@ def main(argv=None) -> int:
                         help="run only this workload (repeatable)")
     parser.add_argument("--profile", action="store_true",
                         help="also print a cProfile summary of Hecate on chain-10")
+    parser.add_argument("--allocator", choices=("primed", "cold"), default="primed",
+                        help="glibc's state, as for `hecate bench` (benchmarks/README.md): "
+                             "primed (a 24 MB array freed first, the default) or cold")
     args = parser.parse_args(argv)
+    if args.allocator == "primed":
+        prime_allocator()
 
     repeat = args.repeat or (1 if args.quick else 7)
     target_s = (args.target_ms or (1.0 if args.quick else 25.0)) / 1e3
     workloads = [w for w in WORKLOADS if not args.workload or w.name in args.workload]
     meta, results = run(workloads, target_s, repeat)
     meta["quick"] = args.quick
+    meta["allocator"] = args.allocator
     print(format_report(meta, results))
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

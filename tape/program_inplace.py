@@ -1,0 +1,103 @@
+"""Buffer reuse in a generated program (tape/program_code.py): results written over arrays
+that die at the same line.
+
+An elementwise step whose operand array is used for the last time by that step may write its
+result into that operand (``v5 = sin_impl(v4, out=v4)``), and in the adjoint a product with a
+cotangent that dies at that step may be taken in place (``ct9 *= derivative(v9)``). Either way
+no new array is allocated: for arrays above glibc's mmap threshold (128 kB, 16k float64) every
+fresh array costs page faults or a trim of the heap, and the reused buffer is still in cache.
+
+The values are the same bits: the same ufunc on the same operands in the same order, into a
+buffer of the result's own dtype and shape (NumPy treats an output identical to an input as
+no overlap and runs the same loop).
+
+Which arrays may be written over (`reusable_values`): those only the program holds. A value
+made by an *inline* step (tape/program.py: a ufunc without keywords on real floating arrays of
+the result's shape, whose reverse reads values rather than saved residuals) is a fresh array.
+It stays the program's alone while every step that reads it is an inline step too: any other
+reader might keep a reference (a residual, a view such as ``x[0]`` or ``x.T``, user code), and
+writing over the array would change what that reference sees. Leaves, results, guarded values
+and values shared by a common subexpression are never written over.
+
+>>> import numpy as np
+>>> lines = ["    v2 = sin_impl(v1)", "    v3 = add_impl(v2, v0)", "    return (v3,), ()"]
+>>> reuse_buffers(lines, {0: [1], 1: [2, 0]}, reusable={1, 2})
+['    v2 = sin_impl(v1, out=v1)', '    v3 = add_impl(v2, v0, out=v2)', '    return (v3,), ()']
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .program import AUGMENTED, _param_slots
+
+_VALUE = re.compile(r"\b(v\d+)\b")
+
+
+def reusable_values(steps, inline, values, excluded) -> set[int]:
+    """Slots whose arrays a step reading them last may write its result into: results of
+    inline steps, read by inline steps only, ndarrays, and not in `excluded` (leaves, results,
+    guarded values, slots of repeated steps)."""
+    made = set()
+    for i in inline:
+        kind, fn, cfg, ins, consts, params, outs = steps[i]
+        if kind == AUGMENTED and isinstance(fn.impl, np.ufunc) and not fn.multiple_results:
+            made.update(outs)
+    for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(steps):
+        if i not in inline:
+            made.difference_update(ins)
+            made.difference_update(_param_slots(params))
+    return {s for s in made - set(excluded) if values[s][0] is np.ndarray}
+
+
+# Ufuncs whose every result is correctly rounded: any loop NumPy picks gives the same bits.
+_EXACT = (np.add, np.subtract, np.multiply, np.divide)
+
+
+def operands_to_reuse(step, values, reusable) -> list[int]:
+    """The operands of an inline `step` that its result could be written into: reusable arrays
+    of the result's type, shape and dtype, in operand order.
+
+    With one array operand the result written over it has the layout eager mode gives it (a
+    ufunc's result follows its operand's). Two array operands may differ in layout (a result
+    of ``x.T``), so that the output's layout picks NumPy's loop: only the correctly rounded
+    ufuncs, whose bits no loop changes, are written over one of two."""
+    kind, fn, cfg, ins, consts, params, outs = step
+    if not isinstance(fn.impl, np.ufunc) or fn.multiple_results:
+        return []
+    if sum(s is not None for s in ins) > 1 and fn.impl not in _EXACT:
+        return []
+    result = values[outs[0]]
+    return [s for s in dict.fromkeys(ins) if s in reusable and values[s] == result]
+
+
+def reuse_buffers(lines: list[str], candidates: dict[int, list[int]], reusable) -> list[str]:
+    """`lines` with ``out=`` added to the call at each line of `candidates` (line index ->
+    operand slots to try, in order) whose operand is read for the last time on that line."""
+    last = {}
+    for n, line in enumerate(lines):
+        for name in _VALUE.findall(line.split("#")[0]):
+            last[name] = n
+    out = list(lines)
+    for n, slots in candidates.items():
+        line = out[n]
+        if not line.endswith(")"):
+            continue
+        for s in slots:
+            if s in reusable and last.get(f"v{s}") == n:
+                out[n] = f"{line[:-1]}, out=v{s})"
+                break
+    return out
+
+
+def multiply_in_place(term: str, g: str, lines: list, indent: str) -> str:
+    """An inline reverse term ``g * factor`` of a step whose cotangent `g` the program owns and
+    drops after the step, written as ``g *= factor`` (appended to `lines`): the term is then
+    `g` itself. Call it for the step's last term only, once the others (which read `g`) are
+    written. Any other term is returned as it is."""
+    prefix = f"{g} * "
+    if not term.startswith(prefix):
+        return term
+    lines.append(f"{indent}{g} *= {term[len(prefix):]}")
+    return g
