@@ -178,6 +178,12 @@ arctan = unary(np.arctan, lambda x: 1.0 / (1.0 + np.square(x)))
 
 sinh = unary(np.sinh, lambda x: np.cosh(x))
 cosh = unary(np.cosh, lambda x: np.sinh(x))
+# Each derivative above is (up to its sign) a partner function of the same x: a compiled
+# program that also computes the partner of that x reads its value instead of calling the
+# derivative (tape/program_code.py). The same ufunc on the same x: the same bits.
+for _prim, _partner, _sign in ((sin, np.cos, 1), (cos, np.sin, -1), (sinh, np.cosh, 1),
+                               (cosh, np.sinh, 1)):
+    _prim.derivative_is = (_partner, _sign)
 tanh = unary(np.tanh, lambda ans: 1.0 - np.square(ans), of="ans")
 # 1 / cosh(arcsinh z) is 1 / sqrt(1 + z^2) on the side of the cut (the imaginary axis beyond
 # +-i) that NumPy's value is on; squaring z loses which side that is. For real x, 1 / hypot(1,

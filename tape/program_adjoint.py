@@ -169,9 +169,11 @@ def reverse_batched(reverse, cfg, saved, g):
         return reverse_per_direction(reverse, cfg, saved, g)
 
 
-def inline_terms(inline, active, g, operands, out, const, batched=None):
+def inline_terms(inline, active, g, operands, out, const, batched=None, derivative_value=None):
     """(argument index, cotangent expression, fresh) of an inlined rule (`Primitive.inline`):
-    the same arithmetic as the rule's reverse when nothing broadcasts.
+    the same arithmetic as the rule's reverse when nothing broadcasts. `derivative_value`: an
+    expression of the program equal to a unary rule's derivative (``v7``, ``-v7``), used
+    instead of calling it.
 
     `batched`: in batch mode, the shape ``(W,) + shape`` of the data of a cotangent `g` that
     has the result's shape. Each term is then written on that data where `g` is such a
@@ -191,7 +193,7 @@ def inline_terms(inline, active, g, operands, out, const, batched=None):
             t = const(times, 'times')
             yield 0, on_data(f"{t}({g}, {at})", f"{t}({g}.data, {at})"), True
         else:
-            d = f"{const(derivative, 'derivative')}({at})"
+            d = derivative_value or f"{const(derivative, 'derivative')}({at})"
             yield 0, on_data(f"{g} * {d}", f"{g}.data * {d}"), True
     elif kind == "linear":
         for k in range(2):

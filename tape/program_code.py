@@ -18,7 +18,8 @@ from .core import add_into
 from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
-from .program_inplace import multiply_in_place, operands_to_reuse, reusable_values, reuse_buffers
+from .program_inplace import (derivative_partners, multiply_in_place, operands_to_reuse,
+                              reusable_values, reuse_buffers)
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
@@ -346,6 +347,9 @@ class Program:
         if self.calls_user:   # every guard held: what user code got need not live on
             lines.append("    calls.primal_done()")
         adjoint_start = len(lines)
+        partners = derivative_partners(self.steps, self.inline, useful,
+                                       [n and i not in self.when_strict
+                                        for i, n in enumerate(needed)], self.values)
         batched = self.width is not None
         if batched:   # in-place sums of `Batched` cotangents, rules as eager batch mode calls them
             ns.update(_B=Batched, _add_into=batched_add_into, _reverse_batched=reverse_batched)
@@ -375,7 +379,7 @@ class Program:
                 operand = [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)]
                 data_shape = (self.width,) + self.values[outs[0]][1] if batched else None
                 terms = list(inline_terms(fn.inline, cfg.active, g, operand, f"v{outs[0]}",
-                                          const, data_shape))
+                                          const, data_shape, partners.get(i)))
                 # A cotangent the program owns and drops after this step is handed on: to
                 # the one argument that takes it unchanged (``x + c``), or multiplied in place
                 # for the last argument (``g *= d``), once the other terms have read it.

@@ -31,7 +31,7 @@ from .signature import _number_key
 def common_subexpressions(steps, contexts, result_slots, views=frozenset()) -> dict[int, int]:
     """``{index of a repeated step: index of the first step it repeats}``. `views`: the
     steps whose results may share memory with an operand (`CompileTrace.views`)."""
-    mutated = _written_in_place(steps)
+    mutated = written_in_place(steps)
     results = _returned_memory(steps, result_slots, views)
     first: dict[tuple, int] = {}
     same_as: dict[int, int] = {}   # result slot of a repeat -> the first step's result slot
@@ -71,7 +71,7 @@ def _writes_in_place(params) -> bool:
     return type(params) is dict and params.get("inplace") is True
 
 
-def _written_in_place(steps) -> set:
+def written_in_place(steps) -> set:
     """Slots whose array a later step updates in place. Only a private buffer is written in
     place (a fresh one, or the copy an earlier ``x[i] = v`` made), and the trace reads a
     written buffer through its new slot only."""

@@ -31,6 +31,7 @@ import re
 import numpy as np
 
 from .program import AUGMENTED, _param_slots
+from .program_cse import written_in_place
 
 _VALUE = re.compile(r"\b(v\d+)\b")
 
@@ -101,3 +102,25 @@ def multiply_in_place(term: str, g: str, lines: list, indent: str) -> str:
         return term
     lines.append(f"{indent}{g} *= {term[len(prefix):]}")
     return g
+
+
+def derivative_partners(steps, inline, useful, computed, values) -> dict[int, str]:
+    """``{step: expression}`` for the inline unary steps whose derivative the program already
+    computes: sin's is cos of the same x, cos's is -sin (`Primitive.derivative_is`). Where a
+    `computed` step applies that partner ufunc to the same operand slot (and nothing else),
+    the reverse reads its value (``v7`` or ``-v7``) rather than evaluating it again; not
+    where a later step writes into that value (``c[0] = 5.0``)."""
+    made, written = {}, written_in_place(steps)
+    for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(steps):
+        if (computed[i] and outs[0] not in written and getattr(fn, "pure", False) and isinstance(fn.impl, np.ufunc)
+                and len(ins) == 1 and ins[0] is not None and not params
+                and not fn.multiple_results and values[outs[0]] == values[ins[0]]):
+            made.setdefault((fn.impl, ins[0]), outs[0])
+    found = {}
+    for i in inline:
+        kind, fn, cfg, ins, consts, params, outs = steps[i]
+        partner = getattr(fn, "derivative_is", None)
+        if partner is not None and useful[i] and (partner[0], ins[0]) in made:
+            slot = made[partner[0], ins[0]]
+            found[i] = f"v{slot}" if partner[1] > 0 else f"-v{slot}"
+    return found

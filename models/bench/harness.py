@@ -22,7 +22,6 @@ See benchmarks/README.md for the method and for how to reproduce every number.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.metadata
 import json

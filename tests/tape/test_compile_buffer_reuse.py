@@ -191,3 +191,48 @@ def test_a_recomputed_call_sees_new_inputs():
         g(Duplicated(x, dx))
         tape.autodiff(Reverse, f, Active, Duplicated(x, want))
         np.testing.assert_array_equal(dx, want)
+
+
+# -- derivatives read from the primal: sin' = cos, cos' = -sin, sinh' = cosh, cosh' = sinh ------
+def _derivative_calls(source):
+    return len(re.findall(r"derivative\d*\(", source))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sin_and_cos_of_one_value_read_each_other_for_their_derivatives(dtype):
+    def f(x):
+        theta = np.sqrt(x * x + 1.0)
+        return np.sum(np.cos(theta) * x + np.sin(theta) * 2.0 + np.sinh(x) * np.cosh(x))
+    source = _compare(f, tape.compile(Reverse, f, Active, Duplicated),
+                      lambda c: _inputs(c, dtype=dtype))
+    assert re.search(r"\* -v\d+|\*= -v\d+", source), source           # cos' = -sin
+    assert source.count("sin_impl(") == 1 and source.count("cos_impl(") == 1, source
+    assert source.count("sinh_impl(") == 1 and source.count("cosh_impl(") == 1, source
+
+
+def test_only_a_partner_of_the_same_value_is_read():
+    def f(x, y):
+        return np.sum(np.sin(x) * np.cos(y))       # different operands: no partner
+    source = _compare(f, tape.compile(Reverse, f, Active, Duplicated, Duplicated), _inputs,
+                      lambda c: _inputs(c + 5))
+    assert _derivative_calls(source) == 2, source
+
+
+def test_a_partner_written_into_afterwards_still_gives_cos():
+    def f(x):
+        c = np.cos(x)
+        s = np.sin(x)
+        c[0] = 5.0                                 # c no longer holds cos(x) ...
+        c[1:3] = c[0] * 2.0                        # ... twice (the second write in place)
+        return np.sum(s * s) + np.sum(c * c)
+    _compare(f, tape.compile(Reverse, f, Active, Duplicated), _inputs)
+
+
+def test_a_partner_the_gradient_does_not_need_is_still_read_when_computed():
+    # cos(x) only feeds a comparison (no cotangent reaches it), yet it is computed: sin's
+    # reverse reads it.
+    def f(x):
+        count = np.sum(np.where(np.cos(x) > 0.8, 1.0, 0.0))
+        return np.sum(np.sin(x) * x) + count
+    source = _compare(f, tape.compile(Reverse, f, Active, Duplicated), _inputs)
+    assert _derivative_calls(source) == 0, source
