@@ -18,8 +18,8 @@ from .core import add_into
 from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
-from .program_inplace import (derivative_partners, multiply_in_place, operands_to_reuse,
-                              reusable_values, reuse_buffers)
+from .program_inplace import (derivative_partners, operands_to_reuse, reusable_values,
+                              reuse_buffers, write_inline_reverse)
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
@@ -160,15 +160,6 @@ class Program:
         state = writer.states.get(o)
         return (state is not None and state.owned and o not in self.scalar_slots
                 and o not in grad_slots)
-
-    def _consumes_cotangent(self, outs, writer, grad_slots) -> bool:
-        """Whether an inline reverse may multiply its step's cotangent in place: a float64
-        program (`inplace`) outside batch mode, the cotangent owned by the program, an array,
-        and dropped after the step."""
-        o = outs[0]
-        state = writer.states.get(o)
-        return (writer.inplace and state is not None and state.owned
-                and o not in self.scalar_slots and o not in grad_slots)
 
     def _user_step(self, i, lhs, useful, const) -> str:
         """The line of step i, user code: called through `calls`, as eager mode calls it (a
@@ -380,17 +371,8 @@ class Program:
                 data_shape = (self.width,) + self.values[outs[0]][1] if batched else None
                 terms = list(inline_terms(fn.inline, cfg.active, g, operand, f"v{outs[0]}",
                                           const, data_shape, partners.get(i)))
-                # A cotangent the program owns and drops after this step is handed on: to
-                # the one argument that takes it unchanged (``x + c``), or multiplied in place
-                # for the last argument (``g *= d``), once the other terms have read it.
-                consumed = self._consumes_cotangent(outs, writer, grad_slots)
-                passed = [n for n, (_, term, _) in enumerate(terms) if term == g]
-                for n, (k, term, fresh) in enumerate(terms):
-                    if consumed and passed == [n]:
-                        fresh = True
-                    elif consumed and not passed and fresh and n == len(terms) - 1:
-                        term = multiply_in_place(term, g, lines, indent)
-                    writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
+                write_inline_reverse(writer, terms, ins, outs[0], indent, consumed=(
+                    outs[0] not in grad_slots and outs[0] not in self.scalar_slots))
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
                                self.values[ins[0]][1], indent)

@@ -92,11 +92,29 @@ def reuse_buffers(lines: list[str], candidates: dict[int, list[int]], reusable) 
     return out
 
 
-def multiply_in_place(term: str, g: str, lines: list, indent: str) -> str:
-    """An inline reverse term ``g * factor`` of a step whose cotangent `g` the program owns and
-    drops after the step, written as ``g *= factor`` (appended to `lines`): the term is then
-    `g` itself. Call it for the step's last term only, once the others (which read `g`) are
-    written. Any other term is returned as it is."""
+def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool) -> None:
+    """Add an inline reverse's `terms` ((argument index, expression, fresh) each) to the
+    cotangents of the step's operand slots `ins`, through the `AdjointWriter`; `out` is the
+    slot of the step's result, whose cotangent is ``g = ct<out>``.
+
+    `consumed`: that cotangent is an array dropped after the step (not a returned
+    gradient, not a scalar). Where the program owns it and sums in place, it is handed on:
+    to the one argument that takes it unchanged (``x + c``), or, with no such argument,
+    multiplied in place (``g *= d``) for the last term once the other terms have read it."""
+    g, state = f"ct{out}", writer.states.get(out)
+    consumed = consumed and writer.inplace and state is not None and state.owned
+    passed = [n for n, (_, term, _) in enumerate(terms) if term == g]
+    for n, (k, term, fresh) in enumerate(terms):
+        if consumed and passed == [n]:
+            fresh = True
+        elif consumed and not passed and fresh and n == len(terms) - 1:
+            term = _multiply_in_place(term, g, writer.lines, indent)
+        writer.add(ins[k], term, indent, may_be_none=False, fresh=fresh)
+
+
+def _multiply_in_place(term: str, g: str, lines: list, indent: str) -> str:
+    """A term ``g * factor`` written as ``g *= factor`` (appended to `lines`): the term is then
+    `g` itself. Any other term is returned as it is."""
     prefix = f"{g} * "
     if not term.startswith(prefix):
         return term
