@@ -18,8 +18,8 @@ from .core import add_into
 from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
-from .program_inplace import (derivative_partners, operands_to_reuse, reusable_values,
-                              reuse_buffers, write_inline_reverse)
+from .program_inplace import (MIN_SIZE, derivative_partners, operands_to_reuse,
+                              reusable_values, reuse_buffers, times_into, write_inline_reverse)
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
@@ -238,7 +238,8 @@ class Program:
         ns = {"GuardFailed": GuardFailed, "_same": same_value, "_add": add_or_none, "_call": _call,
               "_fill": _fill, "_ro": _read_only, "_iadd": iadd, "_add_into": add_into, "_zeros": np.zeros,
               "_full": np.full, "_broadcast_to": np.broadcast_to, "_add_reduce": np.add.reduce,
-              "_array": np.array, "_step_context": step_context, "_DIRECT": DIRECT}
+              "_array": np.array, "_step_context": step_context, "_DIRECT": DIRECT,
+              "_times_into": times_into}
         lines = ["def run(leaves, seeds, recorded=None, calls=_DIRECT):"]
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
@@ -310,8 +311,10 @@ class Program:
                     kw = f", **{const(params, 'p')}" if params else ""
                 if useful[i] and i in self.inline:
                     lines.append(f"    {lhs} = {const(fn.impl, fn.name + '_impl')}({args})")
-                    reuse_at[len(lines) - 1] = operands_to_reuse(self.steps[i], self.values,
-                                                                 reusable)
+                    reuse_at[len(lines) - 1] = (
+                        operands_to_reuse(self.steps[i], self.values, reusable),
+                        [f"v{s}" if s is not None else const(c) for s, c in zip(ins, consts)
+                         if (self.values[s][0] if s is not None else type(c)) is np.ndarray])
                 elif (useful[i] or i in self.keep_residuals) and i not in self.scatters:
                     out = f"({lhs})" if fn.multiple_results else lhs
                     lines.append(f"    {out}, s{i} = {const(fn.augmented_primal, fn.name + '_aug')}"
@@ -372,7 +375,8 @@ class Program:
                 terms = list(inline_terms(fn.inline, cfg.active, g, operand, f"v{outs[0]}",
                                           const, data_shape, partners.get(i)))
                 write_inline_reverse(writer, terms, ins, outs[0], indent, consumed=(
-                    outs[0] not in grad_slots and outs[0] not in self.scalar_slots))
+                    outs[0] not in grad_slots and outs[0] not in self.scalar_slots),
+                    large=int(np.prod(self.values[outs[0]][1])) >= MIN_SIZE)
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
                                self.values[ins[0]][1], indent)

@@ -3,13 +3,16 @@ that die at the same line.
 
 An elementwise step whose operand array is used for the last time by that step may write its
 result into that operand (``v5 = sin_impl(v4, out=v4)``), and in the adjoint a product with a
-cotangent that dies at that step may be taken in place (``ct9 *= derivative(v9)``). Either way
-no new array is allocated: for arrays above glibc's mmap threshold (128 kB, 16k float64) every
-fresh array costs page faults or a trim of the heap, and the reused buffer is still in cache.
+cotangent that dies at that step may be taken in place (``ct9 = _times_into(ct9, d)``). No
+new array is allocated: for arrays above glibc's mmap threshold (128 kB, 16k float64) a fresh
+array can cost page faults or a trim of the heap, and the reused buffer is still in cache.
+Arrays below `MIN_SIZE` entries are left alone.
 
-The values are the same bits: the same ufunc on the same operands in the same order, into a
-buffer of the result's own dtype and shape (NumPy treats an output identical to an input as
-no overlap and runs the same loop).
+The values are eager mode's bits: the same ufunc on the same operands into a buffer of the
+result's dtype, shape *and layout* (a later sum adds in the order of the layout). NumPy
+treats an output identical to an input as no overlap and runs the same loop. A new ufunc
+result follows its operands' memory order, so a result is written over an operand only
+where every other array operand has that operand's strides, checked at each call.
 
 Which arrays may be written over (`reusable_values`): those only the program holds. A value
 made by an *inline* step (tape/program.py: a ufunc without keywords on real floating arrays of
@@ -21,8 +24,9 @@ and values shared by a common subexpression are never written over.
 
 >>> import numpy as np
 >>> lines = ["    v2 = sin_impl(v1)", "    v3 = add_impl(v2, v0)", "    return (v3,), ()"]
->>> reuse_buffers(lines, {0: [1], 1: [2, 0]}, reusable={1, 2})
-['    v2 = sin_impl(v1, out=v1)', '    v3 = add_impl(v2, v0, out=v2)', '    return (v3,), ()']
+>>> reuse = {0: ([1], ["v1"]), 1: ([2, 0], ["v2", "v0"])}
+>>> reuse_buffers(lines, reuse, reusable={1, 2})[:2]
+['    v2 = sin_impl(v1, out=v1)', '    v3 = add_impl(v2, v0, out=v2) if v0.strides == v2.strides else add_impl(v2, v0)']
 """
 from __future__ import annotations
 
@@ -52,47 +56,73 @@ def reusable_values(steps, inline, values, excluded) -> set[int]:
     return {s for s in made - set(excluded) if values[s][0] is np.ndarray}
 
 
-# Ufuncs whose every result is correctly rounded: any loop NumPy picks gives the same bits.
-_EXACT = (np.add, np.subtract, np.multiply, np.divide)
+# Arrays smaller than this are left alone: allocating them is cheap, and the layout checks
+# below would cost more than they save.
+MIN_SIZE = 4096
 
 
 def operands_to_reuse(step, values, reusable) -> list[int]:
     """The operands of an inline `step` that its result could be written into: reusable arrays
-    of the result's type, shape and dtype, in operand order.
-
-    With one array operand the result written over it has the layout eager mode gives it (a
-    ufunc's result follows its operand's). Two array operands may differ in layout (a result
-    of ``x.T``), so that the output's layout picks NumPy's loop: only the correctly rounded
-    ufuncs, whose bits no loop changes, are written over one of two."""
+    of the result's type, shape and dtype, in operand order, of at least `MIN_SIZE` entries."""
     kind, fn, cfg, ins, consts, params, outs = step
     if not isinstance(fn.impl, np.ufunc) or fn.multiple_results:
         return []
-    if sum(s is not None for s in ins) > 1 and fn.impl not in _EXACT:
-        return []
     result = values[outs[0]]
+    if result[0] is not np.ndarray or int(np.prod(result[1])) < MIN_SIZE:
+        return []
     return [s for s in dict.fromkeys(ins) if s in reusable and values[s] == result]
 
 
-def reuse_buffers(lines: list[str], candidates: dict[int, list[int]], reusable) -> list[str]:
+def reuse_buffers(lines: list[str], candidates: dict, reusable) -> list[str]:
     """`lines` with ``out=`` added to the call at each line of `candidates` (line index ->
-    operand slots to try, in order) whose operand is read for the last time on that line."""
+    (operand slots to try in order, names of the step's array operands)) whose operand is read
+    for the last time on that line.
+
+    The result must have the layout eager mode gives it, since a later sum or product adds in
+    the order of the layout: a ufunc's new result follows its operands' memory order, so with
+    other array operands the call writes over one only when all have its strides
+    (``v8 = add_impl(v5, v7, out=v5) if v7.strides == v5.strides else add_impl(v5, v7)``);
+    a lone array operand (a fresh, contiguous result) is followed anyway."""
     last = {}
     for n, line in enumerate(lines):
         for name in _VALUE.findall(line.split("#")[0]):
             last[name] = n
     out = list(lines)
-    for n, slots in candidates.items():
+    for n, (slots, arrays) in candidates.items():
         line = out[n]
-        if not line.endswith(")"):
+        lhs, _, call = line.partition(" = ")
+        if not call.endswith(")"):
             continue
         for s in slots:
             if s in reusable and last.get(f"v{s}") == n:
-                out[n] = f"{line[:-1]}, out=v{s})"
+                into = f"{call[:-1]}, out=v{s})"
+                others = [a for a in dict.fromkeys(arrays) if a != f"v{s}"]
+                if others:
+                    same = " and ".join(f"{a}.strides == v{s}.strides" for a in others)
+                    into = f"{into} if {same} else {call}"
+                out[n] = f"{lhs} = {into}"
                 break
     return out
 
 
-def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool) -> None:
+def times_into(g: np.ndarray, d):
+    """``g * d`` written into `g` (which the caller owns and drops) where that gives eager
+    mode's result: `d` a number or an array of `g`'s strides; else a new ``g * d``, whose
+    layout NumPy picks from both, as eagerly.
+
+    >>> g = np.ones((2, 3)); times_into(g, 2.0) is g
+    True
+    >>> times_into(g, np.ones((3, 2)).T) is g
+    False
+    """
+    if type(d) is np.ndarray and d.strides != g.strides:
+        return g * d
+    g *= d
+    return g
+
+
+def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool,
+                         large: bool) -> None:
     """Add an inline reverse's `terms` ((argument index, expression, fresh) each) to the
     cotangents of the step's operand slots `ins`, through the `AdjointWriter`; `out` is the
     slot of the step's result, whose cotangent is ``g = ct<out>``.
@@ -100,9 +130,11 @@ def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bo
     `consumed`: that cotangent is an array dropped after the step (not a returned
     gradient, not a scalar). Where the program owns it and sums in place, it is handed on:
     to the one argument that takes it unchanged (``x + c``), or, with no such argument,
-    multiplied in place (``g *= d``) for the last term once the other terms have read it."""
+    multiplied in place (`times_into`) for the last term once the other terms have read it.
+    `large`: the cotangent has at least `MIN_SIZE` entries (smaller ones are left alone)."""
     g, state = f"ct{out}", writer.states.get(out)
-    consumed = consumed and writer.inplace and state is not None and state.owned
+    consumed = consumed and writer.inplace and state is not None and state.owned and (
+        large)
     passed = [n for n, (_, term, _) in enumerate(terms) if term == g]
     for n, (k, term, fresh) in enumerate(terms):
         if consumed and passed == [n]:
@@ -113,12 +145,12 @@ def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bo
 
 
 def _multiply_in_place(term: str, g: str, lines: list, indent: str) -> str:
-    """A term ``g * factor`` written as ``g *= factor`` (appended to `lines`): the term is then
-    `g` itself. Any other term is returned as it is."""
+    """A term ``g * factor`` written as ``g = _times_into(g, factor)`` (appended to `lines`):
+    the term is then `g` itself. Any other term is returned as it is."""
     prefix = f"{g} * "
     if not term.startswith(prefix):
         return term
-    lines.append(f"{indent}{g} *= {term[len(prefix):]}")
+    lines.append(f"{indent}{g} = _times_into({g}, {term[len(prefix):]})")
     return g
 
 

@@ -16,7 +16,7 @@ from tape import Active, Const, Duplicated, Reverse, ReverseWithPrimal
 CALLS = 3
 
 
-def _inputs(call, shape=(40, 70), dtype=np.float64):
+def _inputs(call, shape=(64, 80), dtype=np.float64):
     rng = np.random.default_rng(call)
     return rng.uniform(0.2, 0.9, size=shape).astype(dtype)
 
@@ -42,11 +42,11 @@ def _compare(f, g, *make, mode=Reverse):
 
 
 def _outs(source):
-    return len(re.findall(r", out=v\d+\)$", source, re.M))
+    return len(re.findall(r", out=v\d+\)(?: if [^\n]*)?$", source, re.M))
 
 
 def _in_place_products(source):
-    return len(re.findall(r"^\s+ct\d+ \*= ", source, re.M))
+    return len(re.findall(r"^\s+(ct\d+) = _times_into\(\1, ", source, re.M))
 
 
 def test_a_chain_writes_over_dying_values_and_cotangents():
@@ -84,7 +84,7 @@ def test_each_binary_ufunc_on_mixed_layouts_is_eager_s_bits(fn, layout):
         a = np.cos(x) * 0.3 + 0.5
         b = np.cos(w.T if layout == "transposed" else w) * 0.3 + 0.5
         return np.sum(fn(a, b) * x)
-    make_w = (lambda c: _inputs(c + 7, (70, 40))) if layout == "transposed" else \
+    make_w = (lambda c: _inputs(c + 7, (80, 64))) if layout == "transposed" else \
         (lambda c: _inputs(c + 7))
     _compare(f, tape.compile(Reverse, f, Active, Duplicated, Duplicated), _inputs, make_w)
 
@@ -97,7 +97,7 @@ def test_a_view_of_a_value_keeps_its_values_when_the_value_dies():
         t = y.T
         z = y + 1.0
         return np.sum(z * z) + np.sum(t @ x)
-    _compare(f, tape.compile(Reverse, f, Active, Duplicated), lambda c: _inputs(c, (30, 30)))
+    _compare(f, tape.compile(Reverse, f, Active, Duplicated), lambda c: _inputs(c, (70, 70)))
 
 
 def test_a_value_saved_by_a_non_inline_rule_is_not_written_over():
@@ -107,7 +107,7 @@ def test_a_value_saved_by_a_non_inline_rule_is_not_written_over():
         z = y * 3.0                      # y's last use in the program's text
         return np.sum(z * z) + np.sum(m * m)
     _compare(f, tape.compile(Reverse, f, Active, Duplicated, Duplicated), _inputs,
-             lambda c: _inputs(c + 3, (70, 5)))
+             lambda c: _inputs(c + 3, (80, 5)))
 
 
 def test_returned_arrays_stay_as_they_were_returned_over_later_calls():
@@ -166,7 +166,7 @@ def test_cotangents_passed_on_unchanged_are_not_shared_when_two_arguments_take_t
         p = y * y
         return np.sum(np.exp(s) * 2.0 + np.tanh(d) * 3.0 + p)
     source = _compare(f, tape.compile(Reverse, f, Active, Duplicated), _inputs)
-    assert "*=" in source
+    assert _in_place_products(source) >= 1, source
 
 
 def test_float32_programs_never_multiply_cotangents_in_place():
@@ -205,7 +205,7 @@ def test_sin_and_cos_of_one_value_read_each_other_for_their_derivatives(dtype):
         return np.sum(np.cos(theta) * x + np.sin(theta) * 2.0 + np.sinh(x) * np.cosh(x))
     source = _compare(f, tape.compile(Reverse, f, Active, Duplicated),
                       lambda c: _inputs(c, dtype=dtype))
-    assert re.search(r"\* -v\d+|\*= -v\d+", source), source           # cos' = -sin
+    assert re.search(r"\* -v\d+|, -v\d+\)", source), source           # cos' = -sin
     assert source.count("sin_impl(") == 1 and source.count("cos_impl(") == 1, source
     assert source.count("sinh_impl(") == 1 and source.count("cosh_impl(") == 1, source
 
