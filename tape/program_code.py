@@ -3,6 +3,7 @@ function ``run(leaves, seeds)``, the primal then the adjoint (tape/program_adjoi
 dead code removed and each value released after its last use."""
 from __future__ import annotations
 
+import keyword
 import re
 
 import numpy as np
@@ -244,22 +245,7 @@ class Program:
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
 
-        names: dict[int, str] = {}
-        counts: dict[str, int] = {}
-
-        def const(value, hint="k"):
-            name = names.get(id(value))
-            if name is not None:
-                return name
-            hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
-            n = counts.get(hint, 0) + 1
-            counts[hint] = n
-            name = hint if n == 1 else f"{hint}{n}"
-            while name in ns:
-                name += "_"
-            ns[name] = value
-            names[id(value)] = name
-            return name
+        const = Constants(ns)
 
         def guard(s):
             lines.append(self._guard_line(s, const))
@@ -461,6 +447,45 @@ def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
         defined.update(outs)
     if any(s not in defined for s in list(result_slots) + list(grad_slots)):
         raise Uncompilable("the result holds a value the trace did not make")
+
+
+class Constants:
+    """Names for the constants a generated program reads (functions, configs, arrays), each
+    called `const(value, hint)`: a name made from the hint that is neither taken in the
+    namespace `ns` nor one of the program's own variables (``v3``, ``ct3``, ``g``, ``calls``:
+    a function whose ``__name__`` is ``g`` must not be read as the variable), nor a keyword.
+
+    >>> const = Constants({})
+    >>> const(len, "len"), const(abs, "v1"), const(min, "g"), const(max, "lambda")
+    ('len', '_v1', '_g', '_lambda')
+    """
+
+    def __init__(self, ns):
+        self.ns, self.names, self.counts = ns, {}, {}
+
+    def __call__(self, value, hint="k"):
+        name = self.names.get(id(value))
+        if name is not None:
+            return name
+        hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
+        n = self.counts.get(hint, 0) + 1
+        self.counts[hint] = n
+        name = hint if n == 1 else f"{hint}{n}"
+        while not _usable(name) or name in self.ns:
+            name = "_" + name if not _usable(name) else name + "_"
+        self.ns[name] = value
+        self.names[id(value)] = name
+        return name
+
+
+# The local variables of generated programs (reverse and forward): values, cotangents,
+# tangents, residuals and the names the templates assign or take as arguments.
+_LOCAL = re.compile(r"(?:v|ct|t|s)\d+|g|_t|_d|leaves|seeds|recorded|calls|strict|tangents"
+                    r"|run|primals")
+
+
+def _usable(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name) and not _LOCAL.fullmatch(name)
 
 
 VALUES = re.compile(r"\b(v\d+)\b")

@@ -28,8 +28,8 @@ from .inactive_code import _read_only
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, _fill, _inlinable, _param_slots, same_value, step_context)
 from .program_adjoint import INLINE_KINDS
-from .program_code import (_NO_PARAMS, Program, _call, _check_defined, _release_dead_values,
-                           _use_recorded)
+from .program_code import (_NO_PARAMS, Constants, Program, _call, _check_defined,
+                           _release_dead_values, _use_recorded)
 from .program_split import load
 from .program_tracer import CompiledTracer
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
@@ -219,7 +219,7 @@ class ForwardProgram(Program):
         names = ", ".join(f"v{s}" for s, _ in leaf_slots)
         lines.append(f"    {names}, = leaves" if leaf_slots else "    pass")
         unpack_at = len(lines)   # where the tangents are unpacked, if the program reads them
-        const = _Constants(ns)
+        const = Constants(ns)
         has_tangent = set(tangent_leaves)
 
         def guard(s):
@@ -308,27 +308,6 @@ class ForwardProgram(Program):
             names = ", ".join(f"t{s}" for s in tangent_leaves)
             lines.insert(unpack_at, f"    {names}, = tangents")
         return "\n".join(_release_dead_values(lines, _NAMES)) + "\n", ns
-
-
-class _Constants:
-    """Names for the constants a generated program reads (functions, configs, arrays)."""
-
-    def __init__(self, ns):
-        self.ns, self.names, self.counts = ns, {}, {}
-
-    def __call__(self, value, hint="k"):
-        name = self.names.get(id(value))
-        if name is not None:
-            return name
-        hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
-        n = self.counts.get(hint, 0) + 1
-        self.counts[hint] = n
-        name = hint if n == 1 else f"{hint}{n}"
-        while name in self.ns:
-            name += "_"
-        self.ns[name] = value
-        self.names[id(value)] = name
-        return name
 
 
 def _keywords(params, const) -> str:
