@@ -105,20 +105,21 @@ def reuse_buffers(lines: list[str], candidates: dict, reusable) -> list[str]:
     return out
 
 
-def times_into(g: np.ndarray, d):
+def times_into(g, d):
     """``g * d`` written into `g` (which the caller owns and drops) where that gives eager
-    mode's result: `d` a number or an array of `g`'s strides; else a new ``g * d``, whose
-    layout NumPy picks from both, as eagerly.
+    mode's result: `g` a NumPy array and `d` a number or a NumPy array of `g`'s strides; else
+    a new ``g * d``, whose layout NumPy picks from both, as eagerly (CuPy arrays too).
 
     >>> g = np.ones((2, 3)); times_into(g, 2.0) is g
     True
-    >>> times_into(g, np.ones((3, 2)).T) is g
-    False
+    >>> times_into(g, np.ones((3, 2)).T) is g, times_into(g, np.ones(())) is g
+    (False, False)
     """
-    if type(d) is np.ndarray and d.strides != g.strides:
-        return g * d
-    g *= d
-    return g
+    number = type(d) in (float, int) or isinstance(d, np.generic)
+    if type(g) is np.ndarray and (number or (type(d) is np.ndarray and d.strides == g.strides)):
+        g *= d
+        return g
+    return g * d
 
 
 def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool,
