@@ -3,7 +3,6 @@ function ``run(leaves, seeds)``, the primal then the adjoint (tape/program_adjoi
 dead code removed and each value released after its last use."""
 from __future__ import annotations
 
-import keyword
 import re
 
 import numpy as np
@@ -19,8 +18,9 @@ from .core import add_into
 from .program_adjoint import (AdjointWriter, basic_index, batched_add_into, iadd,
                               inline_terms, reverse_batched)
 from .program_cse import common_subexpressions
-from .program_inplace import (MIN_SIZE, derivative_partners, operands_to_reuse,
-                              reusable_values, reuse_buffers, times_into, write_inline_reverse)
+from .program_inplace import (derivative_partners, large, operands_to_reuse, reusable_values,
+                              reuse_buffers, times_into, write_inline_reverse)
+from .program_names import Constants
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise
 from .user_calls import DIRECT, is_user_code
 
@@ -262,7 +262,7 @@ class Program:
             {s for s, _ in leaf_slots} | set(result_slots) | set(grad_slots) | set(self.guards)
             | set(self.shapes_read) | {o for i in (*self.repeats, *self.repeats.values())
                                        for o in self.steps[i][6]})
-        reuse_at: dict[int, list[int]] = {}   # line -> operands its result may be written into
+        reuse_at: dict[int, tuple] = {}   # line -> (operands to write over, array operands)
         last_reader = {a: i for i, a in self.shared_residuals.items() if a in self.keep_residuals}
         for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(self.steps):
             if not needed[i] and i not in self.when_strict:
@@ -361,8 +361,8 @@ class Program:
                 terms = list(inline_terms(fn.inline, cfg.active, g, operand, f"v{outs[0]}",
                                           const, data_shape, partners.get(i)))
                 write_inline_reverse(writer, terms, ins, outs[0], indent, consumed=(
-                    outs[0] not in grad_slots and outs[0] not in self.scalar_slots),
-                    large=int(np.prod(self.values[outs[0]][1])) >= MIN_SIZE)
+                    outs[0] not in grad_slots and outs[0] not in self.scalar_slots
+                    and large(self.values[outs[0]])))
             elif self.scatters.get(i) == "scatter":
                 writer.scatter(ins[0], g, const(params["index"], "index"),
                                self.values[ins[0]][1], indent)
@@ -410,8 +410,9 @@ class Program:
         grads = ", ".join(f"ct{s}" if s in cts else "None" for s in grad_slots)
         lines.append(f"    return ({results}{',' if result_slots else ''}), "
                      f"({grads}{',' if grad_slots else ''})")
-        lines = reuse_buffers(lines, reuse_at, reusable)
-        return "\n".join(_release_dead_values(lines)) + "\n", ns
+        last = _last_uses(lines)
+        lines = reuse_buffers(lines, reuse_at, reusable, last)
+        return "\n".join(_release_dead_values(lines, last=last)) + "\n", ns
 
     def __repr__(self):
         return self.source
@@ -449,56 +450,25 @@ def _check_defined(steps, leaf_slots, result_slots, grad_slots) -> None:
         raise Uncompilable("the result holds a value the trace did not make")
 
 
-class Constants:
-    """Names for the constants a generated program reads (functions, configs, arrays), each
-    called `const(value, hint)`: a name made from the hint that is neither taken in the
-    namespace `ns` nor one of the program's own variables (``v3``, ``ct3``, ``g``, ``calls``:
-    a function whose ``__name__`` is ``g`` must not be read as the variable), nor a keyword.
-
-    >>> const = Constants({})
-    >>> const(len, "len"), const(abs, "v1"), const(min, "g"), const(max, "lambda")
-    ('len', '_v1', '_g', '_lambda')
-    """
-
-    def __init__(self, ns):
-        self.ns, self.names, self.counts = ns, {}, {}
-
-    def __call__(self, value, hint="k"):
-        name = self.names.get(id(value))
-        if name is not None:
-            return name
-        hint = "".join(ch if ch.isalnum() else "_" for ch in hint)
-        n = self.counts.get(hint, 0) + 1
-        self.counts[hint] = n
-        name = hint if n == 1 else f"{hint}{n}"
-        while not _usable(name) or name in self.ns:
-            name = "_" + name if not _usable(name) else name + "_"
-        self.ns[name] = value
-        self.names[id(value)] = name
-        return name
-
-
-# The local variables of generated programs (reverse and forward): values, cotangents,
-# tangents, residuals and the names the templates assign or take as arguments.
-_LOCAL = re.compile(r"(?:v|ct|t|s)\d+|g|_t|_d|leaves|seeds|recorded|calls|strict|tangents"
-                    r"|run|primals")
-
-
-def _usable(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) and not _LOCAL.fullmatch(name)
-
-
 VALUES = re.compile(r"\b(v\d+)\b")
 """The names of a program's values (``v<slot>``); forward programs add tangents (``t<slot>``)."""
 
 
-def _release_dead_values(lines: list[str], pattern: re.Pattern = VALUES) -> list[str]:
-    """Drop each value right after the line that uses it last, as the eager sweep frees
-    residuals as it goes: memory is reused rather than freshly mapped."""
+def _last_uses(lines: list[str], pattern: re.Pattern = VALUES) -> dict[str, int]:
+    """Each value's name -> the index of the last line that reads or writes it."""
     last = {}
     for n, line in enumerate(lines):
         for name in pattern.findall(line.split("#")[0]):
             last[name] = n
+    return last
+
+
+def _release_dead_values(lines: list[str], pattern: re.Pattern = VALUES,
+                         last: dict | None = None) -> list[str]:
+    """Drop each value right after the line that uses it last (`last`, else found with
+    `_last_uses`), as the eager sweep frees residuals as it goes: memory is reused rather
+    than freshly mapped."""
+    last = _last_uses(lines, pattern) if last is None else last
     after: dict[int, list[str]] = {}
     for name, n in last.items():
         if n > 1 and not lines[n].lstrip().startswith("return"):

@@ -28,8 +28,9 @@ from .inactive_code import _read_only
 from .program import (FORWARD, FRESH, INACTIVE, PLAIN, CompileTrace, DynamicParams,
                       GuardFailed, _fill, _inlinable, _param_slots, same_value, step_context)
 from .program_adjoint import INLINE_KINDS
-from .program_code import (_NO_PARAMS, Constants, Program, _call, _check_defined,
-                           _release_dead_values, _use_recorded)
+from .program_code import (_NO_PARAMS, Program, _call, _check_defined, _release_dead_values,
+                           _use_recorded)
+from .program_names import Constants
 from .program_split import load
 from .program_tracer import CompiledTracer
 from .program_unused import ALWAYS, unused_step_runs, warnings_raise

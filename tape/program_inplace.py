@@ -25,19 +25,15 @@ and values shared by a common subexpression are never written over.
 >>> import numpy as np
 >>> lines = ["    v2 = sin_impl(v1)", "    v3 = add_impl(v2, v0)", "    return (v3,), ()"]
 >>> reuse = {0: ([1], ["v1"]), 1: ([2, 0], ["v2", "v0"])}
->>> reuse_buffers(lines, reuse, reusable={1, 2})[:2]
+>>> reuse_buffers(lines, reuse, reusable={1, 2}, last={"v0": 1, "v1": 0, "v2": 1})[:2]
 ['    v2 = sin_impl(v1, out=v1)', '    v3 = add_impl(v2, v0, out=v2) if v0.strides == v2.strides else add_impl(v2, v0)']
 """
 from __future__ import annotations
-
-import re
 
 import numpy as np
 
 from .program import AUGMENTED, _param_slots
 from .program_cse import written_in_place
-
-_VALUE = re.compile(r"\b(v\d+)\b")
 
 
 def reusable_values(steps, inline, values, excluded) -> set[int]:
@@ -61,6 +57,11 @@ def reusable_values(steps, inline, values, excluded) -> set[int]:
 MIN_SIZE = 4096
 
 
+def large(value) -> bool:
+    """Whether a traced value ``(type, shape, dtype)`` is an array worth reusing."""
+    return value[0] is np.ndarray and int(np.prod(value[1])) >= MIN_SIZE
+
+
 def operands_to_reuse(step, values, reusable) -> list[int]:
     """The operands of an inline `step` that its result could be written into: reusable arrays
     of the result's type, shape and dtype, in operand order, of at least `MIN_SIZE` entries."""
@@ -68,25 +69,22 @@ def operands_to_reuse(step, values, reusable) -> list[int]:
     if not isinstance(fn.impl, np.ufunc) or fn.multiple_results:
         return []
     result = values[outs[0]]
-    if result[0] is not np.ndarray or int(np.prod(result[1])) < MIN_SIZE:
+    if not large(result):
         return []
     return [s for s in dict.fromkeys(ins) if s in reusable and values[s] == result]
 
 
-def reuse_buffers(lines: list[str], candidates: dict, reusable) -> list[str]:
+def reuse_buffers(lines: list[str], candidates: dict, reusable, last: dict) -> list[str]:
     """`lines` with ``out=`` added to the call at each line of `candidates` (line index ->
     (operand slots to try in order, names of the step's array operands)) whose operand is read
-    for the last time on that line.
+    for the last time on that line (`last`: value name -> index of the line that reads it
+    last; the rewritten lines read no value anew).
 
     The result must have the layout eager mode gives it, since a later sum or product adds in
     the order of the layout: a ufunc's new result follows its operands' memory order, so with
     other array operands the call writes over one only when all have its strides
     (``v8 = add_impl(v5, v7, out=v5) if v7.strides == v5.strides else add_impl(v5, v7)``);
     a lone array operand (a fresh, contiguous result) is followed anyway."""
-    last = {}
-    for n, line in enumerate(lines):
-        for name in _VALUE.findall(line.split("#")[0]):
-            last[name] = n
     out = list(lines)
     for n, (slots, arrays) in candidates.items():
         line = out[n]
@@ -122,20 +120,17 @@ def times_into(g, d):
     return g * d
 
 
-def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool,
-                         large: bool) -> None:
+def write_inline_reverse(writer, terms, ins, out: int, indent: str, consumed: bool) -> None:
     """Add an inline reverse's `terms` ((argument index, expression, fresh) each) to the
     cotangents of the step's operand slots `ins`, through the `AdjointWriter`; `out` is the
     slot of the step's result, whose cotangent is ``g = ct<out>``.
 
-    `consumed`: that cotangent is an array dropped after the step (not a returned
-    gradient, not a scalar). Where the program owns it and sums in place, it is handed on:
-    to the one argument that takes it unchanged (``x + c``), or, with no such argument,
-    multiplied in place (`times_into`) for the last term once the other terms have read it.
-    `large`: the cotangent has at least `MIN_SIZE` entries (smaller ones are left alone)."""
+    `consumed`: that cotangent is an array of at least `MIN_SIZE` entries dropped after the
+    step (not a returned gradient). Where the program owns it and sums in place, it is handed
+    on: to the one argument that takes it unchanged (``x + c``), or, with no such argument,
+    multiplied in place (`times_into`) for the last term once the other terms have read it."""
     g, state = f"ct{out}", writer.states.get(out)
-    consumed = consumed and writer.inplace and state is not None and state.owned and (
-        large)
+    consumed = consumed and writer.inplace and state is not None and state.owned
     passed = [n for n, (_, term, _) in enumerate(terms) if term == g]
     for n, (k, term, fresh) in enumerate(terms):
         if consumed and passed == [n]:
@@ -163,8 +158,8 @@ def derivative_partners(steps, inline, useful, computed, values) -> dict[int, st
     where a later step writes into that value (``c[0] = 5.0``)."""
     made, written = {}, written_in_place(steps)
     for i, (kind, fn, cfg, ins, consts, params, outs) in enumerate(steps):
-        if (computed[i] and outs[0] not in written and getattr(fn, "pure", False) and isinstance(fn.impl, np.ufunc)
-                and len(ins) == 1 and ins[0] is not None and not params
+        if (computed[i] and outs[0] not in written and getattr(fn, "pure", False)
+                and isinstance(fn.impl, np.ufunc) and len(ins) == 1 and ins[0] is not None and not params
                 and not fn.multiple_results and values[outs[0]] == values[ins[0]]):
             made.setdefault((fn.impl, ins[0]), outs[0])
     found = {}
